@@ -1,0 +1,47 @@
+"""Configuration one node needs: identity, scope, key ring and tunables.
+
+Layer: node. Pure data: loading from files lives in ``cluster.config``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nodes.scope import Scope
+from nodes.sealing import KeyRing
+
+SERVER_VERSION = "0.1.0"
+
+DEFAULT_STATE_TTL_MS = 300_000
+"""How long a sealed confirmation stays valid (five minutes): long enough for a person to read a
+form, short enough that a leaked state is soon useless."""
+
+NODE_CLOCK_MARGIN_MS = 3_600_000
+"""A node rejects a state by its own clock only when it is this far past expiry. The Redis clock
+decides expiry; the node's early reject is only an optimisation and must never refuse a state the
+Redis clock would still honour, even on a node whose clock is wrong by many minutes."""
+
+
+def wall_clock_ms() -> int:
+    """This node's wall clock (not trio's, not Redis'): used only for the early reject."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Everything a node needs besides its store. All nodes of a cluster share ``server_name``
+    (the audience of sealed states), ``scope`` and ``key_ring``."""
+
+    server_name: str
+    scope: Scope
+    key_ring: KeyRing
+    node_id: str = "node-0"
+    server_version: str = SERVER_VERSION
+    state_ttl_ms: int = DEFAULT_STATE_TTL_MS
+    node_clock_ms: Callable[[], int] = field(default=wall_clock_ms)
+    instructions: str = (
+        "Notes live in workspaces named by file URIs; pass workspaceUri on every call. "
+        "notes_delete asks you to pick and confirm the note."
+    )

@@ -1,0 +1,122 @@
+"""JSON-RPC errors of the node and the one table from error code to HTTP status.
+
+Layer: node, protocol core. Pure module: no I/O.
+
+    JsonRpcError                 a JSON-RPC error response (code, fixed message, optional data)
+     ├── code -32700  parse error                       HTTP 400
+     ├── code -32600  invalid request                   HTTP 400
+     ├── code -32601  method not found                  HTTP 404
+     ├── code -32602  invalid params                    HTTP 400 (also every rejected requestState)
+     ├── code -32603  internal error / unknown outcome  HTTP 500
+     ├── code -32020  header mismatch                   HTTP 400
+     ├── code -32021  missing required capability       HTTP 400
+     └── code -32022  unsupported protocol version      HTTP 400
+
+Business failures (note gone, workspace not authorized, ...) are not errors: they are
+``isError: true`` tool results (see ``nodes.results``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+HEADER_MISMATCH = -32020
+MISSING_CAPABILITY = -32021
+UNSUPPORTED_VERSION = -32022
+
+HTTP_STATUS: dict[int, int] = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    METHOD_NOT_FOUND: 404,
+    INVALID_PARAMS: 400,
+    # UNCONFIRMED in the spec (the SDK answers 200). We answer 500 so that proxies and clients
+    # see the request did not complete; the body still carries the JSON-RPC error.
+    INTERNAL_ERROR: 500,
+    HEADER_MISMATCH: 400,
+    MISSING_CAPABILITY: 400,
+    UNSUPPORTED_VERSION: 400,
+}
+
+INVALID_STATE_MESSAGE = "Invalid or expired requestState"
+"""The one answer to every rejected requestState, whatever the reason (the reason is logged)."""
+
+INVALID_STATE_DATA = {"reason": "invalid_request_state"}
+
+
+class JsonRpcError(Exception):
+    """A JSON-RPC error to send back. ``message`` is fixed per case and never echoes secrets."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    @property
+    def http_status(self) -> int:
+        """The HTTP status this error implies on Streamable HTTP."""
+        return HTTP_STATUS.get(self.code, 400)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``error`` member of the response."""
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            err["data"] = self.data
+        return err
+
+
+def invalid_request(message: str = "Invalid Request") -> JsonRpcError:
+    """-32600: not a valid JSON-RPC request."""
+    return JsonRpcError(INVALID_REQUEST, message)
+
+
+def method_not_found(method: str) -> JsonRpcError:
+    """-32601: the method does not exist on this server."""
+    return JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {method[:100]}")
+
+
+def invalid_params(message: str, data: Any = None) -> JsonRpcError:
+    """-32602 with a specific message."""
+    return JsonRpcError(INVALID_PARAMS, message, data)
+
+
+def invalid_state() -> JsonRpcError:
+    """-32602, the one fixed answer for any rejected requestState."""
+    return JsonRpcError(INVALID_PARAMS, INVALID_STATE_MESSAGE, dict(INVALID_STATE_DATA))
+
+
+def outcome_unknown() -> JsonRpcError:
+    """-32603: the store did not answer; the request may or may not have taken effect."""
+    return JsonRpcError(
+        INTERNAL_ERROR,
+        "Store unavailable: the outcome is unknown; retry the same request",
+        {"retryable": True},
+    )
+
+
+def header_mismatch(message: str) -> JsonRpcError:
+    """-32020: HTTP headers missing, malformed, or disagreeing with the body."""
+    return JsonRpcError(HEADER_MISMATCH, message)
+
+
+def missing_capability(required: dict[str, Any]) -> JsonRpcError:
+    """-32021 with ``data.requiredCapabilities``."""
+    return JsonRpcError(
+        MISSING_CAPABILITY,
+        "Missing required client capability",
+        {"requiredCapabilities": required},
+    )
+
+
+def unsupported_version(requested: str, supported: tuple[str, ...]) -> JsonRpcError:
+    """-32022 with ``data {supported, requested}``."""
+    return JsonRpcError(
+        UNSUPPORTED_VERSION,
+        "Unsupported protocol version",
+        {"supported": list(supported), "requested": requested},
+    )

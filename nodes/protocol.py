@@ -1,0 +1,217 @@
+"""The protocol core of a node: one decoded JSON-RPC message in, one reply out.
+
+Layer: node, protocol core, sans-IO in the h11 sense: no trio, HTTP or Redis import here. The HTTP
+app and the in-process transport are thin shells that decode bytes, authenticate, and call
+``Node.handle``; the store is reached only through ``store.api.NoteStoreAPI``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodes import errors
+from nodes.config import NodeConfig
+from nodes.headers import check_headers
+from nodes.tools import DEFAULT_TOOLS
+from nodes.tools.base import CallContext, NodeCounters, Tool
+from store.api import NoteStoreAPI, StoreUnavailable
+
+log = logging.getLogger("nodes.protocol")
+
+PROTOCOL_VERSION = "2026-07-28"
+SUPPORTED_VERSIONS: tuple[str, ...] = (PROTOCOL_VERSION,)
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+
+DISCOVER_TTL_MS = 300_000
+"""Discovery and the tool list change only with a deploy: clients may cache them for minutes."""
+TOOLS_TTL_MS = 300_000
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """Who sent the message and with which transport headers (names lowercased; None when the
+    transport has none to check)."""
+
+    principal: str
+    headers: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the transport sends back: an HTTP status and a JSON body (None: no body, e.g. 202)."""
+
+    status: int
+    body: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class NodeStatistics:
+    """A snapshot of a node's counters."""
+
+    requests: int
+    notifications: int
+    rounds: int
+    executions: int
+    replays: int
+    rejections: int
+    errors: Mapping[int, int] = field(default_factory=dict)
+
+
+def _valid_id(value: object) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+class Node:
+    """One stateless node: everything it knows comes from its config, the store and the request."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        store: NoteStoreAPI,
+        tools: tuple[Tool[Any], ...] = DEFAULT_TOOLS,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.tools: dict[str, Tool[Any]] = {t.name: t for t in sorted(tools, key=lambda t: t.name)}
+        self._tool_list = [t.definition() for t in self.tools.values()]
+        self._counters = NodeCounters()
+        self._methods = {
+            "server/discover": self._discover,
+            "tools/list": self._tools_list,
+            "tools/call": self._tools_call,
+        }
+
+    def statistics(self) -> NodeStatistics:
+        """A frozen snapshot of the counters (requests, rounds, executions, replays, ...)."""
+        c = self._counters
+        return NodeStatistics(
+            c.requests,
+            c.notifications,
+            c.rounds,
+            c.executions,
+            c.replays,
+            c.rejections,
+            dict(c.errors),
+        )
+
+    @property
+    def server_info(self) -> dict[str, str]:
+        """``{name, version}`` for result ``_meta`` (display only)."""
+        return {"name": self.config.server_name, "version": self.config.server_version}
+
+    async def handle(self, message: object, ctx: RequestContext) -> Reply:
+        """Answer one decoded JSON-RPC message. Never raises for bad input."""
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return self._error(None, errors.invalid_request())
+        if "id" not in message:
+            # A notification: the core defines none over HTTP; acknowledge and do nothing at all.
+            self._counters.notifications += 1
+            if not isinstance(message.get("method"), str):
+                return self._error(None, errors.invalid_request())
+            return Reply(202, None)
+        request_id = message["id"]
+        if not _valid_id(request_id):
+            return self._error(None, errors.invalid_request("Invalid Request: bad id"))
+        self._counters.requests += 1
+        try:
+            result = await self._dispatch(message, ctx)
+        except errors.JsonRpcError as exc:
+            return self._error(request_id, exc)
+        except StoreUnavailable as exc:
+            log.warning("store unavailable: %s", exc)
+            return self._error(request_id, errors.outcome_unknown())
+        meta = result.setdefault("_meta", {})
+        meta[META_SERVER_INFO] = self.server_info
+        return Reply(200, {"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _error(self, request_id: object, exc: errors.JsonRpcError) -> Reply:
+        self._counters.errors[exc.code] = self._counters.errors.get(exc.code, 0) + 1
+        body = {"jsonrpc": "2.0", "id": request_id, "error": exc.to_dict()}
+        return Reply(exc.http_status, body)
+
+    async def _dispatch(self, message: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        method = message.get("method")
+        if not isinstance(method, str):
+            raise errors.invalid_request("Invalid Request: method must be a string")
+        handler = self._methods.get(method)
+        if handler is None:
+            raise errors.method_not_found(method)
+        params = message.get("params", {})
+        if not isinstance(params, dict):
+            raise errors.invalid_params("params must be an object")
+        meta = params.get("_meta")
+        if not isinstance(meta, dict):
+            raise errors.invalid_params("Missing params._meta")
+        version = meta.get(META_VERSION)
+        if not isinstance(version, str):
+            raise errors.invalid_params(f"Missing or invalid _meta[{META_VERSION!r}]")
+        capabilities = meta.get(META_CAPABILITIES)
+        if not isinstance(capabilities, dict):
+            raise errors.invalid_params(f"Missing or invalid _meta[{META_CAPABILITIES!r}]")
+        if version not in SUPPORTED_VERSIONS:
+            raise errors.unsupported_version(version, SUPPORTED_VERSIONS)
+        if ctx.headers is not None:
+            check_headers(ctx.headers, method, params, version)
+        return await handler(params, capabilities, ctx)
+
+    async def _discover(
+        self, params: dict[str, Any], capabilities: dict[str, Any], ctx: RequestContext
+    ) -> dict[str, Any]:
+        return {
+            "resultType": "complete",
+            "supportedVersions": list(SUPPORTED_VERSIONS),
+            "capabilities": {"tools": {"listChanged": False}},
+            "instructions": self.config.instructions,
+            "ttlMs": DISCOVER_TTL_MS,
+            "cacheScope": "public",
+        }
+
+    async def _tools_list(
+        self, params: dict[str, Any], capabilities: dict[str, Any], ctx: RequestContext
+    ) -> dict[str, Any]:
+        cursor = params.get("cursor")
+        if cursor is not None:
+            raise errors.invalid_params("Invalid cursor: the tool list has a single page")
+        return {
+            "resultType": "complete",
+            "tools": [dict(t) for t in self._tool_list],
+            "ttlMs": TOOLS_TTL_MS,
+            "cacheScope": "public",
+        }
+
+    async def _tools_call(
+        self, params: dict[str, Any], capabilities: dict[str, Any], ctx: RequestContext
+    ) -> dict[str, Any]:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise errors.invalid_params("tools/call needs a string name")
+        tool = self.tools.get(name)
+        if tool is None:
+            raise errors.invalid_params(f"Unknown tool: {name[:100]}")
+        arguments = params.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise errors.invalid_params("arguments must be an object")
+        responses = params.get("inputResponses")
+        if responses is not None and not isinstance(responses, dict):
+            raise errors.invalid_params("Invalid inputResponses: must be an object")
+        state = params.get("requestState")
+        if state is not None and not isinstance(state, str):
+            # A non-string state is still a rejected state: the one fixed answer.
+            log.info("requestState rejected: not a string (tool=%s)", name)
+            raise errors.invalid_state()
+        call = CallContext(
+            principal=ctx.principal,
+            capabilities=capabilities,
+            arguments=arguments,
+            input_responses=responses,
+            request_state=state,
+            config=self.config,
+            store=self.store,
+            counters=self._counters,
+        )
+        return await tool.call(call)

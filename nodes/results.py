@@ -1,0 +1,50 @@
+"""Shapes of tool results: complete, tool error (``isError``) and input-required.
+
+Layer: node, protocol core. Pure module: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+META_REPLAY = "dev.notes-cluster/replay"
+"""Result ``_meta`` key set to true when a confirmation's recorded outcome is sent again."""
+
+
+def _text(structured: Any) -> list[dict[str, Any]]:
+    # The spec asks that structuredContent also appear as a text block for older clients.
+    return [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, sort_keys=True)}]
+
+
+def complete(structured: dict[str, Any], *, replay: bool = False) -> dict[str, Any]:
+    """A complete, successful tool result."""
+    result: dict[str, Any] = {
+        "resultType": "complete",
+        "content": _text(structured),
+        "structuredContent": structured,
+        "isError": False,
+    }
+    if replay:
+        result["_meta"] = {META_REPLAY: True}
+    return result
+
+
+def tool_error(message: str, **details: Any) -> dict[str, Any]:
+    """A complete tool result with ``isError: true``: a business failure, not a protocol error."""
+    structured = {"error": message, **details}
+    return {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": message}],
+        "structuredContent": structured,
+        "isError": True,
+    }
+
+
+def input_required(input_requests: dict[str, Any], request_state: str) -> dict[str, Any]:
+    """An InputRequiredResult asking the client for input and carrying the sealed state."""
+    return {
+        "resultType": "input_required",
+        "inputRequests": input_requests,
+        "requestState": request_state,
+    }

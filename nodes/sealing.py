@@ -1,0 +1,324 @@
+"""The `requestState` key ring: seal and open the opaque state a client carries between rounds.
+
+Layer: node core, pure module. No I/O except reading key material in `KeyRing.from_sources`. It must
+not know MCP envelopes, HTTP, trio or Redis; it does not read any clock either: `exp_ms` is on the
+Redis server clock and the caller compares it there.
+
+Token format (version ``ns1``)::
+
+    ns1.<kid>.<body>
+    body = base64url, no padding, canonical ( nonce[12] || AES-256-GCM ciphertext || tag[16] )
+    associated data = b"ns1" NUL kid NUL audience (UTF-8)
+    plaintext = compact JSON of `StatePayload` (UTF-8)
+
+The associated data binds the format version, the key id and the audience, so a state sealed for
+one audience does not open for another even under the same key, and a body cannot be moved under a
+different kid. The kid alphabet has no NUL and the audience comes last, so the encoding is
+unambiguous. Nonces are random: rotate keys well before 2**32 seals per key.
+
+`KeyRing.open` is strict and raises `StateRejected` for every failure; `reason` is a fixed string
+for the log (never attacker input, never key bytes). Callers answer one generic error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+FORMAT_VERSION = "ns1"
+"""Format version; first dot-separated part of every token and part of the associated data."""
+
+MAX_TOKEN_CHARS = 8192
+"""Longest token `open` will look at: bounds work done on untrusted input before authentication."""
+
+KEY_BYTES = 32
+"""AES-256 keys."""
+
+NONCE_BYTES = 12
+"""AES-GCM nonce length (the 96-bit size GCM is specified for)."""
+
+TAG_BYTES = 16
+"""AES-GCM authentication tag length."""
+
+MIN_BODY_BYTES = NONCE_BYTES + TAG_BYTES + len(b"{}")
+"""Shortest decoded body that could hold a sealed JSON object."""
+
+STATE_NONCE_BYTES = 16
+"""Entropy of `new_nonce` (128 bits): unguessable and collision-free at any realistic volume."""
+
+_KID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_BODY_RE = re.compile(r"[A-Za-z0-9_-]+")
+_SOURCE_SCHEMES = ("env:", "file:", "base64:")
+
+
+class StateRejected(Exception):
+    """Any failure to open or verify a state.
+
+    `reason` is for the log only; callers answer one fixed generic error whatever the reason.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Candidate(BaseModel):
+    """A note offered for confirmation, with the version that was shown to the user."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    note_id: str
+    version: int
+
+
+class StatePayload(BaseModel):
+    """What a sealed `requestState` binds; only `KeyRing` turns it into a token and back."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+    principal: str
+    audience: str
+    method: str
+    tool: str
+    args_digest: str
+    workspace: str
+    tenant: str
+    candidates: tuple[Candidate, ...]
+    phase: str
+    nonce: str
+    issued_ms: int
+    exp_ms: int
+    """Expiry in milliseconds since the epoch, on the Redis server clock."""
+    extra: dict[str, str] = Field(default_factory=dict)
+    """Tool-specific bound values (e.g. an archive target)."""
+
+
+def new_nonce() -> str:
+    """Return a fresh random url-safe nonce with 128 bits of entropy."""
+    return secrets.token_urlsafe(STATE_NONCE_BYTES)
+
+
+def args_digest(arguments: Mapping[str, object]) -> str:
+    """Return the hex sha256 of the canonical JSON of `arguments` (key order does not matter).
+
+    Raises `TypeError` or `ValueError` for arguments that are not plain finite JSON.
+    """
+    canonical = json.dumps(
+        dict(arguments),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def verify_bindings(
+    payload: StatePayload, *, principal: str, method: str, tool: str, args_digest: str
+) -> None:
+    """Raise `StateRejected` unless principal, method, tool and args digest all match."""
+    checks = (
+        ("principal mismatch", payload.principal, principal),
+        ("method mismatch", payload.method, method),
+        ("tool mismatch", payload.tool, tool),
+        ("args digest mismatch", payload.args_digest, args_digest),
+    )
+    for reason, bound, given in checks:
+        if not _same(bound, given):
+            raise StateRejected(reason)
+
+
+@dataclass(frozen=True)
+class KeyRing:
+    """Key id -> 32-byte AES key; `active` seals, every key opens (rotation without downtime)."""
+
+    keys: Mapping[str, bytes]
+    active: str
+    _aeads: Mapping[str, AESGCM] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        keys = dict(self.keys)
+        for kid, key in keys.items():
+            if not isinstance(kid, str) or not _KID_RE.fullmatch(kid):
+                raise ValueError(f"key id {kid!r} must match [A-Za-z0-9_-]{{1,32}}")
+            if not isinstance(key, bytes) or len(key) != KEY_BYTES:
+                raise ValueError(f"key {kid!r} must be exactly {KEY_BYTES} bytes")
+        if self.active not in keys:
+            raise ValueError(f"active key id {self.active!r} is not in the ring")
+        object.__setattr__(self, "keys", MappingProxyType(keys))
+        aeads = {kid: AESGCM(key) for kid, key in keys.items()}
+        object.__setattr__(self, "_aeads", MappingProxyType(aeads))
+
+    def __repr__(self) -> str:
+        return f"KeyRing(kids={sorted(self.keys)!r}, active={self.active!r})"
+
+    def seal(self, payload: StatePayload) -> str:
+        """Seal `payload` under the active key for `payload.audience`; return the token.
+
+        Raises `ValueError` if the token would exceed `MAX_TOKEN_CHARS` (it could never open).
+        """
+        plaintext = payload.model_dump_json().encode("utf-8")
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        aad = _associated_data(self.active, payload.audience)
+        sealed = nonce + self._aeads[self.active].encrypt(nonce, plaintext, aad)
+        body = base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
+        token = f"{FORMAT_VERSION}.{self.active}.{body}"
+        if len(token) > MAX_TOKEN_CHARS:
+            raise ValueError(f"sealed state is {len(token)} chars, over {MAX_TOKEN_CHARS}")
+        return token
+
+    def open(self, token: object, *, audience: str) -> StatePayload:
+        """Authenticate and decode `token` for `audience`; raise `StateRejected` on any failure.
+
+        Expiry is not checked here: `exp_ms` is on the Redis server clock.
+        """
+        kid, sealed = self._split(token)
+        nonce, ciphertext = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
+        try:
+            plaintext = self._aeads[kid].decrypt(nonce, ciphertext, _associated_data(kid, audience))
+        except InvalidTag:
+            raise StateRejected("authentication failed") from None
+        payload = _parse_payload(plaintext)
+        if not _same(payload.audience, audience):
+            raise StateRejected("audience mismatch")
+        return payload
+
+    def _split(self, token: object) -> tuple[str, bytes]:
+        """Check the token's shape and return its kid and decoded body."""
+        if not isinstance(token, str):
+            raise StateRejected("token is not a str")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise StateRejected("token too long")
+        parts = token.split(".")
+        if len(parts) != 3:
+            raise StateRejected("token is not three dot-separated parts")
+        prefix, kid, body = parts
+        if prefix != FORMAT_VERSION:
+            raise StateRejected("wrong token prefix")
+        if not _KID_RE.fullmatch(kid):
+            raise StateRejected("malformed key id")
+        if kid not in self._aeads:
+            raise StateRejected("unknown key id")
+        sealed = _decode_body(body)
+        if len(sealed) < MIN_BODY_BYTES:
+            raise StateRejected("body too short")
+        return kid, sealed
+
+    @classmethod
+    def generate(cls, kid: str = "k1") -> KeyRing:
+        """Return a ring with one fresh random key, for tests and ephemeral demos."""
+        return cls(keys={kid: secrets.token_bytes(KEY_BYTES)}, active=kid)
+
+    @classmethod
+    def from_sources(cls, sources: Mapping[str, str], active: str) -> KeyRing:
+        """Load keys from `kid -> 'env:VARNAME' | 'file:/path' | 'base64:<b64>'`.
+
+        Each value is a standard or url-safe base64 32-byte key; whitespace is ignored. Raises a
+        `ValueError` naming the kid (never the key) on any failure.
+        """
+        keys = {kid: _decode_key(kid, _read_source(kid, source)) for kid, source in sources.items()}
+        return cls(keys=keys, active=active)
+
+
+def _same(a: str, b: str) -> bool:
+    """Constant-time string equality (UTF-8, so non-ASCII text is fine)."""
+    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+
+
+def _associated_data(kid: str, audience: str) -> bytes:
+    return b"\x00".join((FORMAT_VERSION.encode("ascii"), kid.encode("ascii"), audience.encode()))
+
+
+def _decode_body(body: str) -> bytes:
+    """Decode canonical unpadded base64url; anything else is refused."""
+    if not _BODY_RE.fullmatch(body) or len(body) % 4 == 1:
+        raise StateRejected("body is not base64url")
+    try:
+        sealed = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    except (binascii.Error, ValueError):
+        raise StateRejected("body is not base64url") from None
+    # Reject non-zero trailing bits, so each state has exactly one spelling.
+    if base64.urlsafe_b64encode(sealed).rstrip(b"=") != body.encode("ascii"):
+        raise StateRejected("body is not canonical base64url")
+    return sealed
+
+
+def _parse_payload(plaintext: bytes) -> StatePayload:
+    """Turn authenticated plaintext into a `StatePayload`, refusing anything not strictly valid."""
+    try:
+        text = plaintext.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StateRejected("plaintext is not utf-8") from None
+    try:
+        document = json.loads(
+            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants
+        )
+    except (ValueError, RecursionError):
+        raise StateRejected("plaintext is not json") from None
+    if not isinstance(document, dict):
+        raise StateRejected("plaintext is not a json object")
+    try:
+        # JSON mode, so the strict model accepts arrays for tuples but nothing else loosely.
+        return StatePayload.model_validate_json(text)
+    except ValidationError:
+        raise StateRejected("payload failed validation") from None
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate key")
+    return result
+
+
+def _no_constants(name: str) -> object:
+    raise ValueError(f"{name} is not json")
+
+
+def _read_source(kid: str, source: str) -> str:
+    """Read one key's base64 text; errors name the kid and never echo the source value."""
+    if source.startswith("env:"):
+        name = source.removeprefix("env:")
+        value = os.environ.get(name)
+        if value is None:
+            raise ValueError(f"key {kid!r}: environment variable {name!r} is not set")
+        return value
+    if source.startswith("file:"):
+        path = source.removeprefix("file:")
+        try:
+            return Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) else "not utf-8 text"
+            raise ValueError(f"key {kid!r}: cannot read key file {path!r}: {detail}") from None
+    if source.startswith("base64:"):
+        return source.removeprefix("base64:")
+    # The value may be a key with a mistyped scheme: do not echo it.
+    raise ValueError(f"key {kid!r}: source must start with one of {', '.join(_SOURCE_SCHEMES)}")
+
+
+def _decode_key(kid: str, text: str) -> bytes:
+    """Decode standard or url-safe base64 (padding optional) into exactly `KEY_BYTES` bytes."""
+    compact = "".join(text.split()).rstrip("=").replace("-", "+").replace("_", "/")
+    try:
+        key = base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"key {kid!r}: not valid base64") from None
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"key {kid!r}: decoded to {len(key)} bytes, expected {KEY_BYTES}")
+    return key

@@ -1,0 +1,136 @@
+"""What every tool shares: the call context, argument validation and the tool interface.
+
+Layer: node, protocol core. No I/O of its own: tools reach the store through ``NoteStoreAPI``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nodes.config import NodeConfig
+from nodes.results import tool_error
+from nodes.scope import ScopeError, Workspace
+from store.api import NoteStoreAPI
+
+log = logging.getLogger("nodes.tools")
+
+TITLE_MAX = 200
+BODY_MAX = 65_536
+URI_MAX = 2048
+MAX_CANDIDATES_ERROR = 50
+"""Most notes one pick list offers; more matches than this are refused with a clear error."""
+
+
+class Arguments(BaseModel):
+    """Base of every tool's arguments: strict types, unknown keys refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+Title = Field(min_length=1, max_length=TITLE_MAX, pattern=r"^[^\x00-\x1f\x7f]*$")
+WorkspaceUri = Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")
+
+
+@dataclass
+class NodeCounters:
+    """Mutable counters behind ``Node.statistics()``."""
+
+    requests: int = 0
+    notifications: int = 0
+    rounds: int = 0
+    executions: int = 0
+    replays: int = 0
+    rejections: int = 0
+    errors: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """One ``tools/call`` request as a tool sees it."""
+
+    principal: str
+    capabilities: Mapping[str, Any]
+    arguments: Mapping[str, Any]
+    input_responses: Mapping[str, Any] | None
+    request_state: str | None
+    config: NodeConfig
+    store: NoteStoreAPI
+    counters: NodeCounters
+
+    def authorize(self, raw_uri: str) -> Workspace:
+        """The workspace, if this principal may use it (raises ScopeError otherwise)."""
+        return self.config.scope.authorize(self.principal, raw_uri)
+
+
+class ToolFailure(Exception):
+    """A business failure a tool reports as an ``isError`` result."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def result(self) -> dict[str, Any]:
+        """The ``isError`` tool result."""
+        return tool_error(self.message, **self.details)
+
+
+A = TypeVar("A", bound=Arguments)
+
+
+class Tool(Generic[A]):
+    """One tool: its definition for ``tools/list`` and its handler."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    description: ClassVar[str]
+    args_model: ClassVar[type[Arguments]]
+    annotations: ClassVar[dict[str, Any]] = {}
+    output_schema: ClassVar[dict[str, Any] | None] = None
+
+    def definition(self) -> dict[str, Any]:
+        """The Tool object listed by ``tools/list`` (identical on every node)."""
+        schema = self.args_model.model_json_schema(by_alias=True)
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        schema["additionalProperties"] = False
+        out: dict[str, Any] = {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": schema,
+            "annotations": {"title": self.title, **self.annotations},
+        }
+        if self.output_schema is not None:
+            out["outputSchema"] = self.output_schema
+        return out
+
+    def parse(self, ctx: CallContext) -> A:
+        """Validate the arguments; a failure is a ToolFailure naming the bad fields."""
+        try:
+            return self.args_model.model_validate(dict(ctx.arguments))  # type: ignore[return-value]
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False, include_input=False)
+            )
+            raise ToolFailure(f"Invalid arguments: {problems}") from None
+
+    async def call(self, ctx: CallContext) -> dict[str, Any]:
+        """Run the tool; business failures become ``isError`` results."""
+        try:
+            return await self.run(ctx, self.parse(ctx))
+        except ScopeError as exc:
+            return tool_error(str(exc))
+        except ToolFailure as exc:
+            return exc.result()
+
+    async def run(self, ctx: CallContext, args: A) -> dict[str, Any]:
+        """The tool's own work, with validated arguments."""
+        raise NotImplementedError

@@ -1,0 +1,129 @@
+"""What the nodes see of the store: records, outcomes and the async interface.
+
+Layer: store. Pure module: no Redis or trio imports, so the node's protocol core can depend on
+this file while staying free of I/O. ``store.notes.NoteStore`` implements ``NoteStoreAPI``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+ConfirmStatus = Literal[
+    "executed", "replay", "conflict", "expired", "cancelled", "declined", "gone", "moved", "changed"
+]
+ConfirmAction = Literal["accept", "decline", "cancel"]
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One note as stored. ``version`` is bumped by every change (edit, move)."""
+
+    note_id: str
+    title: str
+    body: str
+    workspace: str
+    version: int
+    created_ms: int
+    updated_ms: int
+
+    @property
+    def uri(self) -> str:
+        """Where the note lives, for people: inside its workspace."""
+        return f"{self.workspace.rstrip('/')}/{self.note_id}.md"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Notes read in one step together with the Redis server clock at that step."""
+
+    redis_now_ms: int
+    notes: tuple[Note, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """One answer to a sealed confirmation, ready for the store's atomic decision. ``title`` and
+    ``expected_version`` are the note as shown: the script acts only if the version still matches,
+    so the title (which names the index entry) is then also still the one shown."""
+
+    tenant: str
+    nonce: str
+    action: ConfirmAction
+    answer_digest: str
+    exp_ms: int
+    note_id: str
+    expected_version: int
+    title: str
+    workspace: str
+    principal: str
+    tool: str
+    op: Literal["delete", "move"] = "delete"
+    target_workspace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmOutcome:
+    """What the store decided. ``recorded`` is the outcome kept under the nonce
+    (``deleted:<id>``, ``moved:<id>``, ``declined``) for executed, declined, replay and conflict."""
+
+    status: ConfirmStatus
+    recorded: str
+    redis_now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    """Result of a create, update or move: ``status`` is the script's word, ``note`` the record
+    after the write when it happened."""
+
+    status: str
+    note: Note | None
+    redis_now_ms: int
+
+
+class StoreUnavailable(Exception):
+    """A store call failed in a way that leaves its outcome unknown (timeout, dropped connection).
+    The caller must not claim that nothing happened."""
+
+
+class NoteStoreAPI(Protocol):
+    """The async interface the node's protocol core uses."""
+
+    async def redis_time_ms(self) -> int:
+        """The Redis server clock, in milliseconds since the epoch."""
+        ...
+
+    async def create(
+        self, tenant: str, workspace: str, title: str, body: str, principal: str
+    ) -> Note:
+        """Create a note; ids are chosen by the store."""
+        ...
+
+    async def get(self, tenant: str, note_id: str) -> Note | None:
+        """One note by id, or None."""
+        ...
+
+    async def find(self, tenant: str, workspace: str, title: str, limit: int) -> Snapshot:
+        """Notes with exactly this title in this workspace, through the title index."""
+        ...
+
+    async def list(self, tenant: str, workspace: str, limit: int) -> Snapshot:
+        """Notes in this workspace."""
+        ...
+
+    async def update(
+        self, tenant: str, note: Note, title: str, body: str, principal: str
+    ) -> WriteOutcome:
+        """Edit ``note`` if it is unchanged since it was read."""
+        ...
+
+    async def move(
+        self, tenant: str, note_id: str, source: str, target: str, principal: str
+    ) -> WriteOutcome:
+        """Move a note between two workspaces of one tenant."""
+        ...
+
+    async def confirm(self, confirmation: Confirmation) -> ConfirmOutcome:
+        """The one atomic step that decides a confirmation (see scripts/confirm.lua)."""
+        ...

@@ -1,0 +1,74 @@
+"""Key layout of the note store and replay store.
+
+Layer: store. Pure module: no I/O, knows nothing of MCP or of nodes.
+
+Every key of one tenant carries the tenant in a Redis Cluster hash tag (``{t:<tenant>}``), so each
+script and pipeline touches exactly one slot and a cluster spreads tenants over its masters.
+
+    <prefix>:{t:<tenant>}:note:<noteId>    hash    id title body workspace version created/updated
+    <prefix>:{t:<tenant>}:ws:<sha>         set     note ids in one workspace
+    <prefix>:{t:<tenant>}:title:<sha>      set     ids of one (workspace, title): the title index
+    <prefix>:{t:<tenant>}:replay:<nonce>   hash    answer digest and recorded outcome of one state
+    <prefix>:{t:<tenant>}:journal          stream  every mutation, for the checker
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""Tenant names are plain tokens: they go inside a hash tag, where ``{`` or ``}`` would break it."""
+
+NONCE_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+NOTE_ID_PATTERN = re.compile(r"n[0-9a-f]{16}")
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    """The keys of one tenant under one prefix."""
+
+    prefix: str
+    tenant: str
+
+    def __post_init__(self) -> None:
+        if not TENANT_PATTERN.fullmatch(self.tenant):
+            raise ValueError(f"invalid tenant name {self.tenant!r}")
+        if not self.prefix or any(c in self.prefix for c in "{}: "):
+            raise ValueError(f"invalid key prefix {self.prefix!r}")
+
+    @property
+    def base(self) -> str:
+        """The common start of every key of this tenant, hash tag included."""
+        return f"{self.prefix}:{{t:{self.tenant}}}"
+
+    def note(self, note_id: str) -> str:
+        """The hash holding one note."""
+        return f"{self.base}:note:{note_id}"
+
+    def workspace(self, workspace_uri: str) -> str:
+        """The set of note ids in one workspace."""
+        return f"{self.base}:ws:{_digest(workspace_uri)}"
+
+    def title(self, workspace_uri: str, title: str) -> str:
+        """The title index entry for one (workspace, title) pair."""
+        return f"{self.base}:title:{_digest(workspace_uri, title)}"
+
+    def replay(self, nonce: str) -> str:
+        """The replay entry of one confirmation (keyed by the sealed state's nonce)."""
+        return f"{self.base}:replay:{nonce}"
+
+    @property
+    def journal(self) -> str:
+        """The mutation journal stream."""
+        return f"{self.base}:journal"

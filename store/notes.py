@@ -1,0 +1,261 @@
+"""The note store and replay store over Redis: an async API around the Lua scripts.
+
+Layer: store. Knows Redis (through coredis, which runs natively on trio) and the key layout; knows
+nothing of MCP, sealing or HTTP. The same scripts run unchanged on the embedded store (fakeredis
+over TCP), on a real Redis and on a Redis Cluster, because every script touches one tenant's slot.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, get_args
+
+import coredis
+import coredis.exceptions
+
+from store.api import (
+    Confirmation,
+    ConfirmOutcome,
+    ConfirmStatus,
+    Note,
+    Snapshot,
+    StoreUnavailable,
+    WriteOutcome,
+)
+from store.keys import TenantKeys
+
+DEFAULT_PREFIX = "nc"
+REPLAY_GRACE_MS = 60_000
+"""How long a replay entry outlives its state's expiry. Past the expiry no answer can execute, so
+the entry only serves late retries of an answer that did; a minute covers any sane client retry."""
+
+JOURNAL_MAXLEN = 1_000_000
+"""Approximate cap of each tenant's journal stream, so memory stays bounded on long runs."""
+
+READ_LIMIT = 1000
+"""Most notes one read returns; a title with more matches than this is not a pickable list."""
+
+_CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
+
+
+def _script(name: str) -> str:
+    return resources.files("store").joinpath("scripts", f"{name}.lua").read_text("utf-8")
+
+
+def _note_from_fields(f: list[Any]) -> Note:
+    return Note(
+        note_id=str(f[0]),
+        title=str(f[1]),
+        workspace=str(f[2]),
+        version=int(f[3]),
+        created_ms=int(f[4]),
+        updated_ms=int(f[5]),
+        body=str(f[6] or ""),
+    )
+
+
+@dataclass
+class StoreStatistics:
+    """Counters of one NoteStore: script calls by name and confirmation outcomes by status."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    confirmations: dict[str, int] = field(default_factory=dict)
+    unavailable: int = 0
+
+
+class NoteStore:
+    """Notes, title index, replay store and journal of every tenant under one key prefix."""
+
+    def __init__(
+        self,
+        client: coredis.Redis[str] | coredis.RedisCluster[str],
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        replay_grace_ms: int = REPLAY_GRACE_MS,
+        journal_maxlen: int = JOURNAL_MAXLEN,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.replay_grace_ms = replay_grace_ms
+        self.journal_maxlen = journal_maxlen
+        self._stats = StoreStatistics()
+        # coredis' Script sends EVALSHA and loads the script on NOSCRIPT, so a restarted or
+        # failed-over Redis that forgot its script cache is handled transparently.
+        self._scripts = {
+            name: client.register_script(_script(name))
+            for name in ("create", "update", "move", "read_notes", "confirm")
+        }
+
+    def keys(self, tenant: str) -> TenantKeys:
+        """The key layout of one tenant."""
+        return TenantKeys(self.prefix, tenant)
+
+    def statistics(self) -> StoreStatistics:
+        """A copy of the counters."""
+        s = self._stats
+        return StoreStatistics(dict(s.calls), dict(s.confirmations), s.unavailable)
+
+    async def _run(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
+        self._stats.calls[name] = self._stats.calls.get(name, 0) + 1
+        try:
+            reply: Any = await self._scripts[name](keys=keys, args=args)
+        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
+            self._stats.unavailable += 1
+            raise StoreUnavailable(f"{name}: {type(exc).__name__}: {exc}") from exc
+        return list(reply)
+
+    async def redis_time_ms(self) -> int:
+        """The Redis server clock (TIME), in milliseconds since the epoch."""
+        try:
+            now = await self.client.time()
+        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
+            self._stats.unavailable += 1
+            raise StoreUnavailable(f"time: {exc}") from exc
+        # coredis turns TIME into an aware datetime; keep millisecond resolution.
+        return int(now.timestamp() * 1000)
+
+    async def create(
+        self, tenant: str, workspace: str, title: str, body: str, principal: str
+    ) -> Note:
+        """Create a note with a fresh random id (retried on the astronomically rare collision)."""
+        k = self.keys(tenant)
+        for _ in range(4):
+            note_id = "n" + secrets.token_hex(8)
+            status, version, now = await self._run(
+                "create",
+                [k.note(note_id), k.workspace(workspace), k.title(workspace, title), k.journal],
+                [note_id, title, body, workspace, principal, self.journal_maxlen],
+            )
+            if status == "created":
+                return Note(note_id, title, body, workspace, int(version), int(now), int(now))
+        raise StoreUnavailable("create: could not find a free note id")
+
+    async def get(self, tenant: str, note_id: str) -> Note | None:
+        """One note by id, or None."""
+        fields = await self.client.hmget(
+            self.keys(tenant).note(note_id),
+            ["id", "title", "workspace", "version", "created_ms", "updated_ms", "body"],
+        )
+        if fields[0] is None:
+            return None
+        return _note_from_fields(list(fields))
+
+    async def _read(self, tenant: str, index_key: str, limit: int) -> Snapshot:
+        k = self.keys(tenant)
+        reply = await self._run("read_notes", [index_key], [f"{k.base}:note:", limit])
+        now = int(reply[0])
+        notes = tuple(_note_from_fields(reply[i : i + 7]) for i in range(1, len(reply), 7))
+        return Snapshot(now, tuple(sorted(notes, key=lambda n: (n.created_ms, n.note_id))))
+
+    async def find(
+        self, tenant: str, workspace: str, title: str, limit: int = READ_LIMIT
+    ) -> Snapshot:
+        """Notes titled exactly ``title`` in ``workspace``, oldest first, via the title index."""
+        return await self._read(tenant, self.keys(tenant).title(workspace, title), limit)
+
+    async def list(self, tenant: str, workspace: str, limit: int = READ_LIMIT) -> Snapshot:
+        """Notes in ``workspace``, oldest first."""
+        return await self._read(tenant, self.keys(tenant).workspace(workspace), limit)
+
+    async def update(
+        self, tenant: str, note: Note, title: str, body: str, principal: str
+    ) -> WriteOutcome:
+        """Edit ``note`` unless it changed since it was read (status ``changed``: read again)."""
+        k = self.keys(tenant)
+        status, version, now = await self._run(
+            "update",
+            [
+                k.note(note.note_id),
+                k.title(note.workspace, note.title),
+                k.title(note.workspace, title),
+                k.journal,
+            ],
+            [
+                note.note_id,
+                note.workspace,
+                note.version,
+                title,
+                body,
+                principal,
+                self.journal_maxlen,
+            ],
+        )
+        if status != "updated":
+            return WriteOutcome(str(status), None, int(now))
+        new = Note(
+            note.note_id, title, body, note.workspace, int(version), note.created_ms, int(now)
+        )
+        return WriteOutcome("updated", new, int(now))
+
+    async def move(
+        self, tenant: str, note_id: str, source: str, target: str, principal: str
+    ) -> WriteOutcome:
+        """Move a note from ``source`` to ``target`` (same tenant). Reads the title first to find
+        the index entries; a concurrent edit makes the script refuse and this call retry."""
+        k = self.keys(tenant)
+        for _ in range(8):
+            note = await self.get(tenant, note_id)
+            if note is None:
+                return WriteOutcome("gone", None, 0)
+            if note.workspace != source:
+                return WriteOutcome("elsewhere", None, 0)
+            status, version, now = await self._run(
+                "move",
+                [
+                    k.note(note_id),
+                    k.workspace(source),
+                    k.workspace(target),
+                    k.title(source, note.title),
+                    k.title(target, note.title),
+                    k.journal,
+                ],
+                [note_id, source, target, principal, self.journal_maxlen],
+            )
+            if status == "moved":
+                moved = Note(
+                    note_id, note.title, note.body, target, int(version), note.created_ms, int(now)
+                )
+                return WriteOutcome("moved", moved, int(now))
+            if status != "elsewhere":
+                return WriteOutcome(str(status), None, int(now))
+        return WriteOutcome("changed", None, 0)
+
+    async def confirm(self, c: Confirmation) -> ConfirmOutcome:
+        """Decide one confirmation answer in one atomic script (see scripts/confirm.lua)."""
+        k = self.keys(c.tenant)
+        keys = [
+            k.replay(c.nonce),
+            k.note(c.note_id),
+            k.workspace(c.workspace),
+            k.title(c.workspace, c.title),
+            k.journal,
+        ]
+        if c.op == "move":
+            keys += [k.workspace(c.target_workspace), k.title(c.target_workspace, c.title)]
+        status, recorded, now = await self._run(
+            "confirm",
+            keys,
+            [
+                c.action,
+                c.answer_digest,
+                c.exp_ms,
+                self.replay_grace_ms,
+                c.note_id,
+                c.expected_version,
+                c.workspace,
+                c.principal,
+                c.nonce,
+                c.op,
+                c.target_workspace,
+                self.journal_maxlen,
+                c.tool,
+            ],
+        )
+        st = str(status)
+        if st not in _CONFIRM_STATUSES:  # pragma: no cover - the script returns only these
+            raise StoreUnavailable(f"confirm: unexpected status {st!r}")
+        self._stats.confirmations[st] = self._stats.confirmations.get(st, 0) + 1
+        confirm_status: ConfirmStatus = st  # type: ignore[assignment]
+        return ConfirmOutcome(confirm_status, str(recorded or ""), int(now))

@@ -1,0 +1,59 @@
+-- Decide one confirmation answer atomically. This script is the only place where a sealed
+-- confirmation turns into a mutation; its checks are the exactly-once and expiry guarantees.
+-- KEYS: 1 replay entry  2 note  3 workspace set  4 title index  5 journal
+--       6 target workspace set  7 target title index   (6 and 7 only for op 'move')
+-- ARGV: 1 action (accept|decline|cancel)  2 answer digest  3 expiry ms (Redis clock)
+--       4 replay grace ms  5 note id  6 expected version  7 workspace  8 principal  9 nonce
+--       10 op (delete|move)  11 target workspace  12 journal maxlen  13 tool
+-- Returns {status, recorded outcome, now_ms}. status:
+--   replay    same answer seen before: recorded outcome returned again, nothing changes
+--   conflict  a different answer was already recorded for this state: refused
+--   expired   now >= expiry on the Redis clock: refused
+--   cancelled answer was cancel: nothing written, the state stays usable
+--   declined  recorded as terminal, nothing mutated
+--   gone / moved / changed   the note is deleted, outside the workspace, or edited since shown
+--   executed  the mutation happened and its outcome is recorded under the nonce
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec = redis.call('HMGET', KEYS[1], 'answer', 'outcome')
+if rec[1] then
+  if rec[1] == ARGV[2] then return {'replay', rec[2], now} end
+  return {'conflict', rec[2], now}
+end
+local exp = tonumber(ARGV[3])
+if now >= exp then return {'expired', '', now} end
+if ARGV[1] == 'cancel' then return {'cancelled', '', now} end
+local keep_until = exp + tonumber(ARGV[4])
+if ARGV[1] == 'decline' then
+  redis.call('HSET', KEYS[1], 'answer', ARGV[2], 'outcome', 'declined', 'at', now)
+  redis.call('PEXPIREAT', KEYS[1], keep_until)
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[12], '*', 'op', 'decline', 'note', '',
+    'ws', ARGV[7], 'principal', ARGV[8], 'nonce', ARGV[9], 'exp', exp, 'tool', ARGV[13],
+    'at', now)
+  return {'declined', 'declined', now}
+end
+local cur = redis.call('HMGET', KEYS[2], 'workspace', 'version', 'title')
+if not cur[1] then return {'gone', '', now} end
+if cur[1] ~= ARGV[7] then return {'moved', '', now} end
+if cur[2] ~= ARGV[6] then return {'changed', '', now} end
+local outcome
+if ARGV[10] == 'move' then
+  local version = tonumber(cur[2]) + 1
+  redis.call('HSET', KEYS[2], 'workspace', ARGV[11], 'version', version, 'updated_ms', now)
+  redis.call('SREM', KEYS[3], ARGV[5])
+  redis.call('SREM', KEYS[4], ARGV[5])
+  redis.call('SADD', KEYS[6], ARGV[5])
+  redis.call('SADD', KEYS[7], ARGV[5])
+  outcome = 'moved:' .. ARGV[5]
+else
+  redis.call('DEL', KEYS[2])
+  redis.call('SREM', KEYS[3], ARGV[5])
+  redis.call('SREM', KEYS[4], ARGV[5])
+  outcome = 'deleted:' .. ARGV[5]
+end
+redis.call('HSET', KEYS[1], 'answer', ARGV[2], 'outcome', outcome, 'at', now)
+redis.call('PEXPIREAT', KEYS[1], keep_until)
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[12], '*', 'op', ARGV[10], 'note', ARGV[5],
+  'ws', ARGV[7], 'to', ARGV[11], 'title', cur[3], 'version', cur[2], 'principal', ARGV[8],
+  'nonce', ARGV[9], 'exp', exp, 'tool', ARGV[13], 'at', now)
+return {'executed', outcome, now}

@@ -1,0 +1,20 @@
+-- Move one note to another workspace of the same tenant; bumps the version.
+-- KEYS: 1 note  2 source workspace set  3 target workspace set  4 source title index
+--       5 target title index  6 journal
+-- ARGV: 1 note id  2 source workspace  3 target workspace  4 principal  5 journal maxlen
+-- Returns {status, version, now_ms}; status 'moved', 'gone' or 'elsewhere' (not in the source).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cur = redis.call('HMGET', KEYS[1], 'workspace', 'version', 'title')
+if not cur[1] then return {'gone', 0, now} end
+if cur[1] ~= ARGV[2] then return {'elsewhere', 0, now} end
+local version = tonumber(cur[2]) + 1
+redis.call('HSET', KEYS[1], 'workspace', ARGV[3], 'version', version, 'updated_ms', now)
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('SREM', KEYS[4], ARGV[1])
+redis.call('SADD', KEYS[5], ARGV[1])
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'op', 'move', 'note', ARGV[1],
+  'ws', ARGV[2], 'to', ARGV[3], 'title', cur[3], 'version', version, 'principal', ARGV[4],
+  'at', now)
+return {'moved', version, now}
