@@ -117,16 +117,23 @@ class NoteStore:
         return int(now.timestamp() * 1000)
 
     async def create(
-        self, tenant: str, workspace: str, title: str, body: str, principal: str
+        self,
+        tenant: str,
+        workspace: str,
+        title: str,
+        body: str,
+        principal: str,
+        created_ms: int = 0,
     ) -> Note:
-        """Create a note with a fresh random id (retried on the astronomically rare collision)."""
+        """Create a note with a fresh random id (retried on the astronomically rare collision).
+        ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now."""
         k = self.keys(tenant)
         for _ in range(4):
             note_id = "n" + secrets.token_hex(8)
             status, version, now = await self._run(
                 "create",
                 [k.note(note_id), k.workspace(workspace), k.title(workspace, title), k.journal],
-                [note_id, title, body, workspace, principal, self.journal_maxlen],
+                [note_id, title, body, workspace, principal, self.journal_maxlen, created_ms],
             )
             if status == "created":
                 return Note(note_id, title, body, workspace, int(version), int(now), int(now))

@@ -1,0 +1,99 @@
+"""Helpers for driving nodes in tests: demo config, node construction, JSON-RPC calls."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from nodes.config import NodeConfig
+from nodes.protocol import PROTOCOL_VERSION, Node, Reply, RequestContext
+from nodes.scope import Scope
+from nodes.sealing import KeyRing
+from store.api import NoteStoreAPI
+
+FORM_CAPS: dict[str, Any] = {"elicitation": {}}
+_ids = itertools.count(1)
+
+
+def demo_config(ring: KeyRing | None = None, **overrides: Any) -> NodeConfig:
+    """A NodeConfig on the demo scope (fresh key ring unless one is given)."""
+    cfg = NodeConfig(
+        server_name=DEMO_SERVER_NAME,
+        scope=Scope.build(DEMO_WORKSPACES, DEMO_GRANTS),
+        key_ring=ring or KeyRing.generate(),
+    )
+    return replace(cfg, **overrides)
+
+
+def make_nodes(store: NoteStoreAPI, n: int = 2, **overrides: Any) -> list[Node]:
+    """``n`` nodes sharing one store, one key ring and one audience."""
+    cfg = demo_config(**overrides)
+    return [Node(replace(cfg, node_id=f"node-{i}"), store) for i in range(n)]
+
+
+def meta(caps: dict[str, Any] | None = None, version: str = PROTOCOL_VERSION) -> dict[str, Any]:
+    """The required request ``_meta``."""
+    return {
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": FORM_CAPS if caps is None else caps,
+    }
+
+
+async def rpc(
+    node: Node,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    principal: str = "alice",
+    caps: dict[str, Any] | None = None,
+    notification: bool = False,
+) -> Reply:
+    """Send one request (``_meta`` added unless params already has one)."""
+    p = dict(params or {})
+    p.setdefault("_meta", meta(caps))
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": p}
+    if not notification:
+        msg["id"] = next(_ids)
+    return await node.handle(msg, RequestContext(principal=principal))
+
+
+async def call_tool(
+    node: Node,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    principal: str = "alice",
+    caps: dict[str, Any] | None = None,
+    state: str | None = None,
+    responses: dict[str, Any] | None = None,
+) -> Reply:
+    """``tools/call`` with optional MRTR retry fields."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if state is not None:
+        params["requestState"] = state
+    if responses is not None:
+        params["inputResponses"] = responses
+    return await rpc(node, "tools/call", params, principal=principal, caps=caps)
+
+
+def result(reply: Reply) -> dict[str, Any]:
+    """The result of a successful reply (asserts it is one)."""
+    assert reply.body is not None and "result" in reply.body, reply.body
+    out: dict[str, Any] = reply.body["result"]
+    return out
+
+
+def error(reply: Reply) -> dict[str, Any]:
+    """The error of a failed reply (asserts it is one)."""
+    assert reply.body is not None and "error" in reply.body, reply.body
+    out: dict[str, Any] = reply.body["error"]
+    return out
+
+
+def accept(note_id: str, confirm: bool = True) -> dict[str, Any]:
+    """An accepted answer to the delete form."""
+    return {
+        "confirm_delete": {"action": "accept", "content": {"noteId": note_id, "confirm": confirm}}
+    }
