@@ -43,18 +43,20 @@ DEMO_TOKENS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class DemoNote:
-    """One note the demo seeds: where, what, and a creation date to tell duplicates apart."""
+    """One note the demo seeds: where, what, and a creation date (ms; 0 = now) to tell the three
+    TPS reports apart (2023-07-01, 2024-07-01, 2025-07-01)."""
 
     workspace: str
     title: str
     body: str
     owner: str
+    created_ms: int = 0
 
 
 DEMO_NOTES: tuple[DemoNote, ...] = (
-    DemoNote(ALICE_NOTES, "TPS report", "TPS report, 2023 edition.", "alice"),
-    DemoNote(ALICE_NOTES, "TPS report", "TPS report, 2024 edition.", "alice"),
-    DemoNote(ALICE_NOTES, "TPS report", "TPS report, 2025 edition.", "alice"),
+    DemoNote(ALICE_NOTES, "TPS report", "TPS report, 2023 edition.", "alice", 1_688_212_800_000),
+    DemoNote(ALICE_NOTES, "TPS report", "TPS report, 2024 edition.", "alice", 1_719_835_200_000),
+    DemoNote(ALICE_NOTES, "TPS report", "TPS report, 2025 edition.", "alice", 1_751_371_200_000),
     DemoNote(ALICE_NOTES, "Groceries", "Milk, eggs, coffee.", "alice"),
     DemoNote(ALICE_EVIL, "TPS report", "Lookalike workspace: nobody may touch this.", "alice"),
     DemoNote(BOB_NOTES, "TPS report", "Bob's own TPS report.", "bob"),

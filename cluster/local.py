@@ -1,0 +1,166 @@
+"""In-process clusters: N nodes as trio tasks over one store, and a transport that needs no sockets.
+
+Layer: cluster. Starts nodes over a store; knows nothing of the load generator. Each node owns its
+own Redis connection pool, so stopping a node (cancelling its scope) is as abrupt as a crash: the
+node's in-flight requests are cancelled and nothing it held survives, except what is in the store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import trio
+
+from cluster.demo import DEMO_NOTES, DEMO_TENANT
+from nodes.config import NodeConfig
+from nodes.headers import request_headers
+from nodes.protocol import Node, Reply, RequestContext
+from store.client import open_redis
+from store.embedded import serve_embedded_redis
+from store.notes import DEFAULT_PREFIX, NoteStore
+
+
+class NodeDown(Exception):
+    """The chosen node is not running (stopped or crashed): like a refused connection."""
+
+
+@contextmanager
+def store_url(redis_url: str | None) -> Iterator[tuple[str, bool]]:
+    """Yield ``(url, embedded)``: the given Redis, or an embedded one started for the context."""
+    if redis_url is not None:
+        yield redis_url, False
+        return
+    with serve_embedded_redis() as url:
+        yield url, True
+
+
+async def serve_inprocess_node(
+    config: NodeConfig,
+    redis_url: str,
+    *,
+    embedded: bool,
+    prefix: str = DEFAULT_PREFIX,
+    task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run one in-process node until cancelled; report the Node once its store is open."""
+    async with open_redis(redis_url, embedded=embedded) as client:
+        node = Node(config, NoteStore(client, prefix=prefix))
+        task_status.started(node)
+        await trio.sleep_forever()
+
+
+async def seed_demo(store: NoteStore) -> None:
+    """Create the demo notes (see ``cluster.demo``)."""
+    for n in DEMO_NOTES:
+        await store.create(DEMO_TENANT, n.workspace, n.title, n.body, n.owner, n.created_ms)
+
+
+@dataclass
+class LocalCluster:
+    """A running in-process cluster. ``nodes[i]`` is None while node i is stopped."""
+
+    config: NodeConfig
+    redis_url: str
+    embedded: bool
+    prefix: str
+    nursery: trio.Nursery
+    nodes: list[Node | None] = field(default_factory=list)
+    _scopes: list[trio.CancelScope | None] = field(default_factory=list)
+    restarts: int = 0
+
+    async def start_node(self, index: int) -> Node:
+        """Start (or restart) node ``index`` and wait until it serves."""
+        scope = trio.CancelScope()
+
+        async def run(task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
+            with scope:
+                await serve_inprocess_node(
+                    replace(self.config, node_id=f"node-{index}"),
+                    self.redis_url,
+                    embedded=self.embedded,
+                    prefix=self.prefix,
+                    task_status=task_status,
+                )
+
+        node: Node = await self.nursery.start(run)
+        while len(self.nodes) <= index:
+            self.nodes.append(None)
+            self._scopes.append(None)
+        self.nodes[index], self._scopes[index] = node, scope
+        return node
+
+    def stop_node(self, index: int) -> None:
+        """Stop node ``index`` abruptly: its in-flight requests are cancelled."""
+        scope = self._scopes[index]
+        self.nodes[index] = None
+        if scope is not None:
+            scope.cancel()
+
+    async def restart_node(self, index: int) -> Node:
+        """Stop then start node ``index`` (a crash and a fresh node in its place)."""
+        self.stop_node(index)
+        self.restarts += 1
+        return await self.start_node(index)
+
+
+@asynccontextmanager
+async def open_local_cluster(
+    config: NodeConfig,
+    n_nodes: int = 3,
+    *,
+    redis_url: str | None = None,
+    prefix: str = DEFAULT_PREFIX,
+    seed: bool = True,
+) -> AsyncIterator[LocalCluster]:
+    """Run ``n_nodes`` in-process nodes over one store (embedded unless ``redis_url`` is given)."""
+    with store_url(redis_url) as (url, embedded):
+        async with trio.open_nursery() as nursery:
+            cluster = LocalCluster(config, url, embedded, prefix, nursery)
+            for i in range(n_nodes):
+                await cluster.start_node(i)
+            if seed:
+                first = cluster.nodes[0]
+                assert first is not None
+                assert isinstance(first.store, NoteStore)
+                await seed_demo(first.store)
+            try:
+                yield cluster
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+class InProcessTransport:
+    """Send JSON-RPC messages to the nodes of a LocalCluster, through the same header checks and
+    JSON encoding as HTTP but without sockets."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+
+    @property
+    def node_count(self) -> int:
+        """How many node slots the cluster has (some may be stopped)."""
+        return len(self.cluster.nodes)
+
+    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply:
+        """Deliver a message to node ``node_index`` as ``principal``; NodeDown if it is stopped."""
+        node = self.cluster.nodes[node_index]
+        if node is None:
+            raise NodeDown(f"node-{node_index} is down")
+        wire = json.loads(json.dumps(message))
+        params = wire.get("params") or {}
+        meta = params.get("_meta") or {}
+        version = str(meta.get("io.modelcontextprotocol/protocolVersion", ""))
+        headers = request_headers(str(wire.get("method", "")), params, version)
+        reply = await node.handle(wire, RequestContext(principal=principal, headers=headers))
+        if reply.body is None:
+            return reply
+        return Reply(reply.status, json.loads(json.dumps(reply.body)))
+
+
+def node_urls(host: str, base_port: int, n: int) -> Sequence[str]:
+    """The endpoint URLs of ``n`` HTTP nodes on consecutive ports."""
+    return [f"http://{host}:{base_port + i}/mcp" for i in range(n)]

@@ -1,0 +1,111 @@
+"""The history of a run: every client operation as invoke, then ok, fail or info.
+
+Layer: loadgen. Pure data plus a JSONL writer. The format is what the checker reads:
+
+    {"index": 17, "time_ms": 1764464800123, "process": 3, "type": "invoke", "f": "confirm",
+     "flow": 12, "kind": "duplicate", "value": {...}}
+
+``type`` is ``invoke`` (the request is about to be sent), then one of ``ok`` (a definite answer
+the client can rely on), ``fail`` (a definite refusal: nothing happened), or ``info`` (the outcome
+is unknown: a timeout, a dropped connection, a node that died mid-request). ``f`` names the
+operation:
+
+    create   invoke {principal, tenant, workspace, title}          ok {noteId}
+    move     invoke {principal, tenant, noteId, from, to}          ok {} | fail {error}
+    ask      invoke {principal, tenant, workspace, title, node}    ok {nonce, exp_ms, candidates:
+             [[noteId, version], ...], tool}  (round 1; the load generator, a trusted harness
+             holding the key ring, opens the state to learn its nonce and expiry)
+    confirm  invoke {principal, tenant, nonce, action, noteId, confirm, node, expect}
+             ok {deleted: bool, noteId?, replay: bool, isError: bool, reask: bool}
+             fail {code, message}   info {reason}
+
+``kind`` is the flow's race kind (``plain``, ``duplicate``, ``lost_response``, ``race_delete``,
+``race_move``, ``decline``, ``cancel_then_accept``, ``answer_changed``, ``changed_args``,
+``tampered``, ``foreign``, ``expired``, ``before_expiry``, ``edit_between``). ``expect`` on a
+confirm says what the workload meant by it: ``execute`` (a legitimate accept), ``no_mutation``
+(decline, cancel, tampered, foreign, changed arguments, a changed answer, past expiry): the checker
+holds every ``no_mutation`` confirm to never having mutated anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+OpType = Literal["invoke", "ok", "fail", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One history entry."""
+
+    index: int
+    time_ms: int
+    process: int
+    type: OpType
+    f: str
+    flow: int
+    kind: str
+    value: dict[str, Any]
+
+    def to_json(self) -> str:
+        """One JSONL line."""
+        return json.dumps(
+            {
+                "index": self.index,
+                "time_ms": self.time_ms,
+                "process": self.process,
+                "type": self.type,
+                "f": self.f,
+                "flow": self.flow,
+                "kind": self.kind,
+                "value": self.value,
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, line: str) -> Op:
+        """Parse one JSONL line."""
+        d = json.loads(line)
+        return cls(
+            int(d["index"]),
+            int(d["time_ms"]),
+            int(d["process"]),
+            d["type"],
+            str(d["f"]),
+            int(d["flow"]),
+            str(d["kind"]),
+            dict(d["value"]),
+        )
+
+
+@dataclass
+class History:
+    """An append-only history, optionally streamed to a JSONL file as it grows."""
+
+    ops: list[Op] = field(default_factory=list)
+    sink: TextIO | None = None
+    _counter: Iterator[int] = field(default_factory=itertools.count)
+
+    def record(
+        self, process: int, type_: OpType, f: str, flow: int, kind: str, value: dict[str, Any]
+    ) -> Op:
+        """Append one entry (time is the wall clock in ms) and return it."""
+        op = Op(next(self._counter), int(time.time() * 1000), process, type_, f, flow, kind, value)
+        self.ops.append(op)
+        if self.sink is not None:
+            self.sink.write(op.to_json() + "\n")
+        return op
+
+
+def read_history(path: Path) -> list[Op]:
+    """Load a ``history.jsonl`` file."""
+    with path.open(encoding="utf-8") as fh:
+        return [Op.from_json(line) for line in fh if line.strip()]
