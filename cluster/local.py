@@ -21,7 +21,7 @@ from nodes.headers import request_headers
 from nodes.protocol import Node, Reply, RequestContext
 from store.client import open_redis
 from store.embedded import serve_embedded_redis
-from store.notes import DEFAULT_PREFIX, NoteStore
+from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, NoteStore
 
 
 class NodeDown(Exception):
@@ -44,11 +44,13 @@ async def serve_inprocess_node(
     *,
     embedded: bool,
     prefix: str = DEFAULT_PREFIX,
+    replay_grace_ms: int = REPLAY_GRACE_MS,
     task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one in-process node until cancelled; report the Node once its store is open."""
     async with open_redis(redis_url, embedded=embedded) as client:
-        node = Node(config, NoteStore(client, prefix=prefix))
+        store = NoteStore(client, prefix=prefix, replay_grace_ms=replay_grace_ms)
+        node = Node(config, store)
         task_status.started(node)
         await trio.sleep_forever()
 
@@ -68,6 +70,7 @@ class LocalCluster:
     embedded: bool
     prefix: str
     nursery: trio.Nursery
+    replay_grace_ms: int = REPLAY_GRACE_MS
     nodes: list[Node | None] = field(default_factory=list)
     _scopes: list[trio.CancelScope | None] = field(default_factory=list)
     restarts: int = 0
@@ -83,6 +86,7 @@ class LocalCluster:
                     self.redis_url,
                     embedded=self.embedded,
                     prefix=self.prefix,
+                    replay_grace_ms=self.replay_grace_ms,
                     task_status=task_status,
                 )
 
@@ -115,11 +119,12 @@ async def open_local_cluster(
     redis_url: str | None = None,
     prefix: str = DEFAULT_PREFIX,
     seed: bool = True,
+    replay_grace_ms: int = REPLAY_GRACE_MS,
 ) -> AsyncIterator[LocalCluster]:
     """Run ``n_nodes`` in-process nodes over one store (embedded unless ``redis_url`` is given)."""
     with store_url(redis_url) as (url, embedded):
         async with trio.open_nursery() as nursery:
-            cluster = LocalCluster(config, url, embedded, prefix, nursery)
+            cluster = LocalCluster(config, url, embedded, prefix, nursery, replay_grace_ms)
             for i in range(n_nodes):
                 await cluster.start_node(i)
             if seed:

@@ -1,0 +1,176 @@
+"""Simulated MCP clients: how the load generator reaches nodes and records what it saw.
+
+Layer: loadgen. Talks to nodes only through a Transport (in-process or HTTP), never imports node
+internals beyond the wire shapes; every operation goes into the history as invoke then
+ok / fail / info.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+import trio
+
+from cluster.local import NodeDown
+from loadgen.history import History, OpType
+from nodes.headers import request_headers
+from nodes.protocol import PROTOCOL_VERSION, Reply
+
+REQUEST_TIMEOUT_S = 10.0
+"""A request still unanswered after this is abandoned and recorded as outcome unknown (info)."""
+
+CLIENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
+INTERNAL_ERROR = -32603
+
+
+class Transport(Protocol):
+    """One method to deliver a JSON-RPC message to node ``i`` as a principal."""
+
+    @property
+    def node_count(self) -> int:
+        """How many nodes can be addressed."""
+        ...
+
+    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply:
+        """Deliver and return the reply; raise NodeDown (or OSError) if the node is unreachable."""
+        ...
+
+
+class HttpTransport:
+    """Streamable HTTP to remote nodes, one bearer token per principal."""
+
+    def __init__(
+        self, urls: Sequence[str], tokens: dict[str, str], client: httpx.AsyncClient
+    ) -> None:
+        self.urls = list(urls)
+        self.tokens = tokens
+        self.client = client
+
+    @property
+    def node_count(self) -> int:
+        """How many node URLs there are."""
+        return len(self.urls)
+
+    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply:
+        """POST the message; a connection failure is NodeDown."""
+        params = message.get("params") or {}
+        version = str((params.get("_meta") or {}).get("io.modelcontextprotocol/protocolVersion"))
+        headers = request_headers(str(message.get("method")), params, version)
+        headers["authorization"] = f"Bearer {self.tokens[principal]}"
+        headers["accept"] = "application/json, text/event-stream"
+        try:
+            resp = await self.client.post(self.urls[node_index], json=message, headers=headers)
+        except httpx.TransportError as exc:
+            raise NodeDown(f"{self.urls[node_index]}: {type(exc).__name__}") from exc
+        body = resp.json() if resp.content else None
+        return Reply(resp.status_code, body)
+
+
+_request_ids = itertools.count(1)
+
+
+def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A 2026-07-28 request with the required ``_meta``."""
+    p = dict(params)
+    p["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": CLIENT_CAPABILITIES,
+        "io.modelcontextprotocol/clientInfo": {"name": "notes-cluster-loadgen", "version": "0.1"},
+    }
+    return {"jsonrpc": "2.0", "id": next(_request_ids), "method": method, "params": p}
+
+
+@dataclass
+class Outcome:
+    """What one request produced, classified for the history."""
+
+    type: OpType
+    value: dict[str, Any]
+    result: dict[str, Any] | None = None
+
+
+def classify(reply: Reply) -> Outcome:
+    """ok for a result, fail for a definite JSON-RPC error, info for an unknown outcome."""
+    body = reply.body or {}
+    if "result" in body:
+        res: dict[str, Any] = body["result"]
+        sc = res.get("structuredContent") or {}
+        value = {
+            "deleted": bool(sc.get("deleted", False)),
+            "isError": bool(res.get("isError", False)),
+            "reask": res.get("resultType") == "input_required",
+            "replay": bool((res.get("_meta") or {}).get("dev.notes-cluster/replay", False)),
+        }
+        if "noteId" in sc:
+            value["noteId"] = sc["noteId"]
+        return Outcome("ok", value, res)
+    err = body.get("error") or {}
+    code = int(err.get("code", 0))
+    value = {"code": code, "message": str(err.get("message", "")), "status": reply.status}
+    if code == INTERNAL_ERROR:
+        return Outcome("info", {"reason": "outcome unknown", **value})
+    return Outcome("fail", value)
+
+
+class Client:
+    """One simulated client process: picks nodes at random and records each operation."""
+
+    def __init__(
+        self,
+        process: int,
+        transport: Transport,
+        history: History,
+        rng: random.Random,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.process = process
+        self.transport = transport
+        self.history = history
+        self.rng = rng
+        self.timeout_s = timeout_s
+
+    def pick_node(self, avoid: int | None = None) -> int:
+        """A random node, different from ``avoid`` when there is a choice."""
+        n = self.transport.node_count
+        choices = [i for i in range(n) if i != avoid] or list(range(n))
+        return self.rng.choice(choices)
+
+    async def send(
+        self, node: int, principal: str, message: dict[str, Any], timeout_s: float | None = None
+    ) -> Outcome:
+        """Send once; NodeDown, transport errors and timeouts become info (outcome unknown)."""
+        with trio.move_on_after(self.timeout_s if timeout_s is None else timeout_s) as scope:
+            try:
+                reply = await self.transport.send(node, principal, message)
+            except (NodeDown, OSError) as exc:
+                return Outcome("info", {"reason": f"unreachable: {type(exc).__name__}"})
+        if scope.cancelled_caught:
+            return Outcome("info", {"reason": "timeout"})
+        return classify(reply)
+
+    async def op(
+        self,
+        f: str,
+        flow: int,
+        kind: str,
+        invoke: dict[str, Any],
+        node: int,
+        principal: str,
+        message: dict[str, Any],
+        *,
+        timeout_s: float | None = None,
+        lose_response: bool = False,
+    ) -> Outcome:
+        """Record invoke, send, record the outcome. ``lose_response`` drops a reply that did
+        arrive, as a client whose connection broke after the node answered (recorded as info)."""
+        self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
+        out = await self.send(node, principal, message, timeout_s)
+        if lose_response and out.type != "info":
+            out = Outcome("info", {"reason": "response lost"})
+        self.history.record(self.process, out.type, f, flow, kind, out.value)
+        return out

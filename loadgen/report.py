@@ -1,0 +1,53 @@
+"""Showing a run to people: progress while it runs, a summary table at the end.
+
+Layer: loadgen. Console output only (rich); pictures and HTML live in ``loadgen.pictures``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+STATUS_STYLE = {"valid": "bold green", "invalid": "bold red", "unknown": "bold yellow"}
+
+
+def summary_tables(results: dict[str, Any]) -> list[Table]:
+    """The end-of-run tables: verdict per invariant, races exercised, throughput and latency."""
+    verdicts = Table(title=f"Verdict: {results['verdict'].upper()}", title_justify="left")
+    verdicts.add_column("invariant")
+    verdicts.add_column("status")
+    verdicts.add_column("evidence", overflow="fold")
+    for inv in results["invariants"]:
+        style = STATUS_STYLE.get(inv["status"], "")
+        ops = inv["ops"][:8]
+        evidence = inv["summary"] + (f" (ops {ops})" if ops and inv["status"] != "valid" else "")
+        verdicts.add_row(inv["name"], f"[{style}]{inv['status']}[/]", evidence)
+
+    races = Table(title="Races exercised (flows past round 1)", title_justify="left")
+    races.add_column("kind")
+    races.add_column("flows", justify="right")
+    for kind, n in results["races"].items():
+        races.add_row(kind, str(n))
+
+    perf = Table(title="Load", title_justify="left")
+    perf.add_column("measure")
+    perf.add_column("value", justify="right")
+    s = results["settings"]
+    perf.add_row("nodes / store", f"{s['nodes']} / {s['store']}")
+    perf.add_row(
+        "flows completed", f"{results['flows']['completed']} of {results['flows']['total']}"
+    )
+    perf.add_row("throughput", f"{results['throughput_flows_per_s']:.1f} flows/s")
+    for name, ms in results["latency_ms"].items():
+        perf.add_row(f"flow latency {name}", f"{ms:.1f} ms")
+    for name, n in sorted(results["counts"].items()):
+        perf.add_row(name, str(n))
+    return [verdicts, races, perf]
+
+
+def print_summary(results: dict[str, Any], console: Console) -> None:
+    """Print the summary tables."""
+    for table in summary_tables(results):
+        console.print(table)

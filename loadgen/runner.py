@@ -1,0 +1,149 @@
+"""Running flows: closed loop (fixed concurrency) or open loop (fixed rate), bounded in count and
+time, with latency measured from each flow's intended start.
+
+Layer: loadgen. Knows flows and transports; nothing of how nodes are started.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+from hdrh.histogram import HdrHistogram
+
+from loadgen.clients import Client, Transport
+from loadgen.history import History
+from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
+from nodes.sealing import KeyRing
+
+LATENCY_MAX_US = 120_000_000
+"""Highest latency the histogram holds (two minutes); larger values are clamped."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How much load, of which mix, for how long."""
+
+    flows: int = 300
+    duration_s: float = 45.0
+    concurrency: int = 16
+    rate: float | None = None
+    seed: int = 1
+    weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    tenants: int = 4
+
+
+@dataclass
+class FlowSample:
+    """One finished flow: when it was meant to start, when it ended, how it went."""
+
+    kind: str
+    intended_s: float
+    end_s: float
+    completed: bool
+
+    @property
+    def latency_ms(self) -> float:
+        """From the intended start (open loop: no coordinated omission) to the end."""
+        return (self.end_s - self.intended_s) * 1000
+
+
+@dataclass
+class RunStats:
+    """What the runner measured."""
+
+    samples: list[FlowSample] = field(default_factory=list)
+    started_s: float = 0.0
+    ended_s: float = 0.0
+    histogram: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, LATENCY_MAX_US, 3))
+
+    def add(self, sample: FlowSample) -> None:
+        """Record one flow."""
+        self.samples.append(sample)
+        self.histogram.record_value(min(LATENCY_MAX_US, max(1, int(sample.latency_ms * 1000))))
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time of the run."""
+        return max(1e-9, self.ended_s - self.started_s)
+
+
+def _kinds(settings: RunSettings, rng: random.Random) -> Callable[[int], str]:
+    kinds = [k for k in RACE_KINDS if settings.weights.get(k, 0) > 0]
+    weights = [settings.weights[k] for k in kinds]
+
+    def pick(i: int) -> str:
+        # Every kind runs at least once before the weighted draw takes over.
+        return kinds[i] if i < len(kinds) else rng.choices(kinds, weights)[0]
+
+    return pick
+
+
+async def run_load(
+    transport: Transport,
+    ring: KeyRing,
+    audience: str,
+    settings: RunSettings,
+    history: History,
+    *,
+    redis_offset_ms: int = 0,
+    on_flow: Callable[[FlowSample], None] | None = None,
+) -> RunStats:
+    """Run the workload until ``settings.flows`` flows finished or ``duration_s`` passed."""
+    rng = random.Random(settings.seed)
+    pick_kind = _kinds(settings, rng)
+    stats = RunStats(started_s=time.monotonic())
+    deadline = stats.started_s + settings.duration_s
+    ids = itertools.count()
+
+    async def one(flow: int, intended: float) -> None:
+        frng = random.Random(f"{settings.seed}:{flow}")
+        t = frng.randrange(settings.tenants)
+        side = frng.choice("ab")
+        env = FlowEnv(
+            flow=flow,
+            kind=pick_kind(flow),
+            client=Client(2 * flow, transport, history, frng),
+            rival=Client(2 * flow + 1, transport, history, frng),
+            ring=ring,
+            audience=audience,
+            principal=f"u{t}{side}",
+            foreigner=f"u{t}{'b' if side == 'a' else 'a'}",
+            tenant=f"load{t}",
+            inbox=f"file:///load/t{t}/inbox",
+            archive=f"file:///load/t{t}/archive",
+            redis_offset_ms=redis_offset_ms,
+            rng=frng,
+        )
+        completed = await run_flow(env)
+        sample = FlowSample(env.kind, intended, time.monotonic(), completed)
+        stats.add(sample)
+        if on_flow is not None:
+            on_flow(sample)
+
+    with trio.move_on_at(trio.current_time() + settings.duration_s + 30):
+        async with trio.open_nursery() as nursery:
+            if settings.rate is None:
+
+                async def worker() -> None:
+                    for flow in ids:
+                        if flow >= settings.flows or time.monotonic() >= deadline:
+                            return
+                        await one(flow, time.monotonic())
+
+                for _ in range(settings.concurrency):
+                    nursery.start_soon(worker)
+            else:
+                period = 1.0 / settings.rate
+                for flow in range(settings.flows):
+                    intended = stats.started_s + flow * period
+                    if intended >= deadline:
+                        break
+                    await trio.sleep(max(0.0, intended - time.monotonic()))
+                    nursery.start_soon(one, flow, intended)
+    stats.ended_s = time.monotonic()
+    return stats

@@ -1,0 +1,221 @@
+"""``notes-cluster simulate``: race workload on an in-process cluster, then the checker's verdict.
+
+Layer: loadgen. Starts a cluster through ``cluster.local``, drives it through the in-process
+transport, and reads the store only after the run, to check invariants.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import redis
+import trio
+
+from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.local import InProcessTransport, open_local_cluster
+from loadgen.checker import CheckResult, check
+from loadgen.history import History
+from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
+from loadgen.workload import load_workspaces, with_load_scope
+from nodes.config import NodeConfig
+from nodes.scope import Scope
+from nodes.sealing import KeyRing
+from store.journal import list_replay_entries, read_final_notes, read_journal
+
+SIM_REPLAY_GRACE_MS = 1_000
+"""Replay grace in simulations: short, so the run can show replay entries really expire."""
+
+EXPIRY_SETTLE_S = 0.5
+"""Extra wait past the last expiry plus grace before looking for leftover replay entries."""
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """Everything a simulation run takes."""
+
+    nodes: int = 3
+    redis_url: str | None = None
+    state_ttl_s: float = 2.0
+    settings: RunSettings = field(default_factory=RunSettings)
+    run_dir: Path | None = None
+    keep_keys: bool = False
+
+
+@dataclass
+class Simulation:
+    """The outcome of a run: the verdicts, what was measured, and where the files are."""
+
+    result: CheckResult
+    stats: RunStats
+    history: History
+    races: dict[str, int]
+    run_dir: Path | None
+    options: SimulateOptions
+    store: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``results.json``: verdicts, race counts, throughput and latency percentiles."""
+        h = self.stats.histogram
+        completed = sum(1 for s in self.stats.samples if s.completed)
+        return {
+            "verdict": self.result.status,
+            "invariants": [
+                {
+                    "name": v.name,
+                    "status": v.status,
+                    "summary": v.summary,
+                    "ops": list(v.ops),
+                    "journal": list(v.journal),
+                }
+                for v in self.result.verdicts
+            ],
+            "counts": dict(self.result.counts),
+            "races": self.races,
+            "flows": {"total": len(self.stats.samples), "completed": completed},
+            "throughput_flows_per_s": completed / self.stats.elapsed_s,
+            "elapsed_s": self.stats.elapsed_s,
+            "latency_ms": {
+                f"p{p:g}": h.get_value_at_percentile(p) / 1000 for p in (50, 90, 99, 99.9)
+            }
+            | {"max": h.get_max_value() / 1000},
+            "settings": {
+                "nodes": self.options.nodes,
+                "store": self.store,
+                "state_ttl_s": self.options.state_ttl_s,
+                "flows": self.options.settings.flows,
+                "duration_s": self.options.settings.duration_s,
+                "concurrency": self.options.settings.concurrency,
+                "rate": self.options.settings.rate,
+                "seed": self.options.settings.seed,
+            },
+        }
+
+
+def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
+    """The demo scope plus the load tenants, a fresh key ring, and the run's state expiry."""
+    scope = with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS), tenants)
+    return NodeConfig(
+        server_name=DEMO_SERVER_NAME,
+        scope=scope,
+        key_ring=KeyRing.generate(),
+        state_ttl_ms=int(state_ttl_s * 1000),
+    )
+
+
+def _races(history: History) -> dict[str, int]:
+    """Flows of each race kind that got past round 1 (so their race was really exercised)."""
+    asked = {op.flow for op in history.ops if op.f == "ask" and "nonce" in op.value}
+    seen: dict[int, str] = {op.flow: op.kind for op in history.ops if op.flow in asked}
+    return dict(sorted(Counter(seen.values()).items()))
+
+
+def _read_store(url: str, prefix: str, tenants: list[str]) -> tuple[Any, Any, Any, int]:
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        journal = read_journal(client, prefix, tenants)
+        final = read_final_notes(client, prefix, tenants)
+        replay = list_replay_entries(client, prefix, tenants)
+        sec, usec = client.time()
+        return journal, final, replay, int(sec) * 1000 + int(usec) // 1000
+    finally:
+        client.close()
+
+
+def _redis_offset_ms(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        sec, usec = client.time()
+        return int(sec) * 1000 + int(usec) // 1000 - int(time.time() * 1000)
+    finally:
+        client.close()
+
+
+def _drop_keys(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    try:
+        batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for i in range(0, len(batch), 500):
+            client.delete(*batch[i : i + 500])
+    finally:
+        client.close()
+
+
+async def simulate(
+    options: SimulateOptions, on_flow: Callable[[FlowSample], None] | None = None
+) -> Simulation:
+    """Run the workload on an in-process cluster and check the recorded history."""
+    settings = options.settings
+    config = simulation_config(options.state_ttl_s, settings.tenants)
+    prefix = "nc" if options.redis_url is None else "ncsim" + secrets.token_hex(4)
+    tenants = sorted(set(load_workspaces(settings.tenants).values()))
+    sink = None
+    if options.run_dir is not None:
+        options.run_dir.mkdir(parents=True, exist_ok=True)
+        sink = (options.run_dir / "history.jsonl").open("w", encoding="utf-8")
+    history = History(sink=sink)
+    try:
+        async with open_local_cluster(
+            config,
+            options.nodes,
+            redis_url=options.redis_url,
+            prefix=prefix,
+            replay_grace_ms=SIM_REPLAY_GRACE_MS,
+        ) as cluster:
+            url = cluster.redis_url
+            offset = await trio.to_thread.run_sync(_redis_offset_ms, url)
+            stats = await run_load(
+                InProcessTransport(cluster),
+                config.key_ring,
+                config.server_name,
+                settings,
+                history,
+                redis_offset_ms=offset,
+                on_flow=on_flow,
+            )
+            last_exp = max(
+                (
+                    int(op.value["exp_ms"])
+                    for op in history.ops
+                    if op.f == "ask" and "exp_ms" in op.value
+                ),
+                default=0,
+            )
+            wait_ms = last_exp + SIM_REPLAY_GRACE_MS - (int(time.time() * 1000) + offset)
+            await trio.sleep(max(0.0, wait_ms / 1000) + EXPIRY_SETTLE_S)
+            journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
+                _read_store, url, prefix, tenants
+            )
+            if options.redis_url is not None and not options.keep_keys:
+                await trio.to_thread.run_sync(_drop_keys, url, prefix)
+    finally:
+        if sink is not None:
+            sink.close()
+    result = check(
+        history.ops, journal, final, replay, redis_end_ms=redis_end_ms, grace_ms=SIM_REPLAY_GRACE_MS
+    )
+    sim = Simulation(
+        result,
+        stats,
+        history,
+        _races(history),
+        options.run_dir,
+        options,
+        "embedded" if options.redis_url is None else "redis",
+    )
+    if options.run_dir is not None:
+        (options.run_dir / "results.json").write_text(
+            json.dumps(sim.to_json(), indent=2) + "\n", encoding="utf-8"
+        )
+    return sim
+
+
+def with_settings(options: SimulateOptions, **changes: Any) -> SimulateOptions:
+    """A copy of ``options`` with some run settings changed."""
+    return replace(options, settings=replace(options.settings, **changes))

@@ -1,0 +1,391 @@
+"""The race workload: each flow is a real two-round ``notes_delete`` with one race forced into it.
+
+Layer: loadgen. Drives nodes through ``loadgen.clients``; holds the key ring only to learn each
+state's nonce and expiry for the history (a trusted harness, like a Jepsen client with access to
+the database's own ids). It never reads the store while running.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from loadgen.clients import Client, Outcome, request
+from nodes.scope import Scope
+from nodes.sealing import KeyRing, StateRejected
+
+LOAD_TENANTS = 4
+TITLES = ("Weekly report", "TPS report", "Minutes", "Todo")
+FORM_KEY = "confirm_delete"
+
+EXPIRY_MARGIN_MS = 400
+"""How far before (or after) a state's expiry the ``before_expiry`` (``expired``) flows answer,
+by the load generator's estimate of the Redis clock. Generous against scheduling noise."""
+
+RACE_KINDS: tuple[str, ...] = (
+    "plain",
+    "duplicate",
+    "lost_response",
+    "timeout_retry",
+    "race_delete",
+    "race_move",
+    "decline",
+    "cancel_then_accept",
+    "answer_changed",
+    "changed_args",
+    "tampered",
+    "foreign",
+    "expired",
+    "before_expiry",
+    "edit_between",
+)
+
+DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
+    "plain": 3.0,
+    "duplicate": 3.0,
+    "expired": 0.5,
+    "before_expiry": 0.5,
+}
+
+
+def load_workspaces(tenants: int = LOAD_TENANTS) -> dict[str, str]:
+    """Workspace URI -> tenant for the load tenants (an inbox and an archive each)."""
+    out: dict[str, str] = {}
+    for i in range(tenants):
+        out[f"file:///load/t{i}/inbox"] = f"load{i}"
+        out[f"file:///load/t{i}/archive"] = f"load{i}"
+    return out
+
+
+def load_grants(tenants: int = LOAD_TENANTS) -> dict[str, tuple[str, ...]]:
+    """Two principals per load tenant, both granted the tenant's root."""
+    return {f"u{i}{side}": (f"file:///load/t{i}",) for i in range(tenants) for side in ("a", "b")}
+
+
+def load_tokens(tenants: int = LOAD_TENANTS) -> dict[str, str]:
+    """Demo bearer tokens of the load principals (published: for HTTP runs on loopback only)."""
+    return {f"{p}-load-token": p for p in load_grants(tenants)}
+
+
+def with_load_scope(base: Scope, tenants: int = LOAD_TENANTS) -> Scope:
+    """``base`` plus the load tenants' workspaces and principals."""
+    return Scope.build(
+        {**base.workspaces, **load_workspaces(tenants)},
+        {**base.grants, **load_grants(tenants)},
+    )
+
+
+@dataclass
+class Asked:
+    """What round 1 gave the client."""
+
+    token: str
+    nonce: str
+    exp_ms: int
+    candidates: list[tuple[str, int]]
+    arguments: dict[str, Any]
+
+
+@dataclass
+class FlowEnv:
+    """Everything one flow needs."""
+
+    flow: int
+    kind: str
+    client: Client
+    rival: Client
+    ring: KeyRing
+    audience: str
+    principal: str
+    foreigner: str
+    tenant: str
+    inbox: str
+    archive: str
+    redis_offset_ms: int
+    rng: random.Random
+    steps: list[str] = field(default_factory=list)
+
+    def redis_now_ms(self) -> int:
+        """The load generator's estimate of the Redis clock."""
+        return int(time.time() * 1000) + self.redis_offset_ms
+
+
+async def create(env: FlowEnv, title: str, client: Client | None = None) -> str | None:
+    """Create a fresh note (steady creation, so deletions never run dry)."""
+    c = client or env.client
+    args = {"workspaceUri": env.inbox, "title": title, "body": f"flow {env.flow}"}
+    msg = request("tools/call", {"name": "notes_create", "arguments": args})
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": env.inbox,
+        "title": title,
+    }
+    out = await c.op("create", env.flow, env.kind, invoke, c.pick_node(), env.principal, msg)
+    if out.type == "ok" and out.result is not None and not out.result.get("isError"):
+        note_id: str = out.result["structuredContent"]["noteId"]
+        env.client.history.ops[-1].value["noteId"] = note_id
+        return note_id
+    return None
+
+
+def _opened(env: FlowEnv, out: Outcome, arguments: dict[str, Any]) -> Asked | None:
+    res = out.result or {}
+    token = res.get("requestState")
+    if out.type != "ok" or res.get("resultType") != "input_required" or not token:
+        return None
+    try:
+        payload = env.ring.open(token, audience=env.audience)
+    except StateRejected:
+        return None
+    cands = [(c.note_id, c.version) for c in payload.candidates]
+    extra = {
+        "nonce": payload.nonce,
+        "exp_ms": payload.exp_ms,
+        "candidates": [list(c) for c in cands],
+        "tool": payload.tool,
+    }
+    env.client.history.ops[-1].value.update(extra)
+    return Asked(token, payload.nonce, payload.exp_ms, cands, arguments)
+
+
+async def ask(env: FlowEnv, title: str, client: Client | None = None) -> Asked | None:
+    """Round 1 on a random node."""
+    c = client or env.client
+    args = {"workspaceUri": env.inbox, "title": title}
+    msg = request("tools/call", {"name": "notes_delete", "arguments": args})
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": env.inbox,
+        "title": title,
+    }
+    out = await c.op("ask", env.flow, env.kind, invoke, c.pick_node(), env.principal, msg)
+    return _opened(env, out, args)
+
+
+async def confirm(
+    env: FlowEnv,
+    asked: Asked,
+    note_id: str | None,
+    *,
+    action: str = "accept",
+    yes: bool = True,
+    expect: str = "execute",
+    node: int | None = None,
+    client: Client | None = None,
+    principal: str | None = None,
+    token: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    lose: bool = False,
+    timeout_s: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Outcome:
+    """Round 2: answer the form under ``asked``'s state (or a deliberately wrong variant)."""
+    c = client or env.client
+    who = principal or env.principal
+    if action == "accept":
+        answer: dict[str, Any] = {
+            "action": "accept",
+            "content": {"noteId": note_id, "confirm": yes},
+        }
+    else:
+        answer = {"action": action}
+    params = {
+        "name": "notes_delete",
+        "arguments": arguments or asked.arguments,
+        "inputResponses": {FORM_KEY: answer},
+        "requestState": token or asked.token,
+    }
+    invoke = {
+        "principal": who,
+        "tenant": env.tenant,
+        "nonce": asked.nonce,
+        "action": action,
+        "noteId": note_id,
+        "confirm": yes,
+        "expect": expect,
+        **(extra or {}),
+    }
+    target = c.pick_node() if node is None else node
+    return await c.op(
+        "confirm",
+        env.flow,
+        env.kind,
+        invoke,
+        target,
+        who,
+        request("tools/call", params),
+        timeout_s=timeout_s,
+        lose_response=lose,
+    )
+
+
+def _reasked(env: FlowEnv, out: Outcome, asked: Asked) -> Asked | None:
+    return _opened(env, out, asked.arguments)
+
+
+async def _start(env: FlowEnv) -> tuple[Asked, str] | None:
+    title = env.rng.choice(TITLES)
+    note = await create(env, title)
+    if note is None:
+        return None
+    asked = await ask(env, title)
+    if asked is None or note not in {c[0] for c in asked.candidates}:
+        return None
+    return asked, note
+
+
+async def flow_plain(env: FlowEnv, asked: Asked, note: str) -> None:
+    await confirm(env, asked, note)
+
+
+async def flow_duplicate(env: FlowEnv, asked: Asked, note: str) -> None:
+    copies = env.rng.randint(2, 4)
+    async with trio.open_nursery() as nursery:
+        for _ in range(copies):
+            nursery.start_soon(lambda: confirm(env, asked, note))
+
+
+async def flow_lost_response(env: FlowEnv, asked: Asked, note: str) -> None:
+    first = env.client.pick_node()
+    await confirm(env, asked, note, node=first, lose=True)
+    await confirm(env, asked, note, node=env.client.pick_node(avoid=first))
+
+
+async def flow_timeout_retry(env: FlowEnv, asked: Asked, note: str) -> None:
+    first = env.client.pick_node()
+    await confirm(env, asked, note, node=first, timeout_s=env.rng.choice((0.0, 0.0002, 0.001)))
+    await confirm(env, asked, note, node=env.client.pick_node(avoid=first))
+
+
+async def flow_race_delete(env: FlowEnv, asked: Asked, note: str) -> None:
+    theirs = await ask(env, asked.arguments["title"], client=env.rival)
+    if theirs is not None and note in {c[0] for c in theirs.candidates}:
+        await confirm(env, theirs, note, client=env.rival)
+    await confirm(env, asked, note)
+
+
+async def flow_race_move(env: FlowEnv, asked: Asked, note: str) -> None:
+    args = {"workspaceUri": env.inbox, "noteId": note, "targetWorkspaceUri": env.archive}
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "noteId": note,
+        "from": env.inbox,
+        "to": env.archive,
+    }
+    msg = request("tools/call", {"name": "notes_move", "arguments": args})
+    await env.rival.op(
+        "move", env.flow, env.kind, invoke, env.rival.pick_node(), env.principal, msg
+    )
+    await confirm(env, asked, note)
+
+
+async def flow_decline(env: FlowEnv, asked: Asked, note: str) -> None:
+    if env.rng.random() < 0.5:
+        await confirm(env, asked, None, action="decline", expect="no_mutation")
+    else:
+        await confirm(env, asked, note, yes=False, expect="no_mutation")
+    await confirm(env, asked, note, expect="no_mutation")
+
+
+async def flow_cancel_then_accept(env: FlowEnv, asked: Asked, note: str) -> None:
+    await confirm(env, asked, None, action="cancel", expect="no_mutation")
+    await confirm(env, asked, note)
+
+
+async def flow_answer_changed(env: FlowEnv, asked: Asked, note: str) -> None:
+    await confirm(env, asked, note)
+    await confirm(env, asked, note, yes=False, expect="no_mutation")
+
+
+async def flow_changed_args(env: FlowEnv, asked: Asked, note: str) -> None:
+    changed = {**asked.arguments, "title": asked.arguments["title"] + " (other)"}
+    await confirm(env, asked, note, arguments=changed, expect="no_mutation")
+    await confirm(env, asked, note)
+
+
+def _tamper(token: str, rng: random.Random) -> str:
+    i = rng.randrange(len(token) - 20, len(token))
+    ch = "A" if token[i] != "A" else "B"
+    return token[:i] + ch + token[i + 1 :]
+
+
+async def flow_tampered(env: FlowEnv, asked: Asked, note: str) -> None:
+    await confirm(env, asked, note, token=_tamper(asked.token, env.rng), expect="no_mutation")
+    await confirm(env, asked, note)
+
+
+async def flow_foreign(env: FlowEnv, asked: Asked, note: str) -> None:
+    await confirm(env, asked, note, principal=env.foreigner, expect="no_mutation")
+    await confirm(env, asked, note)
+
+
+async def _sleep_until_redis(env: FlowEnv, target_ms: int) -> None:
+    await trio.sleep(max(0.0, (target_ms - env.redis_now_ms()) / 1000))
+
+
+async def flow_expired(env: FlowEnv, asked: Asked, note: str) -> None:
+    await _sleep_until_redis(env, asked.exp_ms + EXPIRY_MARGIN_MS)
+    await confirm(
+        env,
+        asked,
+        note,
+        expect="no_mutation",
+        extra={"redis_send_ms": env.redis_now_ms(), "margin_ms": EXPIRY_MARGIN_MS},
+    )
+
+
+async def flow_before_expiry(env: FlowEnv, asked: Asked, note: str) -> None:
+    await _sleep_until_redis(env, asked.exp_ms - EXPIRY_MARGIN_MS)
+    await confirm(
+        env, asked, note, extra={"redis_send_ms": env.redis_now_ms(), "margin_ms": EXPIRY_MARGIN_MS}
+    )
+
+
+async def flow_edit_between(env: FlowEnv, asked: Asked, note: str) -> None:
+    args = {"workspaceUri": env.inbox, "noteId": note, "body": f"edited by flow {env.flow}"}
+    msg = request("tools/call", {"name": "notes_update", "arguments": args})
+    invoke = {"principal": env.principal, "tenant": env.tenant, "noteId": note}
+    await env.rival.op(
+        "update", env.flow, env.kind, invoke, env.rival.pick_node(), env.principal, msg
+    )
+    out = await confirm(env, asked, note)
+    again = _reasked(env, out, asked)
+    if again is not None:
+        await confirm(env, again, note)
+
+
+FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
+    "plain": flow_plain,
+    "duplicate": flow_duplicate,
+    "lost_response": flow_lost_response,
+    "timeout_retry": flow_timeout_retry,
+    "race_delete": flow_race_delete,
+    "race_move": flow_race_move,
+    "decline": flow_decline,
+    "cancel_then_accept": flow_cancel_then_accept,
+    "answer_changed": flow_answer_changed,
+    "changed_args": flow_changed_args,
+    "tampered": flow_tampered,
+    "foreign": flow_foreign,
+    "expired": flow_expired,
+    "before_expiry": flow_before_expiry,
+    "edit_between": flow_edit_between,
+}
+
+
+async def run_flow(env: FlowEnv) -> bool:
+    """Run one flow of ``env.kind``; False when its setup (create, ask) did not complete."""
+    started = await _start(env)
+    if started is None:
+        return False
+    asked, note = started
+    await FLOWS[env.kind](env, asked, note)
+    return True

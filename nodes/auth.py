@@ -1,0 +1,85 @@
+"""Bearer tokens: parse the ``Authorization`` header and map a token to its principal.
+
+Layer: node, transport support. Pure module: no I/O, no HTTP framework, nothing MCP-aware. The
+table holds only SHA-256 hashes of the tokens, so a dump of a node's config or memory does not hand
+out working credentials; the demo builds one from its published plain tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping
+
+MAX_TOKEN_LENGTH = 512
+"""Longest token we hash. Real tokens are far shorter; the cap bounds the work a stranger can ask
+for before being turned away."""
+
+_TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+"""RFC 6750 ``b64token``: the only characters a bearer token may contain."""
+
+_HASH_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def hash_token(token: str) -> str:
+    """The lowercase SHA-256 hex digest of ``token`` (UTF-8), as stored in a TokenTable."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of ``Bearer <token>`` (scheme case-insensitive), or None if malformed.
+
+    Exactly one space separates the scheme from exactly one token; the token must be a
+    ``b64token`` of at most MAX_TOKEN_LENGTH characters.
+    """
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not 0 < len(token) <= MAX_TOKEN_LENGTH:
+        return None
+    if _TOKEN68.fullmatch(token) is None:
+        return None
+    return token
+
+
+class TokenTable:
+    """Token hashes (sha256 hex) to principals; answers which principal a header names."""
+
+    def __init__(self, hashes: Mapping[str, str]) -> None:
+        entries: list[tuple[bytes, str]] = []
+        for digest, principal in hashes.items():
+            normalized = digest.lower()
+            if _HASH_HEX.fullmatch(normalized) is None:
+                raise ValueError("token hashes must be 64 hex digits (sha256)")
+            if not principal:
+                raise ValueError("every token hash needs a principal")
+            entries.append((bytes.fromhex(normalized), principal))
+        self._entries = tuple(entries)
+
+    @classmethod
+    def from_plain(cls, tokens: Mapping[str, str]) -> TokenTable:
+        """A table from plain ``token -> principal`` (demo only; the tokens are not kept)."""
+        return cls({hash_token(token): principal for token, principal in tokens.items()})
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"TokenTable(<{len(self._entries)} token hashes>)"
+
+    def authenticate(self, authorization_header: str | None) -> str | None:
+        """The principal of a well-formed, known bearer token; None otherwise.
+
+        Every stored hash is compared with ``hmac.compare_digest``, match or not, so the time
+        taken does not say which entry (if any) matched.
+        """
+        token = bearer_token(authorization_header)
+        if token is None:
+            return None
+        digest = hashlib.sha256(token.encode("utf-8")).digest()
+        found: str | None = None
+        for stored, principal in self._entries:
+            if hmac.compare_digest(stored, digest):
+                found = principal
+        return found

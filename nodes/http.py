@@ -1,0 +1,374 @@
+"""Streamable HTTP (MCP 2026-07-28): a plain ASGI 3 app around ``Node.handle``, served by hypercorn.
+
+Layer: node, transport shell. It decides only what HTTP alone can decide, in this order: path
+(404), method (405, ``Allow: POST``), Origin (403), bearer token (401), Accept (406), Content-Type
+(415), size (413), JSON syntax (-32700), batches and nesting depth (-32600). It then hands the
+decoded object, the principal and the lowercased headers to the core and writes the core's Reply
+back: JSON with the Reply's status, or an empty body when the Reply has none (202).
+
+It must not know MCP methods, params, tools, protocol versions or the store: comparing headers with
+the body and every other JSON-RPC error belong to the core (``nodes.protocol``, ``nodes.headers``).
+It never mints or reads ``Mcp-Session-Id`` and never answers with SSE (the core has no progress to
+stream), so ``X-Accel-Buffering`` is not needed. No Starlette: the HTTP stack is a large share of
+the CPU budget, so a request costs one header dict, one ``json`` decode and one encode.
+
+Accept rule: like the SDK's SSE mode, Accept must cover both ``application/json`` and
+``text/event-stream``; RFC 9110 wildcards count (``*/*``, ``application/*``, ``text/*``) and a
+range with ``q=0`` does not.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NoReturn, cast
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from hypercorn.typing import Framework
+
+from nodes import errors
+from nodes.auth import TokenTable
+from nodes.protocol import Node, Reply, RequestContext
+
+log = logging.getLogger("nodes.http")
+
+DEFAULT_ENDPOINT = "/mcp"
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+"""One JSON-RPC message per POST; our largest legitimate one (a 64 KiB note body) is far below."""
+DEFAULT_MAX_JSON_DEPTH = 64
+"""Our messages nest about ten deep; the cap bounds the depth walk for hostile bodies."""
+REALM = "notes-cluster"
+"""The ``realm`` of our ``WWW-Authenticate`` challenges."""
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_CREDENTIAL_HEADERS = ("authorization", "cookie")
+"""Removed before the headers reach the core: it needs the principal, never the secret."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One complete HTTP response."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+class _Rejected(Exception):
+    """Raised by a check to answer at once with ``answer``."""
+
+    def __init__(self, answer: _Answer) -> None:
+        super().__init__(answer.status)
+        self.answer = answer
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its body arrived: nobody is left to answer."""
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""ASCII output: a lone surrogate echoed from a request cannot break the UTF-8 encoding."""
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+"""Strict JSON: NaN and Infinity are parse errors."""
+
+
+def _rpc_error(exc: errors.JsonRpcError, *headers: tuple[bytes, bytes]) -> _Answer:
+    body = {"jsonrpc": "2.0", "id": None, "error": exc.to_dict()}
+    return _Answer(exc.http_status, _ENCODER.encode(body).encode("ascii"), headers)
+
+
+def _http_error(status: int, message: str, *headers: tuple[bytes, bytes]) -> _Answer:
+    """An HTTP-level rejection, with a JSON-RPC error body as the SDK sends (code -32600)."""
+    answer = _rpc_error(errors.invalid_request(message))
+    return _Answer(status, answer.body, headers)
+
+
+_NOT_FOUND = _http_error(404, "Not Found")
+_METHOD_NOT_ALLOWED = _http_error(405, "Method Not Allowed: use POST", (b"allow", b"POST"))
+_FORBIDDEN_ORIGIN = _http_error(403, "Forbidden: Origin not allowed")
+_UNAUTHENTICATED = _http_error(
+    401,
+    "Unauthorized: a bearer token is required",
+    (b"www-authenticate", f'Bearer realm="{REALM}"'.encode("ascii")),
+)
+_INVALID_TOKEN = _http_error(
+    401,
+    "Unauthorized: invalid bearer token",
+    (b"www-authenticate", f'Bearer realm="{REALM}", error="invalid_token"'.encode("ascii")),
+)
+_NOT_ACCEPTABLE = _http_error(
+    406, "Not Acceptable: Accept must include application/json and text/event-stream"
+)
+_UNSUPPORTED_MEDIA = _http_error(
+    415, "Unsupported Media Type: Content-Type must be application/json"
+)
+_TOO_LARGE = _http_error(413, "Payload Too Large")
+_PARSE_ERROR = _rpc_error(errors.JsonRpcError(errors.PARSE_ERROR, "Parse error"))
+_BATCH = _rpc_error(errors.invalid_request("Invalid Request: batches are not supported"))
+_TOO_DEEP = _rpc_error(errors.invalid_request("Invalid Request: JSON nested too deeply"))
+_INTERNAL = _rpc_error(errors.JsonRpcError(errors.INTERNAL_ERROR, "Internal error"))
+_JSON_TYPE = (b"content-type", b"application/json")
+
+
+def _header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Lowercased names, latin-1 values; repeated headers joined with ", " (RFC 9110)."""
+    out: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        prior = out.get(key)
+        out[key] = text if prior is None else f"{prior}, {text}"
+    return out
+
+
+def _zero_quality(params: str) -> bool:
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "q":
+            try:
+                return float(value) == 0
+            except ValueError:
+                return False
+    return False
+
+
+def accepts_json_and_sse(accept: str) -> bool:
+    """Whether an Accept value covers both ``application/json`` and ``text/event-stream``."""
+    json_ok = sse_ok = False
+    for item in accept.split(","):
+        media, _, params = item.partition(";")
+        media = media.strip().lower()
+        if params and _zero_quality(params):
+            continue
+        if media == "*/*":
+            return True
+        if media in ("application/json", "application/*"):
+            json_ok = True
+        elif media in ("text/event-stream", "text/*"):
+            sse_ok = True
+    return json_ok and sse_ok
+
+
+def is_json_content_type(content_type: str | None) -> bool:
+    """Whether a Content-Type is ``application/json`` (parameters such as charset allowed)."""
+    if content_type is None:
+        return False
+    return content_type.partition(";")[0].strip().lower() == "application/json"
+
+
+def deeper_than(value: object, limit: int) -> bool:
+    """Whether decoded JSON nests objects/arrays more than ``limit`` deep (iterative walk)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            children: Iterable[object] = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+async def _send(send: Send, answer: _Answer) -> None:
+    headers = [(b"content-length", str(len(answer.body)).encode("ascii")), *answer.headers]
+    if answer.body:
+        headers.append(_JSON_TYPE)
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    # Nothing to set up: the node and its store are built (and closed) by the caller.
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+class _StreamableHTTPApp:
+    """The ASGI callable ``make_app`` returns."""
+
+    def __init__(
+        self,
+        node: Node,
+        tokens: TokenTable,
+        endpoint: str,
+        allowed_origins: frozenset[str],
+        max_body_bytes: int,
+        max_json_depth: int,
+    ) -> None:
+        self.node = node
+        self.tokens = tokens
+        self.endpoint = endpoint
+        self.allowed_origins = allowed_origins
+        self.max_body_bytes = max_body_bytes
+        self.max_json_depth = max_json_depth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if kind != "http":
+            # A WebSocket upgrade: closing before accepting makes the server answer 403.
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        try:
+            answer = await self._answer(scope, receive)
+        except _Rejected as exc:
+            answer = exc.answer
+        except _ClientGone:
+            return
+        except Exception:
+            log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+            answer = _INTERNAL
+        await _send(send, answer)
+
+    async def _answer(self, scope: Scope, receive: Receive) -> _Answer:
+        if scope["path"] != self.endpoint:
+            return _NOT_FOUND
+        if scope["method"] != "POST":
+            return _METHOD_NOT_ALLOWED
+        headers = _header_dict(scope["headers"])
+        principal = self._authenticate(headers)
+        if not accepts_json_and_sse(headers.get("accept", "")):
+            return _NOT_ACCEPTABLE
+        if not is_json_content_type(headers.get("content-type")):
+            return _UNSUPPORTED_MEDIA
+        message = self._decode(await self._read_body(headers.get("content-length"), receive))
+        for name in _CREDENTIAL_HEADERS:
+            headers.pop(name, None)
+        reply = await self.node.handle(message, RequestContext(principal, headers))
+        return _from_reply(reply)
+
+    def _authenticate(self, headers: Mapping[str, str]) -> str:
+        """The principal; the Origin check comes first (a browser page must not probe tokens)."""
+        origin = headers.get("origin")
+        if origin is not None and origin not in self.allowed_origins:
+            raise _Rejected(_FORBIDDEN_ORIGIN)
+        authorization = headers.get("authorization")
+        principal = self.tokens.authenticate(authorization)
+        if principal is None:
+            raise _Rejected(_UNAUTHENTICATED if authorization is None else _INVALID_TOKEN)
+        return principal
+
+    async def _read_body(self, declared: str | None, receive: Receive) -> bytes:
+        """The whole body, refused with 413 from Content-Length up front or while counting."""
+        limit = self.max_body_bytes
+        # Bounded before int(): a thousand-digit Content-Length is simply too large.
+        if declared is not None and declared.isdecimal():
+            too_large = len(declared) > 18 or int(declared) > limit
+            if too_large:
+                raise _Rejected(_TOO_LARGE)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _ClientGone
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _Rejected(_TOO_LARGE)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _decode(self, body: bytes) -> object:
+        """One JSON-RPC object; anything else is rejected with -32700 or -32600."""
+        try:
+            message = _DECODER.decode(body.decode("utf-8"))
+        except RecursionError:
+            # Nested deeper than the interpreter's recursion limit, so far beyond ours.
+            raise _Rejected(_TOO_DEEP) from None
+        except ValueError:
+            # Bad syntax, bad UTF-8, NaN/Infinity, or an integer literal too long to convert.
+            raise _Rejected(_PARSE_ERROR) from None
+        if isinstance(message, list):
+            raise _Rejected(_BATCH)
+        # Each level of nesting needs a bracket, so few brackets cannot nest too deep.
+        limit = self.max_json_depth
+        if body.count(b"{") + body.count(b"[") > limit and deeper_than(message, limit):
+            raise _Rejected(_TOO_DEEP)
+        return message
+
+
+def _from_reply(reply: Reply) -> _Answer:
+    if reply.body is None:
+        return _Answer(reply.status, b"")
+    return _Answer(reply.status, _ENCODER.encode(reply.body).encode("ascii"))
+
+
+def make_app(
+    node: Node,
+    tokens: TokenTable,
+    *,
+    endpoint: str = DEFAULT_ENDPOINT,
+    allowed_origins: frozenset[str] = frozenset(),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+) -> ASGIApp:
+    """The ASGI 3 app serving ``node`` at ``POST endpoint`` for the principals in ``tokens``."""
+    if not endpoint.startswith("/"):
+        raise ValueError("endpoint must be a path starting with '/'")
+    if max_body_bytes < 1 or max_json_depth < 1:
+        raise ValueError("max_body_bytes and max_json_depth must be positive")
+    return _StreamableHTTPApp(
+        node, tokens, endpoint, frozenset(allowed_origins), max_body_bytes, max_json_depth
+    )
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def serve_node(
+    node: Node,
+    tokens: TokenTable,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    endpoint: str = DEFAULT_ENDPOINT,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    **app_kwargs: Any,
+) -> None:
+    """Serve ``node`` over Streamable HTTP with hypercorn until cancelled.
+
+    Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
+    ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``.
+    """
+    app = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
+    config = Config()
+    config.bind = [_bind(host, port)]
+    config.accesslog = None
+    # A Logger instance, not "-": hypercorn then leaves handlers to the application's logging.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.include_server_header = False
+    async with trio.open_nursery() as nursery:
+        # hypercorn binds, then reports ["http://host:port"] read back from getsockname().
+        binds: list[str] = await nursery.start(
+            partial(serve, cast(Framework, app), config, mode="asgi")
+        )
+        task_status.started(binds[0] + endpoint)

@@ -1,0 +1,149 @@
+"""Reading the mutation journal, the surviving notes and the replay store, for the checker.
+
+Layer: store. Synchronous redis-py, run once after a load run; knows the key layout and the journal
+fields the Lua scripts write, nothing of MCP, nodes, the cluster or the load generator.
+
+Journal stream fields (``<prefix>:{t:<tenant>}:journal``), all optional but ``op`` and ``at``:
+``op`` (create|update|move|delete|decline), ``note``, ``ws``, ``to``, ``title``, ``version``,
+``principal``, ``nonce`` (only confirm.lua's executions), ``exp`` and ``at`` (ms, Redis clock),
+``tool``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import redis
+
+from store.keys import TenantKeys
+
+XRANGE_CHUNK = 1000
+"""Entries per XRANGE call: big enough to be quick, small enough not to block Redis."""
+
+SCAN_COUNT = 1000
+"""SCAN hint: keys examined per call."""
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One journal stream entry. Absent text fields are ``""``; ``exp_ms`` is None when absent."""
+
+    tenant: str
+    id: str
+    op: str
+    note: str
+    ws: str
+    to: str
+    title: str
+    version: int
+    principal: str
+    nonce: str
+    exp_ms: int | None
+    at_ms: int
+    tool: str
+
+    @property
+    def sort_key(self) -> tuple[int, int, int, str]:
+        """Order by Redis-clock time, then stream id (ms, seq), then tenant."""
+        ms, _, seq = self.id.partition("-")
+        return (self.at_ms, int(ms), int(seq or 0), self.tenant)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return "" if value is None else str(value)
+
+
+def _entry(tenant: str, entry_id: object, raw: Mapping[object, object]) -> JournalEntry:
+    f = {_text(k): _text(v) for k, v in raw.items()}
+    exp = f.get("exp", "")
+    return JournalEntry(
+        tenant=tenant,
+        id=_text(entry_id),
+        op=f.get("op", ""),
+        note=f.get("note", ""),
+        ws=f.get("ws", ""),
+        to=f.get("to", ""),
+        title=f.get("title", ""),
+        version=int(f.get("version") or 0),
+        principal=f.get("principal", ""),
+        nonce=f.get("nonce", ""),
+        exp_ms=int(exp) if exp else None,
+        at_ms=int(f.get("at") or 0),
+        tool=f.get("tool", ""),
+    )
+
+
+def _after(entry_id: str) -> str:
+    """The smallest stream id greater than ``entry_id`` (works on Redis before 6.2 too)."""
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"
+
+
+def _stream(client: redis.Redis, key: str) -> Iterator[tuple[object, Mapping[object, object]]]:
+    start = "-"
+    while True:
+        chunk = client.xrange(key, min=start, max="+", count=XRANGE_CHUNK) or []
+        yield from chunk
+        if len(chunk) < XRANGE_CHUNK:
+            return
+        start = _after(_text(chunk[-1][0]))
+
+
+def read_journal(client: redis.Redis, prefix: str, tenants: Iterable[str]) -> list[JournalEntry]:
+    """Every journal entry of ``tenants``, ordered by (at_ms, stream id)."""
+    entries = [
+        _entry(tenant, entry_id, fields)
+        for tenant in tenants
+        for entry_id, fields in _stream(client, TenantKeys(prefix, tenant).journal)
+    ]
+    return sorted(entries, key=lambda e: e.sort_key)
+
+
+def _scan_ids(client: redis.Redis, base: str) -> list[tuple[str, str]]:
+    """(key, id) of every key starting with ``base`` (a glob-safe literal plus ``*``)."""
+    out = []
+    for key in client.scan_iter(match=f"{base}*", count=SCAN_COUNT):
+        k = _text(key)
+        out.append((k, k[len(base) :]))
+    return out
+
+
+def read_final_notes(
+    client: redis.Redis, prefix: str, tenants: Iterable[str]
+) -> dict[tuple[str, str], str]:
+    """(tenant, noteId) -> workspace of every note that still exists."""
+    out: dict[tuple[str, str], str] = {}
+    for tenant in tenants:
+        found = _scan_ids(client, TenantKeys(prefix, tenant).note(""))
+        pipe = client.pipeline(transaction=False)
+        for key, _ in found:
+            pipe.hget(key, "workspace")
+        for (_, note_id), ws in zip(found, pipe.execute(), strict=True):
+            if ws is not None:  # deleted between SCAN and HGET
+                out[(tenant, note_id)] = _text(ws)
+    return out
+
+
+def list_replay_entries(
+    client: redis.Redis, prefix: str, tenants: Iterable[str]
+) -> dict[tuple[str, str], int]:
+    """(tenant, nonce) -> remaining PTTL in ms of every replay entry still present (-1: no TTL)."""
+    out: dict[tuple[str, str], int] = {}
+    for tenant in tenants:
+        found = _scan_ids(client, TenantKeys(prefix, tenant).replay(""))
+        pipe = client.pipeline(transaction=False)
+        for key, _ in found:
+            pipe.pttl(key)
+        for (_, nonce), ttl in zip(found, pipe.execute(), strict=True):
+            if int(ttl) != -2:  # expired between SCAN and PTTL
+                out[(tenant, nonce)] = int(ttl)
+    return out
+
+
+def redis_time_ms(client: redis.Redis) -> int:
+    """The Redis server clock (TIME) in ms: the clock ``at``, ``exp`` and TTLs are measured on."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
