@@ -15,9 +15,7 @@ import trio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from loadgen.report import print_summary
 from loadgen.runner import FlowSample, RunSettings
-from loadgen.simulate import SimulateOptions, simulate
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
@@ -90,6 +88,9 @@ def simulate_cmd(
     import json
     import secrets
 
+    from loadgen.report import print_summary
+    from loadgen.simulate import SimulateOptions, simulate
+
     err = Console(stderr=True)
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
@@ -135,3 +136,87 @@ def simulate_cmd(
 
 
 simulate_cmd.name = "simulate"
+
+
+@main.command(help="Serve N nodes over Streamable HTTP on consecutive loopback ports.\n" + EXAMPLES)
+@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--port",
+    "base_port",
+    default=8700,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port of node 0; node i listens on PORT+i.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--redis", "redis_url", default=None, help="redis:// URL (default: embedded store).")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="TOML configuration (principals, token hashes, workspaces, state keys).",
+)
+@click.option("--demo", is_flag=True, help="Use the demo fixture and seed its notes.")
+@click.option(
+    "--state-ttl",
+    default=None,
+    type=click.FloatRange(0.5, 86_400),
+    help="Seconds a sealed confirmation stays valid (default 300).",
+)
+@click.option("--processes", is_flag=True, help="Run each node as its own OS process.")
+def serve(
+    nodes: int,
+    base_port: int,
+    host: str,
+    redis_url: str | None,
+    config_path: Path | None,
+    demo: bool,
+    state_ttl: float | None,
+    processes: bool,
+) -> None:
+    """``notes-cluster serve``."""
+    from cluster.config import ConfigError
+    from cluster.serve import serve_cluster, settings_for
+
+    if not _loopback(host):
+        raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
+    if config_path is None and not demo:
+        raise click.UsageError("give --config FILE, or --demo for the demo fixture")
+    try:
+        settings = settings_for(config_path, demo, state_ttl)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    def ready(urls: list[str]) -> None:
+        for url in urls:
+            click.echo(url)
+        click.echo("serving; Ctrl-C stops", err=True)
+
+    try:
+        trio.run(
+            lambda: serve_cluster(
+                settings,
+                nodes=nodes,
+                host=host,
+                base_port=base_port,
+                redis_url=redis_url,
+                demo=demo,
+                processes=processes,
+                config_path=config_path,
+                on_ready=ready,
+            )
+        )
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,126 @@
+"""Cluster configuration: the documented TOML file, and the demo fixture as the same settings.
+
+Layer: cluster. Reads files and environment; hands the node a plain ``NodeConfig``. Secrets are
+never inline: tokens are listed as sha256 hashes and state keys are read from the environment or
+from files. Example (``notes-cluster.example.toml`` in the README):
+
+    server_name = "acme-notes"          # the audience every node shares
+    state_ttl_seconds = 300
+    replay_grace_seconds = 60
+    allowed_origins = []                # browser origins allowed to POST; others get 403
+
+    [state_keys]                        # key id -> env:VAR | file:/path  (base64 of 32 bytes)
+    active = "k2"
+    k1 = "env:NOTES_STATE_KEY_K1"
+    k2 = "file:/etc/notes-cluster/k2.key"
+
+    [workspaces]                        # workspace URI -> tenant
+    "file:///Users/alice/Documents/Notes" = "acme"
+
+    [principals.alice]
+    token_sha256 = ["<64 hex digits>"]  # printf %s "$TOKEN" | sha256sum
+    grants = ["file:///Users/alice/Documents"]
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_TOKENS, DEMO_WORKSPACES
+from nodes.auth import TokenTable
+from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
+from nodes.scope import Scope, ScopeError
+from nodes.sealing import KeyRing
+from store.notes import REPLAY_GRACE_MS
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, malformed or inconsistent (message says where)."""
+
+
+class _Principal(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    token_sha256: list[str] = Field(min_length=1)
+    grants: list[str] = Field(min_length=1)
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    server_name: str = Field(min_length=1, max_length=200)
+    state_ttl_seconds: float = Field(default=DEFAULT_STATE_TTL_MS / 1000, gt=0, le=86_400)
+    replay_grace_seconds: float = Field(default=REPLAY_GRACE_MS / 1000, ge=0, le=86_400)
+    allowed_origins: list[str] = Field(default_factory=list)
+    state_keys: dict[str, str]
+    workspaces: dict[str, str] = Field(min_length=1)
+    principals: dict[str, _Principal] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What every node of a cluster shares."""
+
+    node: NodeConfig
+    tokens: TokenTable
+    allowed_origins: frozenset[str] = frozenset()
+    replay_grace_ms: int = REPLAY_GRACE_MS
+
+    def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
+        """A copy with another state expiry (``None``: unchanged)."""
+        if seconds is None:
+            return self
+        return replace(self, node=replace(self.node, state_ttl_ms=int(seconds * 1000)))
+
+
+def load_settings(path: Path) -> ClusterSettings:
+    """Read and check a TOML configuration file."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        parsed = _File.model_validate(raw)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+    keys = dict(parsed.state_keys)
+    active = keys.pop("active", None)
+    if active is None:
+        raise ConfigError(f"{path}: state_keys.active names no key")
+    try:
+        ring = KeyRing.from_sources(keys, active)
+        scope = Scope.build(parsed.workspaces, {p: v.grants for p, v in parsed.principals.items()})
+        tokens = TokenTable(
+            {h: name for name, p in parsed.principals.items() for h in p.token_sha256}
+        )
+    except (ValueError, ScopeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    node = NodeConfig(
+        server_name=parsed.server_name,
+        scope=scope,
+        key_ring=ring,
+        state_ttl_ms=int(parsed.state_ttl_seconds * 1000),
+    )
+    return ClusterSettings(
+        node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
+    )
+
+
+def demo_settings(
+    ring: KeyRing | None = None,
+    extra_tokens: dict[str, str] | None = None,
+    scope: Scope | None = None,
+) -> ClusterSettings:
+    """The demo fixture as settings: alice and bob, their published tokens, a fresh key ring
+    (or ``ring``, so several processes can share one)."""
+    node = NodeConfig(
+        server_name=DEMO_SERVER_NAME,
+        scope=scope or Scope.build(DEMO_WORKSPACES, DEMO_GRANTS),
+        key_ring=ring or KeyRing.generate("demo"),
+    )
+    return ClusterSettings(node, TokenTable.from_plain({**DEMO_TOKENS, **(extra_tokens or {})}))

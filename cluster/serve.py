@@ -1,0 +1,175 @@
+"""HTTP clusters: N nodes on N loopback ports, as trio tasks or as separate OS processes.
+
+Layer: cluster. Starts nodes (``nodes.http.serve_node``) over a store; knows nothing of the load
+generator. In process mode every child gets the same key ring through its environment (base64 in
+``NOTES_CLUSTER_STATE_KEY``), so any node opens any other node's states.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import trio
+
+from cluster.config import ClusterSettings, demo_settings, load_settings
+from cluster.local import seed_demo, store_url
+from nodes.http import serve_node
+from nodes.protocol import Node
+from nodes.sealing import KeyRing
+from store.client import open_redis
+from store.notes import DEFAULT_PREFIX, NoteStore
+
+STATE_KEY_ENV = "NOTES_CLUSTER_STATE_KEY"
+"""Environment variable through which a parent hands a demo key ring to its node processes."""
+
+
+async def serve_http_node(
+    settings: ClusterSettings,
+    redis_url: str,
+    *,
+    embedded: bool,
+    host: str,
+    port: int,
+    node_id: str,
+    prefix: str = DEFAULT_PREFIX,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """One HTTP node with its own Redis pool; reports its URL; runs until cancelled."""
+    from dataclasses import replace
+
+    async with open_redis(redis_url, embedded=embedded) as client:
+        store = NoteStore(client, prefix=prefix, replay_grace_ms=settings.replay_grace_ms)
+        node = Node(replace(settings.node, node_id=node_id), store)
+        await serve_node(
+            node,
+            settings.tokens,
+            host=host,
+            port=port,
+            allowed_origins=settings.allowed_origins,
+            task_status=task_status,
+        )
+
+
+async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_PREFIX) -> None:
+    """Seed the demo notes once for the whole cluster."""
+    async with open_redis(redis_url, embedded=embedded) as client:
+        await seed_demo(NoteStore(client, prefix=prefix))
+
+
+def _child_command(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "cluster.node_process", *args]
+
+
+async def serve_cluster(
+    settings: ClusterSettings,
+    *,
+    nodes: int,
+    host: str,
+    base_port: int,
+    redis_url: str | None,
+    demo: bool,
+    processes: bool = False,
+    config_path: Path | None = None,
+    on_ready: Callable[[list[str]], None] | None = None,
+) -> None:
+    """Serve ``nodes`` HTTP nodes on ``base_port + i`` until cancelled."""
+    with store_url(redis_url) as (url, embedded):
+        if demo:
+            await seed_demo_notes(url, embedded)
+        async with trio.open_nursery() as nursery:
+            urls: list[str] = []
+            for i in range(nodes):
+                port = base_port + i if base_port else 0
+                if processes:
+                    urls.append(
+                        await nursery.start(
+                            _run_process, settings, url, embedded, host, port, i, demo, config_path
+                        )
+                    )
+                else:
+                    urls.append(
+                        await nursery.start(
+                            lambda task_status, i=i, port=port: serve_http_node(
+                                settings,
+                                url,
+                                embedded=embedded,
+                                host=host,
+                                port=port,
+                                node_id=f"node-{i}",
+                                task_status=task_status,
+                            )
+                        )
+                    )
+            if on_ready is not None:
+                on_ready(urls)
+
+
+async def _run_process(
+    settings: ClusterSettings,
+    url: str,
+    embedded: bool,
+    host: str,
+    port: int,
+    index: int,
+    demo: bool,
+    config_path: Path | None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run one node as a child process; report its URL from the line it prints when ready."""
+    args = [
+        "--redis",
+        url,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--node-id",
+        f"node-{index}",
+        "--state-ttl",
+        str(settings.node.state_ttl_ms / 1000),
+    ]
+    env = dict(os.environ)
+    if embedded:
+        args.append("--embedded")
+    if config_path is not None:
+        args += ["--config", str(config_path)]
+    else:
+        ring = settings.node.key_ring
+        env[STATE_KEY_ENV] = base64.b64encode(ring.keys[ring.active]).decode("ascii")
+    proc = await trio.lowlevel.open_process(_child_command(args), stdout=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        line = b""
+        while not line.endswith(b"\n"):
+            chunk = await proc.stdout.receive_some(1)
+            if not chunk:
+                raise RuntimeError(f"node process {index} exited before it was ready")
+            line += chunk
+        task_status.started(line.decode().strip())
+        await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()
+
+
+def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> ClusterSettings:
+    """Settings from a config file, or the demo fixture (a key ring from the environment when a
+    parent process handed one down)."""
+    if config is not None:
+        return load_settings(config).with_state_ttl(state_ttl)
+    ring = None
+    key = os.environ.get(STATE_KEY_ENV)
+    if key:
+        ring = KeyRing.from_sources({"demo": f"base64:{key}"}, "demo")
+    from loadgen.workload import load_tokens, with_load_scope
+
+    base = demo_settings(ring)
+    scope = with_load_scope(base.node.scope)
+    return demo_settings(ring, load_tokens(), scope).with_state_ttl(state_ttl)
