@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -165,12 +165,16 @@ class Client:
         *,
         timeout_s: float | None = None,
         lose_response: bool = False,
+        annotate: Callable[[Outcome], dict[str, Any]] | None = None,
     ) -> Outcome:
         """Record invoke, send, record the outcome. ``lose_response`` drops a reply that did
-        arrive, as a client whose connection broke after the node answered (recorded as info)."""
+        arrive, as a client whose connection broke after the node answered (recorded as info).
+        ``annotate`` adds what the harness learns from an answer (ids, nonce, expiry) to the
+        outcome's history entry before it is written."""
         self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
         out = await self.send(node, principal, message, timeout_s)
         if lose_response and out.type != "info":
             out = Outcome("info", {"reason": "response lost"})
-        self.history.record(self.process, out.type, f, flow, kind, out.value)
+        value = out.value if annotate is None else {**out.value, **annotate(out)}
+        self.history.record(self.process, out.type, f, flow, kind, value)
         return out

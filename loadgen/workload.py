@@ -126,32 +126,51 @@ async def create(env: FlowEnv, title: str, client: Client | None = None) -> str 
         "workspace": env.inbox,
         "title": title,
     }
-    out = await c.op("create", env.flow, env.kind, invoke, c.pick_node(), env.principal, msg)
-    if out.type == "ok" and out.result is not None and not out.result.get("isError"):
-        note_id: str = out.result["structuredContent"]["noteId"]
-        env.client.history.ops[-1].value["noteId"] = note_id
-        return note_id
-    return None
+    out = await c.op(
+        "create",
+        env.flow,
+        env.kind,
+        invoke,
+        c.pick_node(),
+        env.principal,
+        msg,
+        annotate=_created_id,
+    )
+    return _created_id(out).get("noteId")
 
 
-def _opened(env: FlowEnv, out: Outcome, arguments: dict[str, Any]) -> Asked | None:
+def _created_id(out: Outcome) -> dict[str, Any]:
+    res = out.result or {}
+    if out.type != "ok" or res.get("isError"):
+        return {}
+    return {"noteId": res["structuredContent"]["noteId"]}
+
+
+def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
+    """The nonce, expiry and candidates of the state in an input_required answer (if any)."""
     res = out.result or {}
     token = res.get("requestState")
     if out.type != "ok" or res.get("resultType") != "input_required" or not token:
-        return None
+        return {}
     try:
         payload = env.ring.open(token, audience=env.audience)
     except StateRejected:
-        return None
-    cands = [(c.note_id, c.version) for c in payload.candidates]
-    extra = {
+        return {}
+    return {
         "nonce": payload.nonce,
         "exp_ms": payload.exp_ms,
-        "candidates": [list(c) for c in cands],
         "tool": payload.tool,
+        "candidates": [[c.note_id, c.version] for c in payload.candidates],
     }
-    env.client.history.ops[-1].value.update(extra)
-    return Asked(token, payload.nonce, payload.exp_ms, cands, arguments)
+
+
+def _opened(env: FlowEnv, out: Outcome, arguments: dict[str, Any]) -> Asked | None:
+    facts = _state_facts(env, out)
+    if not facts:
+        return None
+    token = str((out.result or {})["requestState"])
+    cands = [(str(c[0]), int(c[1])) for c in facts["candidates"]]
+    return Asked(token, facts["nonce"], facts["exp_ms"], cands, arguments)
 
 
 async def ask(env: FlowEnv, title: str, client: Client | None = None) -> Asked | None:
@@ -165,7 +184,16 @@ async def ask(env: FlowEnv, title: str, client: Client | None = None) -> Asked |
         "workspace": env.inbox,
         "title": title,
     }
-    out = await c.op("ask", env.flow, env.kind, invoke, c.pick_node(), env.principal, msg)
+    out = await c.op(
+        "ask",
+        env.flow,
+        env.kind,
+        invoke,
+        c.pick_node(),
+        env.principal,
+        msg,
+        annotate=lambda o: _state_facts(env, o),
+    )
     return _opened(env, out, args)
 
 
@@ -223,6 +251,7 @@ async def confirm(
         request("tools/call", params),
         timeout_s=timeout_s,
         lose_response=lose,
+        annotate=lambda o: _state_facts(env, o),
     )
 
 
@@ -343,7 +372,9 @@ async def flow_expired(env: FlowEnv, asked: Asked, note: str) -> None:
 
 
 async def flow_before_expiry(env: FlowEnv, asked: Asked, note: str) -> None:
-    await _sleep_until_redis(env, asked.exp_ms - EXPIRY_MARGIN_MS)
+    # Aim at twice the margin before expiry, so that the send time recorded after waking is
+    # still at least one margin before it (the checker holds the node to that).
+    await _sleep_until_redis(env, asked.exp_ms - 2 * EXPIRY_MARGIN_MS)
     await confirm(
         env, asked, note, extra={"redis_send_ms": env.redis_now_ms(), "margin_ms": EXPIRY_MARGIN_MS}
     )

@@ -18,6 +18,7 @@ Business failures (note gone, workspace not authorized, ...) are not errors: the
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 PARSE_ERROR = -32700
@@ -109,7 +110,8 @@ def missing_capability(required: dict[str, Any]) -> JsonRpcError:
     return JsonRpcError(
         MISSING_CAPABILITY,
         "Missing required client capability",
-        {"requiredCapabilities": required},
+        # A copy: callers pass module-level constants, which a reply must not share.
+        {"requiredCapabilities": copy.deepcopy(required)},
     )
 
 

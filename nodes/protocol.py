@@ -7,6 +7,7 @@ app and the in-process transport are thin shells that decode bytes, authenticate
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -179,7 +180,8 @@ class Node:
             raise errors.invalid_params("Invalid cursor: the tool list has a single page")
         return {
             "resultType": "complete",
-            "tools": [dict(t) for t in self._tool_list],
+            # A deep copy: a caller that edits its reply must not edit every later tool list.
+            "tools": copy.deepcopy(self._tool_list),
             "ttlMs": TOOLS_TTL_MS,
             "cacheScope": "public",
         }

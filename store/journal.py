@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -56,8 +57,8 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _entry(tenant: str, entry_id: object, raw: Mapping[object, object]) -> JournalEntry:
-    f = {_text(k): _text(v) for k, v in raw.items()}
+def _entry(tenant: str, entry_id: object, raw: Mapping[Any, Any] | None) -> JournalEntry:
+    f = {_text(k): _text(v) for k, v in (raw or {}).items()}
     exp = f.get("exp", "")
     return JournalEntry(
         tenant=tenant,
@@ -82,7 +83,7 @@ def _after(entry_id: str) -> str:
     return f"{ms}-{int(seq or 0) + 1}"
 
 
-def _stream(client: redis.Redis, key: str) -> Iterator[tuple[object, Mapping[object, object]]]:
+def _stream(client: redis.Redis, key: str) -> Iterator[tuple[Any, Mapping[Any, Any] | None]]:
     start = "-"
     while True:
         chunk = client.xrange(key, min=start, max="+", count=XRANGE_CHUNK) or []

@@ -37,6 +37,9 @@ JOURNAL_MAXLEN = 1_000_000
 READ_LIMIT = 1000
 """Most notes one read returns; a title with more matches than this is not a pickable list."""
 
+_TIME_SCRIPT = "local t = redis.call('TIME') return {t[1], t[2]}"
+"""The Redis server clock, read raw: seconds and microseconds, as the other scripts read it."""
+
 _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
 
 
@@ -87,6 +90,7 @@ class NoteStore:
             name: client.register_script(_script(name))
             for name in ("create", "update", "move", "read_notes", "confirm")
         }
+        self._time = client.register_script(_TIME_SCRIPT)
 
     def keys(self, tenant: str) -> TenantKeys:
         """The key layout of one tenant."""
@@ -109,12 +113,14 @@ class NoteStore:
     async def redis_time_ms(self) -> int:
         """The Redis server clock (TIME), in milliseconds since the epoch."""
         try:
-            now = await self.client.time()
+            reply: Any = await self._time(keys=[], args=[])
         except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
             self._stats.unavailable += 1
             raise StoreUnavailable(f"time: {exc}") from exc
-        # coredis turns TIME into an aware datetime; keep millisecond resolution.
-        return int(now.timestamp() * 1000)
+        # Not client.time(): coredis' TIME callback divides the microseconds by 1000, so its
+        # datetime keeps whole seconds only. A script reads TIME raw, as every other script does.
+        sec, usec = reply
+        return int(sec) * 1000 + int(usec) // 1000
 
     async def create(
         self,

@@ -80,14 +80,16 @@ async def call_tool(
 
 def result(reply: Reply) -> dict[str, Any]:
     """The result of a successful reply (asserts it is one)."""
-    assert reply.body is not None and "result" in reply.body, reply.body
+    assert reply.body is not None, reply
+    assert "result" in reply.body, reply.body
     out: dict[str, Any] = reply.body["result"]
     return out
 
 
 def error(reply: Reply) -> dict[str, Any]:
     """The error of a failed reply (asserts it is one)."""
-    assert reply.body is not None and "error" in reply.body, reply.body
+    assert reply.body is not None, reply
+    assert "error" in reply.body, reply.body
     out: dict[str, Any] = reply.body["error"]
     return out
 

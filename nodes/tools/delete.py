@@ -57,20 +57,29 @@ class DeleteTool(Tool[DeleteArgs]):
         # The capability check comes first and is a protocol error, not a tool failure.
         if not form_capable(ctx.capabilities):
             raise errors.missing_capability(FORM_CAPABILITY)
+        if ctx.request_state is not None:
+            # The state binds the arguments, and it was sealed only for arguments that validated:
+            # a retry whose arguments do not validate changed them, which is the fixed state
+            # error, not an argument error. So verify the state before parsing the arguments.
+            self.open(ctx, ctx.request_state)
         return await super().call(ctx)
 
-    async def run(self, ctx: CallContext, args: DeleteArgs) -> dict[str, Any]:
-        if ctx.request_state is None:
-            return await self.ask(ctx, args, "Which note should be deleted?")
-        payload = open_state(
+    def open(self, ctx: CallContext, token: str) -> StatePayload:
+        """Open the sealed state and check its bindings (the one fixed -32602 otherwise)."""
+        return open_state(
             ctx.config.key_ring,
-            ctx.request_state,
+            token,
             audience=ctx.config.server_name,
             principal=ctx.principal,
             tool=self.name,
             arguments=ctx.arguments,
             node_now_ms=ctx.config.node_clock_ms(),
         )
+
+    async def run(self, ctx: CallContext, args: DeleteArgs) -> dict[str, Any]:
+        if ctx.request_state is None:
+            return await self.ask(ctx, args, "Which note should be deleted?")
+        payload = self.open(ctx, ctx.request_state)
         responses = ctx.input_responses or {}
         if FORM_KEY not in responses:
             # Silence: re-ask with a fresh form rather than failing.

@@ -1,0 +1,601 @@
+"""The invariant checker: a recorded history against the store's journal and final state.
+
+Layer: loadgen. Pure module: no I/O, no Redis (the store is read beforehand by ``store.journal``).
+
+Each invariant of design §1 becomes one Verdict (valid, invalid or unknown, with the history
+indices and journal entry ids that prove it). Definitions used throughout:
+
+- an *execution* is a journal ``delete`` or ``move`` carrying a nonce (confirm.lua); a
+  *decision* is an execution or a ``decline``. Plain ``notes_move`` entries carry no nonce.
+- a *state* is what an ``ask`` ok (or a confirm ok that re-asked) taught the history: nonce,
+  tenant, workspace, principal, exp_ms, candidates and tool. A re-asked state inherits the
+  tenant, workspace and principal of the state it replaced.
+- a confirm *accepts* entry ``e`` when its invoke has the nonce, tenant and principal of ``e``,
+  action ``accept``, ``confirm: true`` and noteId ``e.note``; it is *legit* when it also has
+  ``expect == "execute"``. A confirm is *decline-shaped* when its action is ``decline`` or it
+  accepts with ``confirm: false``.
+- invoke and completion are paired per (process, flow, f), first in first out; an invoke with
+  no completion counts as ``info``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from loadgen.history import Op
+
+if TYPE_CHECKING:
+    from store.journal import JournalEntry
+
+Status = Literal["valid", "invalid", "unknown"]
+
+INVALID_PARAMS = -32602
+INVALID_STATE_MESSAGE = "Invalid or expired requestState"
+INVALID_STATE_REASON = "invalid_request_state"
+
+REPLAY_TTL_SLACK_MS = 1_000
+"""A replay entry may report a TTL this much past its state's exp_ms + grace before it counts as
+outliving it: ``redis_end_ms`` and the PTTL reads are separate commands."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One invariant's outcome with the history indices and journal ids that prove it."""
+
+    name: str
+    status: Status
+    summary: str
+    ops: tuple[int, ...] = ()
+    journal: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Every verdict of one run plus counters."""
+
+    verdicts: tuple[Verdict, ...]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def status(self) -> Status:
+        """invalid if any verdict is, else unknown if any is, else valid."""
+        seen = {v.status for v in self.verdicts}
+        return "invalid" if "invalid" in seen else "unknown" if "unknown" in seen else "valid"
+
+
+@dataclass(frozen=True)
+class Call:
+    """An invoke with its completion (None: never completed, treated as info)."""
+
+    invoke: Op
+    done: Op | None
+
+    @property
+    def v(self) -> dict[str, Any]:
+        """The invoke's value."""
+        return self.invoke.value
+
+    @property
+    def outcome(self) -> str:
+        """ok, fail or info."""
+        return "info" if self.done is None else self.done.type
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The completion's value ({} if none)."""
+        return {} if self.done is None else self.done.value
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        """History indices of invoke and completion."""
+        return (self.invoke.index,) if self.done is None else (self.invoke.index, self.done.index)
+
+    @property
+    def nonce(self) -> str:
+        """The nonce a confirm answered under."""
+        return str(self.v.get("nonce") or "")
+
+    @property
+    def is_accept(self) -> bool:
+        """action accept with confirm true."""
+        return self.v.get("action") == "accept" and self.v.get("confirm") is True
+
+    @property
+    def is_decline(self) -> bool:
+        """action decline, or accept with confirm false."""
+        act = self.v.get("action")
+        return act == "decline" or (act == "accept" and self.v.get("confirm") is False)
+
+    def same_flow_as(self, e: JournalEntry) -> bool:
+        """Same nonce, tenant and principal as a journal entry."""
+        v = self.v
+        return (self.nonce, v.get("tenant"), v.get("principal")) == (e.nonce, e.tenant, e.principal)
+
+    def accepts(self, e: JournalEntry) -> bool:
+        """This confirm accepts the note ``e`` executed on, as ``e``'s principal."""
+        return self.same_flow_as(e) and self.is_accept and self.v.get("noteId") == e.note
+
+    def legit_for(self, e: JournalEntry) -> bool:
+        """An accept of ``e`` the workload meant to execute."""
+        return self.accepts(e) and self.v.get("expect") == "execute"
+
+
+@dataclass(frozen=True)
+class State:
+    """A sealed confirmation state as the history learned it."""
+
+    nonce: str
+    tenant: str
+    workspace: str
+    principal: str
+    exp_ms: int | None
+    candidates: dict[str, int]
+    tool: str
+    ops: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violation (or undecidable case) of an invariant."""
+
+    text: str
+    ops: Iterable[int] = ()
+    journal: Iterable[str] = ()
+
+
+def pair_calls(history: Sequence[Op]) -> list[Call]:
+    """Invokes in history order, each with its completion (first in first out per process,
+    flow and f; concurrent duplicates of one process are identical but for the node)."""
+    pending: dict[tuple[int, int, str], deque[int]] = defaultdict(deque)
+    calls: list[Call] = []
+    for op in history:
+        key = (op.process, op.flow, op.f)
+        if op.type == "invoke":
+            pending[key].append(len(calls))
+            calls.append(Call(op, None))
+        elif pending[key]:
+            slot = pending[key].popleft()
+            calls[slot] = Call(calls[slot].invoke, op)
+    return calls
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int | str) and str(value).lstrip("-").isdigit() else None
+
+
+def learn_states(calls: Sequence[Call]) -> dict[str, State]:
+    """nonce -> State from ask oks and re-asking confirm oks carrying a ``nonce``."""
+    states: dict[str, State] = {}
+    for c in calls:
+        nonce = c.result.get("nonce") if c.outcome == "ok" else None
+        if not isinstance(nonce, str) or not nonce:
+            continue
+        if c.invoke.f == "ask":
+            scope = (str(c.v.get("tenant", "")), str(c.v.get("workspace", "")))
+            principal = str(c.v.get("principal", ""))
+        else:
+            parent = states.get(c.nonce)
+            scope = (parent.tenant, parent.workspace) if parent else ("", "")
+            principal = parent.principal if parent else ""
+        cands = {str(n): int(ver) for n, ver in c.result.get("candidates") or []}
+        states[nonce] = State(
+            nonce,
+            *scope,
+            principal,
+            _int_or_none(c.result.get("exp_ms")),
+            cands,
+            str(c.result.get("tool", "")),
+            c.indices,
+        )
+    return states
+
+
+@dataclass
+class Context:
+    """The history and journal, indexed once for every invariant."""
+
+    calls: list[Call]
+    states: dict[str, State]
+    confirms: dict[str, list[Call]]
+    journal: Sequence[JournalEntry]
+    decisions: dict[str, list[JournalEntry]]
+    final_notes: Mapping[tuple[str, str], str]
+    replay_left: Mapping[tuple[str, str], int]
+    redis_end_ms: int
+    grace_ms: int
+
+    def flow_ops(self, nonce: str) -> list[int]:
+        """History indices of a nonce's state and every confirm answered under it."""
+        st = self.states.get(nonce)
+        ops = list(st.ops) if st else []
+        for c in self.confirms.get(nonce, []):
+            ops.extend(c.indices)
+        return ops
+
+    def unlanded_decline(self, nonce: str) -> bool:
+        """A decline-shaped confirm of ``nonce`` ended info and the journal holds no decline:
+        a later accept labelled no_mutation may then legitimately have executed."""
+        cs = self.confirms.get(nonce, [])
+        journaled = any(e.op == "decline" for e in self.decisions.get(nonce, []))
+        return not journaled and any(c.is_decline and c.outcome == "info" for c in cs)
+
+
+def is_execution(e: JournalEntry) -> bool:
+    """A delete or move that a confirmation executed (it carries a nonce)."""
+    return e.op in ("delete", "move") and bool(e.nonce)
+
+
+def is_decision(e: JournalEntry) -> bool:
+    """An execution or a recorded decline."""
+    return is_execution(e) or e.op == "decline"
+
+
+def build_context(
+    history: Sequence[Op],
+    journal: Sequence[JournalEntry],
+    final_notes: Mapping[tuple[str, str], str],
+    replay_left: Mapping[tuple[str, str], int],
+    redis_end_ms: int,
+    grace_ms: int,
+) -> Context:
+    """Pair the history and index it and the journal by nonce."""
+    journal = sorted(journal, key=lambda e: e.sort_key)
+    calls = pair_calls(history)
+    confirms: dict[str, list[Call]] = defaultdict(list)
+    for c in calls:
+        if c.invoke.f == "confirm":
+            confirms[c.nonce].append(c)
+    decisions: dict[str, list[JournalEntry]] = defaultdict(list)
+    for e in journal:
+        if is_decision(e):
+            decisions[e.nonce].append(e)
+    return Context(
+        calls,
+        learn_states(calls),
+        dict(confirms),
+        journal,
+        dict(decisions),
+        final_notes,
+        replay_left,
+        redis_end_ms,
+        grace_ms,
+    )
+
+
+def verdict(
+    name: str, ok_text: str, invalid: list[Finding], unknown: Sequence[Finding] = ()
+) -> Verdict:
+    """Fold findings into one Verdict; the summary quotes the first finding."""
+    chosen: Sequence[Finding] = invalid or unknown
+    if not chosen:
+        return Verdict(name, "valid", ok_text)
+    status: Status = "invalid" if invalid else "unknown"
+    word = "violation" if invalid else "undecided case"
+    n = len(chosen)
+    summary = f"{n} {word}{'s' if n > 1 else ''}, first: {chosen[0].text}."
+    ops = sorted({i for f in chosen for i in f.ops})
+    journal = list(dict.fromkeys(j for f in chosen for j in f.journal))
+    return Verdict(name, status, summary, tuple(ops), tuple(journal))
+
+
+def _duplicates(
+    entries: Iterable[JournalEntry], key: Callable[[JournalEntry], tuple[str, str]]
+) -> list[list[JournalEntry]]:
+    groups: dict[tuple[str, str], list[JournalEntry]] = defaultdict(list)
+    for e in entries:
+        groups[key(e)].append(e)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def check_no_double_delete(ctx: Context) -> Verdict:
+    """1. No (tenant, note) has two ``delete`` journal entries."""
+    deletes = [e for e in ctx.journal if e.op == "delete"]
+    bad = [
+        Finding(
+            f"note {g[0].note} of tenant {g[0].tenant} deleted {len(g)} times",
+            [i for e in g for i in ctx.flow_ops(e.nonce)],
+            [e.id for e in g],
+        )
+        for g in _duplicates(deletes, lambda e: (e.tenant, e.note))
+    ]
+    return verdict("no_double_delete", f"All {len(deletes)} deletes hit distinct notes.", bad)
+
+
+def check_no_double_execution(ctx: Context) -> Verdict:
+    """2. No (tenant, nonce) has more than one decision (execution or decline)."""
+    decisions = [e for e in ctx.journal if is_decision(e)]
+    bad = [
+        Finding(
+            f"nonce {g[0].nonce} decided {len(g)} times ({', '.join(e.op for e in g)})",
+            ctx.flow_ops(g[0].nonce),
+            [e.id for e in g],
+        )
+        for g in _duplicates(decisions, lambda e: (e.tenant, e.nonce))
+    ]
+    return verdict("no_double_execution", f"All {len(decisions)} decisions have own nonces.", bad)
+
+
+def _untraced(ctx: Context, e: JournalEntry) -> str | None:
+    """Why execution-like entry ``e`` does not trace to a state and an accept (None: it does)."""
+    if not e.nonce:
+        return f"deletion without a confirmation: {e.op} of {e.note} carries no nonce"
+    st = ctx.states.get(e.nonce)
+    if st is None:
+        return f"deletion without a confirmation: no ask knows nonce {e.nonce}"
+    if (st.tenant, st.workspace, st.principal) != (e.tenant, e.ws, e.principal):
+        return f"{e.op} of {e.note} outside the tenant, workspace or principal of its state"
+    if st.candidates.get(e.note) != e.version:
+        return f"{e.note} at version {e.version} was not a candidate of state {e.nonce}"
+    if st.exp_ms != e.exp_ms or (st.tool and e.tool and st.tool != e.tool):
+        return f"{e.op} of {e.note} used another expiry or tool than state {e.nonce}"
+    if not any(c.accepts(e) for c in ctx.confirms.get(e.nonce, [])):
+        return f"no confirm accepted {e.note} under nonce {e.nonce} as {e.principal}"
+    return None
+
+
+def check_executions_trace(ctx: Context) -> Verdict:
+    """3. Every delete (and nonce-carrying move) traces to its state and an accept of its note."""
+    checked = [e for e in ctx.journal if e.op == "delete" or is_execution(e)]
+    bad = []
+    for e in checked:
+        why = _untraced(ctx, e)
+        if why is not None:
+            bad.append(Finding(why, ctx.flow_ops(e.nonce) if e.nonce else [], [e.id]))
+    ok = f"All {len(checked)} executions trace to a shown candidate and an accept."
+    return verdict("executions_trace_to_confirmations", ok, bad)
+
+
+def _refused_decision(ctx: Context, e: JournalEntry) -> str | None:
+    """Why decision ``e`` is attributable only to refused answers (None: it is not)."""
+    cs = ctx.confirms.get(e.nonce, [])
+    if e.op == "decline":
+        if any(c.is_decline and c.same_flow_as(e) for c in cs):
+            return None
+        return f"decline recorded for nonce {e.nonce} that no decline answer asked for"
+    if any(c.legit_for(e) for c in cs) or not any(c.v.get("expect") == "no_mutation" for c in cs):
+        return None  # a legit accept exists, or nothing refused: invariant 3's business
+    return f"{e.op} of {e.note} under nonce {e.nonce} has only no_mutation answers"
+
+
+def _told_executed(ctx: Context) -> Iterable[tuple[str, Call]]:
+    """no_mutation confirms answered ok deleted:true without replay: told they executed."""
+    for nonce, cs in ctx.confirms.items():
+        for c in cs:
+            r = c.result
+            told = c.outcome == "ok" and r.get("deleted") is True and r.get("replay") is not True
+            if told and c.v.get("expect") == "no_mutation":
+                yield nonce, c
+
+
+def check_no_mutation_from_refused(ctx: Context) -> Verdict:
+    """4. No decision comes from refused answers only, and no no_mutation confirm was told it
+    executed (ok deleted:true, replay:false). An unlanded decline (see Context) makes the
+    no_mutation label of a later accept unreliable: such cases are unknown, not invalid."""
+    bad: list[Finding] = []
+    undecided: list[Finding] = []
+    for e in ctx.journal:
+        why = _refused_decision(ctx, e) if is_decision(e) else None
+        if why is not None:
+            soft = e.op != "decline" and ctx.unlanded_decline(e.nonce)
+            (undecided if soft else bad).append(Finding(why, ctx.flow_ops(e.nonce), [e.id]))
+    for nonce, c in _told_executed(ctx):
+        text = f"no_mutation confirm at {c.invoke.index} was told it deleted"
+        (undecided if ctx.unlanded_decline(nonce) else bad).append(Finding(text, c.indices))
+    ok = "No refused, declined or cancelled answer mutated anything."
+    return verdict("no_mutation_from_refused", ok, bad, undecided)
+
+
+def _delete_index(ctx: Context) -> dict[tuple[str, str, str], list[JournalEntry]]:
+    out: dict[tuple[str, str, str], list[JournalEntry]] = defaultdict(list)
+    for e in ctx.journal:
+        if e.op == "delete":
+            out[(e.tenant, e.nonce, e.note)].append(e)
+    return out
+
+
+def check_ok_deletes_match_journal(ctx: Context) -> Verdict:
+    """5. Every ok deleted:true matches exactly one journal delete (tenant, nonce, note); a legit
+    accept answered ok without deleted:true and without a re-ask (isError, deleted:false) has no
+    journal delete of its note under its nonce: that answer would mislead its client."""
+    index = _delete_index(ctx)
+    bad: list[Finding] = []
+    told = 0
+    for c in (c for cs in ctx.confirms.values() for c in cs if c.outcome == "ok"):
+        r = c.result
+        tenant, note = str(c.v.get("tenant", "")), str(r.get("noteId") or c.v.get("noteId"))
+        found = index.get((tenant, c.nonce, note), [])
+        if r.get("deleted") is True:
+            told += 1
+            if len(found) != 1:
+                text = f"confirm at {c.invoke.index} told deleted {note}; journal has {len(found)}"
+                bad.append(Finding(text, c.indices, [e.id for e in found]))
+        elif c.is_accept and c.v.get("expect") == "execute" and not r.get("reask") and found:
+            text = f"confirm at {c.invoke.index} told not deleted, but {note} was, by its nonce"
+            bad.append(Finding(text, c.indices, [e.id for e in found]))
+    ok = f"All {told} deleted:true answers match exactly one journal delete."
+    return verdict("ok_deletes_match_journal", ok, bad)
+
+
+def _info_fate(ctx: Context, c: Call) -> str:
+    """executed | refused | nothing | unknown: what the journal says of an info confirm."""
+    decided = [e for e in ctx.decisions.get(c.nonce, []) if e.tenant == c.v.get("tenant")]
+    if any(c.accepts(e) or (e.op == "decline" and c.is_decline) for e in decided):
+        return "executed"
+    if decided:
+        return "refused"  # another answer decided the state: this one could not have
+    if c.v.get("action") == "cancel" or c.nonce in ctx.states:
+        return "nothing"  # cancel writes nothing; a known state with no decision never had one
+    return "unknown"
+
+
+def check_info_resolved(ctx: Context, counts: dict[str, int]) -> Verdict:
+    """6. Every info confirm is resolved by the journal: its nonce was decided (by it or by a
+    sibling answer) or, for a state the history knows, never decided. A nonce no state and no
+    decision knows is undecidable: unknown."""
+    undecided: list[Finding] = []
+    for c in (c for cs in ctx.confirms.values() for c in cs if c.outcome == "info"):
+        fate = _info_fate(ctx, c)
+        counts[f"info_{fate}"] = counts.get(f"info_{fate}", 0) + 1
+        if fate == "unknown":
+            undecided.append(Finding(f"info confirm at {c.invoke.index}: unknown nonce", c.indices))
+    resolved = sum(counts.get(f"info_{k}", 0) for k in ("executed", "refused", "nothing"))
+    counts["info_resolved"] = resolved
+    counts["info_unknown"] = len(undecided)
+    ok = f"All {resolved} info confirms are resolved by the journal."
+    return verdict("info_resolved", ok, [], undecided)
+
+
+def check_no_execution_after_expiry(ctx: Context) -> Verdict:
+    """7. Every decision happened strictly before its state's expiry (at_ms < exp_ms, both on
+    the Redis clock); a decision without ``exp`` is unknown."""
+    bad: list[Finding] = []
+    undecided: list[Finding] = []
+    decisions = [e for e in ctx.journal if is_decision(e)]
+    for e in decisions:
+        if e.exp_ms is None:
+            undecided.append(Finding(f"{e.op} {e.id} has no exp", ctx.flow_ops(e.nonce), [e.id]))
+        elif e.at_ms >= e.exp_ms:
+            text = f"{e.op} of nonce {e.nonce} at {e.at_ms} ms, expiry {e.exp_ms} ms"
+            bad.append(Finding(text, ctx.flow_ops(e.nonce), [e.id]))
+    ok = f"All {len(decisions)} decisions happened before their state's expiry."
+    return verdict("no_execution_after_expiry", ok, bad, undecided)
+
+
+def check_replay_entries_expire(ctx: Context) -> Verdict:
+    """8. No replay entry outlives its state's exp_ms + grace_ms: none is left past it at
+    ``redis_end_ms``, none lacks a TTL, none has a TTL reaching past it (plus slack). The exp
+    comes from the history's state, else from a decision; a nonce neither knows is unknown."""
+    bad: list[Finding] = []
+    undecided: list[Finding] = []
+    for (tenant, nonce), ttl in sorted(ctx.replay_left.items()):
+        st = ctx.states.get(nonce)
+        exps = [e.exp_ms for e in ctx.decisions.get(nonce, []) if e.exp_ms is not None]
+        exp = st.exp_ms if st and st.exp_ms is not None else (exps[0] if exps else None)
+        if exp is None:
+            undecided.append(Finding(f"replay entry {tenant}/{nonce} of unknown nonce"))
+            continue
+        deadline = exp + ctx.grace_ms
+        if (
+            ttl < 0
+            or deadline < ctx.redis_end_ms
+            or ctx.redis_end_ms + ttl > deadline + REPLAY_TTL_SLACK_MS
+        ):
+            text = f"replay entry {tenant}/{nonce} (ttl {ttl} ms) outlives exp+grace {deadline} ms"
+            bad.append(Finding(text, ctx.flow_ops(nonce)))
+    ok = f"All {len(ctx.replay_left)} replay entries left expire with their state."
+    return verdict("replay_entries_expire", ok, bad, undecided)
+
+
+def _created_notes(ctx: Context) -> dict[tuple[str, str], tuple[str, list[int]]]:
+    """(tenant, note) -> (creation workspace, history indices) for history and journal creates."""
+    out: dict[tuple[str, str], tuple[str, list[int]]] = {}
+    for c in ctx.calls:
+        note = c.result.get("noteId") if c.invoke.f == "create" and c.outcome == "ok" else None
+        if isinstance(note, str):
+            out[(str(c.v.get("tenant", "")), note)] = (
+                str(c.v.get("workspace", "")),
+                list(c.indices),
+            )
+    for e in ctx.journal:
+        if e.op == "create":
+            out.setdefault((e.tenant, e.note), (e.ws, []))
+    return out
+
+
+def check_no_lost_note(ctx: Context) -> Verdict:
+    """9. Every note the run created (create ok in the history, or a journal create) and never
+    deleted in the journal still exists, in its last journal move's target workspace (else its
+    creation workspace); every note deleted in the journal is gone."""
+    last: dict[tuple[str, str], JournalEntry] = {}
+    for entry in ctx.journal:
+        if entry.op in ("create", "move", "delete"):
+            last[(entry.tenant, entry.note)] = entry
+    bad: list[Finding] = []
+    created = _created_notes(ctx)
+    for key, (ws, ops) in sorted(created.items()):
+        e = last.get(key)
+        want = None if e and e.op == "delete" else (e.to if e and e.op == "move" else ws)
+        have = ctx.final_notes.get(key)
+        if have != want:
+            text = f"note {key[1]} of {key[0]} should be {want or 'deleted'}, is {have or 'gone'}"
+            bad.append(Finding(text, ops, [e.id] if e else []))
+    ok = f"All {len(created)} notes created are where the journal says, or deleted."
+    return verdict("no_lost_note", ok, bad)
+
+
+def _invalid_state_error(r: Mapping[str, Any]) -> bool:
+    data = r.get("data")
+    reason = data.get("reason") if isinstance(data, dict) else None
+    return r.get("code") == INVALID_PARAMS and (
+        reason == INVALID_STATE_REASON or r.get("message") == INVALID_STATE_MESSAGE
+    )
+
+
+def check_before_expiry_honoured(ctx: Context, counts: dict[str, int]) -> Verdict:
+    """10. A before_expiry confirm meant to execute is never refused with the invalid-state
+    error when it was sent by the Redis-clock estimate at least ``margin_ms`` before its state's
+    exp_ms (``redis_send_ms + margin_ms <= exp_ms``). Without the estimate or the state: skipped."""
+    bad: list[Finding] = []
+    for c in (c for cs in ctx.confirms.values() for c in cs):
+        if c.invoke.kind != "before_expiry" or c.v.get("expect") != "execute":
+            continue
+        st = ctx.states.get(c.nonce)
+        sent, margin = _int_or_none(c.v.get("redis_send_ms")), _int_or_none(c.v.get("margin_ms"))
+        if st is None or st.exp_ms is None or sent is None or margin is None:
+            counts["before_expiry_skipped"] = counts.get("before_expiry_skipped", 0) + 1
+            continue
+        if sent + margin > st.exp_ms:  # sent too late by its own estimate: no claim either way
+            counts["before_expiry_late"] = counts.get("before_expiry_late", 0) + 1
+            continue
+        counts["before_expiry_checked"] = counts.get("before_expiry_checked", 0) + 1
+        if c.outcome == "fail" and _invalid_state_error(c.result):
+            text = f"confirm at {c.invoke.index} refused {st.exp_ms - sent} ms before expiry"
+            bad.append(Finding(text, [*st.ops, *c.indices]))
+    ok = "No confirm sent safely before its expiry was refused as expired."
+    return verdict("before_expiry_honoured", ok, bad)
+
+
+def _counts(ctx: Context) -> dict[str, int]:
+    confirms = [c for cs in ctx.confirms.values() for c in cs]
+    return {
+        "ops": sum(1 + (c.done is not None) for c in ctx.calls),
+        "states": len(ctx.states),
+        "confirms": len(confirms),
+        "executions": sum(is_execution(e) for e in ctx.journal),
+        "declines": sum(e.op == "decline" for e in ctx.journal),
+        "deletes": sum(e.op == "delete" for e in ctx.journal),
+        "replays": sum(c.outcome == "ok" and c.result.get("replay") is True for c in confirms),
+        "replay_entries_left": len(ctx.replay_left),
+    }
+
+
+def check(
+    history: Sequence[Op],
+    journal: Sequence[JournalEntry],
+    final_notes: Mapping[tuple[str, str], str],
+    replay_left: Mapping[tuple[str, str], int],
+    *,
+    redis_end_ms: int,
+    grace_ms: int,
+) -> CheckResult:
+    """Every invariant of one run. ``journal`` comes from ``store.journal.read_journal``,
+    ``final_notes`` and ``replay_left`` from the store after the run, ``redis_end_ms`` is the
+    Redis clock read after listing the replay entries, ``grace_ms`` the store's replay grace."""
+    ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
+    counts = _counts(ctx)
+    verdicts = (
+        check_no_double_delete(ctx),
+        check_no_double_execution(ctx),
+        check_executions_trace(ctx),
+        check_no_mutation_from_refused(ctx),
+        check_ok_deletes_match_journal(ctx),
+        check_info_resolved(ctx, counts),
+        check_no_execution_after_expiry(ctx),
+        check_replay_entries_expire(ctx),
+        check_no_lost_note(ctx),
+        check_before_expiry_honoured(ctx, counts),
+    )
+    return CheckResult(verdicts, counts)
