@@ -6,7 +6,7 @@ Layer: node, protocol core. No I/O of its own: tools reach the store through ``N
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -124,8 +124,12 @@ class Tool(Generic[A]):
 
     async def call(self, ctx: CallContext) -> dict[str, Any]:
         """Run the tool; business failures become ``isError`` results."""
+        return await self.guard(lambda: self.run(ctx, self.parse(ctx)))
+
+    async def guard(self, work: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Run ``work``, turning scope refusals and ToolFailure into ``isError`` results."""
         try:
-            return await self.run(ctx, self.parse(ctx))
+            return await work()
         except ScopeError as exc:
             return tool_error(str(exc))
         except ToolFailure as exc:

@@ -57,12 +57,11 @@ class DeleteTool(Tool[DeleteArgs]):
         # The capability check comes first and is a protocol error, not a tool failure.
         if not form_capable(ctx.capabilities):
             raise errors.missing_capability(FORM_CAPABILITY)
-        if ctx.request_state is not None:
-            # The state binds the arguments, and it was sealed only for arguments that validated:
-            # a retry whose arguments do not validate changed them, which is the fixed state
-            # error, not an argument error. So verify the state before parsing the arguments.
-            self.open(ctx, ctx.request_state)
-        return await super().call(ctx)
+        # The state binds the arguments, and it was sealed only for arguments that validated:
+        # a retry whose arguments do not validate changed them, which is the fixed state error,
+        # not an argument error. So the state is verified (once) before the arguments are parsed.
+        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
+        return await self.guard(lambda: self.answer(ctx, self.parse(ctx), payload))
 
     def open(self, ctx: CallContext, token: str) -> StatePayload:
         """Open the sealed state and check its bindings (the one fixed -32602 otherwise)."""
@@ -77,9 +76,15 @@ class DeleteTool(Tool[DeleteArgs]):
         )
 
     async def run(self, ctx: CallContext, args: DeleteArgs) -> dict[str, Any]:
-        if ctx.request_state is None:
+        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
+        return await self.answer(ctx, args, payload)
+
+    async def answer(
+        self, ctx: CallContext, args: DeleteArgs, payload: StatePayload | None
+    ) -> dict[str, Any]:
+        """Round 1 without a state; with a verified state, decide the answer (or re-ask)."""
+        if payload is None:
             return await self.ask(ctx, args, "Which note should be deleted?")
-        payload = self.open(ctx, ctx.request_state)
         responses = ctx.input_responses or {}
         if FORM_KEY not in responses:
             # Silence: re-ask with a fresh form rather than failing.
