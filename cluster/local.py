@@ -73,6 +73,7 @@ class LocalCluster:
     replay_grace_ms: int = REPLAY_GRACE_MS
     nodes: list[Node | None] = field(default_factory=list)
     _scopes: list[trio.CancelScope | None] = field(default_factory=list)
+    _requests: dict[int, set[trio.CancelScope]] = field(default_factory=dict)
     restarts: int = 0
 
     async def start_node(self, index: int) -> Node:
@@ -101,8 +102,22 @@ class LocalCluster:
         """Stop node ``index`` abruptly: its in-flight requests are cancelled."""
         scope = self._scopes[index]
         self.nodes[index] = None
+        # Requests run in their callers' tasks, not the node's: cancel them as a crash would.
+        for request in self._requests.pop(index, set()):
+            request.cancel()
         if scope is not None:
             scope.cancel()
+
+    def request_scope(self, index: int) -> trio.CancelScope:
+        """A cancel scope for one request to node ``index``, cancelled if the node stops before
+        the request ends; hand it back with ``request_done``."""
+        scope = trio.CancelScope()
+        self._requests.setdefault(index, set()).add(scope)
+        return scope
+
+    def request_done(self, index: int, scope: trio.CancelScope) -> None:
+        """Forget a request scope from ``request_scope``."""
+        self._requests.get(index, set()).discard(scope)
 
     async def restart_node(self, index: int) -> Node:
         """Stop then start node ``index`` (a crash and a fresh node in its place)."""
@@ -160,7 +175,19 @@ class InProcessTransport:
         meta = params.get("_meta") or {}
         version = str(meta.get("io.modelcontextprotocol/protocolVersion", ""))
         headers = request_headers(str(wire.get("method", "")), params, version)
-        reply = await node.handle(wire, RequestContext(principal=principal, headers=headers))
+        scope = self.cluster.request_scope(node_index)
+        try:
+            with scope:
+                reply = await node.handle(wire, RequestContext(principal=principal, headers=headers))
+        except Exception as exc:
+            # The node stopped and its pool closed before the cancellation reached the request.
+            if scope.cancel_called:
+                raise NodeDown(f"node-{node_index} stopped mid-request") from exc
+            raise
+        finally:
+            self.cluster.request_done(node_index, scope)
+        if scope.cancelled_caught:
+            raise NodeDown(f"node-{node_index} stopped mid-request")
         if reply.body is None:
             return reply
         return Reply(reply.status, json.loads(json.dumps(reply.body)))

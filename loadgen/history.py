@@ -109,3 +109,17 @@ def read_history(path: Path) -> list[Op]:
     """Load a ``history.jsonl`` file."""
     with path.open(encoding="utf-8") as fh:
         return [Op.from_json(line) for line in fh if line.strip()]
+
+
+def open_history(run_dir: Path | None) -> History:
+    """A history streaming to ``run_dir/history.jsonl`` (created), or kept in memory only."""
+    if run_dir is None:
+        return History()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return History(sink=(run_dir / "history.jsonl").open("w", encoding="utf-8"))
+
+
+def close_history(history: History) -> None:
+    """Flush and close the history's file, if it has one."""
+    if history.sink is not None:
+        history.sink.close()

@@ -21,7 +21,7 @@ import trio
 from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
 from cluster.local import InProcessTransport, open_local_cluster
 from loadgen.checker import CheckResult, check
-from loadgen.history import History
+from loadgen.history import History, close_history, open_history
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.workload import load_workspaces, with_load_scope
 from nodes.config import NodeConfig
@@ -109,7 +109,7 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
     )
 
 
-def _races(history: History) -> dict[str, int]:
+def races(history: History) -> dict[str, int]:
     """Flows of each race kind that got past round 1 (so their race was really exercised)."""
     asked = {op.flow for op in history.ops if op.f == "ask" and "nonce" in op.value}
     seen: dict[int, str] = {op.flow: op.kind for op in history.ops if op.flow in asked}
@@ -128,7 +128,7 @@ def _read_store(url: str, prefix: str, tenants: list[str]) -> tuple[Any, Any, An
         client.close()
 
 
-def _redis_offset_ms(url: str) -> int:
+def redis_offset_ms(url: str) -> int:
     client = redis.Redis.from_url(url)
     try:
         sec, usec = client.time()
@@ -155,11 +155,7 @@ async def simulate(
     config = simulation_config(options.state_ttl_s, settings.tenants)
     prefix = "nc" if options.redis_url is None else "ncsim" + secrets.token_hex(4)
     tenants = sorted(set(load_workspaces(settings.tenants).values()))
-    sink = None
-    if options.run_dir is not None:
-        options.run_dir.mkdir(parents=True, exist_ok=True)
-        sink = (options.run_dir / "history.jsonl").open("w", encoding="utf-8")
-    history = History(sink=sink)
+    history = open_history(options.run_dir)
     try:
         async with open_local_cluster(
             config,
@@ -169,7 +165,7 @@ async def simulate(
             replay_grace_ms=SIM_REPLAY_GRACE_MS,
         ) as cluster:
             url = cluster.redis_url
-            offset = await trio.to_thread.run_sync(_redis_offset_ms, url)
+            offset = await trio.to_thread.run_sync(redis_offset_ms, url)
             stats = await run_load(
                 InProcessTransport(cluster),
                 config.key_ring,
@@ -179,38 +175,36 @@ async def simulate(
                 redis_offset_ms=offset,
                 on_flow=on_flow,
             )
-            last_exp = max(
-                (
-                    int(op.value["exp_ms"])
-                    for op in history.ops
-                    if op.f == "ask" and "exp_ms" in op.value
-                ),
-                default=0,
-            )
-            wait_ms = last_exp + SIM_REPLAY_GRACE_MS - (int(time.time() * 1000) + offset)
-            await trio.sleep(max(0.0, wait_ms / 1000) + EXPIRY_SETTLE_S)
-            journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
-                _read_store, url, prefix, tenants
-            )
+            result = await check_run(history, url, prefix, tenants, offset, SIM_REPLAY_GRACE_MS)
             if options.redis_url is not None and not options.keep_keys:
                 await trio.to_thread.run_sync(_drop_keys, url, prefix)
     finally:
-        if sink is not None:
-            sink.close()
-    result = check(
-        history.ops, journal, final, replay, redis_end_ms=redis_end_ms, grace_ms=SIM_REPLAY_GRACE_MS
+        close_history(history)
+    store = "embedded" if options.redis_url is None else "redis"
+    return finish(
+        Simulation(result, stats, history, races(history), options.run_dir, options, store)
     )
-    sim = Simulation(
-        result,
-        stats,
-        history,
-        _races(history),
-        options.run_dir,
-        options,
-        "embedded" if options.redis_url is None else "redis",
+
+
+async def check_run(
+    history: History, url: str, prefix: str, tenants: list[str], offset_ms: int, grace_ms: int
+) -> CheckResult:
+    """Wait until every state of the run expired plus grace, read the store, check the history."""
+    last_exp = max(
+        (int(op.value["exp_ms"]) for op in history.ops if "exp_ms" in op.value), default=0
     )
-    if options.run_dir is not None:
-        (options.run_dir / "results.json").write_text(
+    wait_ms = last_exp + grace_ms - (int(time.time() * 1000) + offset_ms)
+    await trio.sleep(max(0.0, wait_ms / 1000) + EXPIRY_SETTLE_S)
+    journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
+        _read_store, url, prefix, tenants
+    )
+    return check(history.ops, journal, final, replay, redis_end_ms=redis_end_ms, grace_ms=grace_ms)
+
+
+def finish(sim: Simulation) -> Simulation:
+    """Write ``results.json`` into the run folder (if any) and return ``sim``."""
+    if sim.run_dir is not None:
+        (sim.run_dir / "results.json").write_text(
             json.dumps(sim.to_json(), indent=2) + "\n", encoding="utf-8"
         )
     return sim

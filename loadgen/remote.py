@@ -1,0 +1,91 @@
+"""``notes-cluster loadgen``: the race workload against remote HTTP nodes.
+
+Layer: loadgen. Drives nodes it did not start, over Streamable HTTP; reads the store (when given
+its URL) only after the run, to check invariants. It needs the cluster's key ring to learn each
+state's nonce and expiry for the history (a trusted harness), and a bearer token per principal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import httpx
+import trio
+
+from cluster.config import ClusterSettings
+from loadgen.checker import CheckResult, Verdict
+from loadgen.clients import HttpTransport
+from loadgen.history import close_history, open_history
+from loadgen.runner import FlowSample, RunSettings, run_load
+from loadgen.simulate import (
+    SimulateOptions,
+    Simulation,
+    check_run,
+    finish,
+    races,
+    redis_offset_ms,
+)
+from loadgen.workload import load_workspaces
+from store.notes import DEFAULT_PREFIX
+
+HTTP_POOL = 256
+"""Connections the load generator keeps open to the nodes (keep-alive)."""
+
+NOT_CHECKED = CheckResult(
+    (
+        Verdict(
+            "checked",
+            "unknown",
+            "No --redis given: the history was recorded but not checked against the store.",
+        ),
+    )
+)
+
+
+async def run_remote(
+    urls: Sequence[str],
+    settings: ClusterSettings,
+    tokens: Mapping[str, str],
+    run: RunSettings,
+    *,
+    redis_url: str | None = None,
+    prefix: str = DEFAULT_PREFIX,
+    run_dir: Path | None = None,
+    on_flow: Callable[[FlowSample], None] | None = None,
+) -> Simulation:
+    """Run the workload against ``urls`` and, given ``redis_url``, check the history."""
+    options = SimulateOptions(
+        nodes=len(urls),
+        redis_url=redis_url,
+        state_ttl_s=settings.node.state_ttl_ms / 1000,
+        settings=run,
+        run_dir=run_dir,
+    )
+    history = open_history(run_dir)
+    limits = httpx.Limits(max_connections=HTTP_POOL, max_keepalive_connections=HTTP_POOL)
+    try:
+        offset = (
+            0 if redis_url is None else await trio.to_thread.run_sync(redis_offset_ms, redis_url)
+        )
+        async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
+            transport = HttpTransport(urls, dict(tokens), client)
+            stats = await run_load(
+                transport,
+                settings.node.key_ring,
+                settings.node.server_name,
+                run,
+                history,
+                redis_offset_ms=offset,
+                on_flow=on_flow,
+            )
+        if redis_url is None:
+            result = NOT_CHECKED
+        else:
+            tenants = sorted(set(load_workspaces(run.tenants).values()))
+            result = await check_run(
+                history, redis_url, prefix, tenants, offset, settings.replay_grace_ms
+            )
+    finally:
+        close_history(history)
+    return finish(Simulation(result, stats, history, races(history), run_dir, options, "remote"))
