@@ -1,0 +1,148 @@
+"""The TOML configuration: a documented file loads; every mistake is a clear ConfigError."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from cluster.config import ConfigError, load_settings
+
+KEY_K1 = base64.b64encode(b"\x01" * 32).decode()
+KEY_K2 = base64.b64encode(b"\x02" * 32).decode()
+TOKEN = "a-test-token-that-is-not-a-secret"
+
+
+def write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "cluster.toml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def config_text(key_file: Path, extra: str = "") -> str:
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    return f"""
+server_name = "acme-notes"
+state_ttl_seconds = 120
+replay_grace_seconds = 30
+{extra}
+[state_keys]
+active = "k2"
+k1 = "env:NOTES_TEST_KEY_K1"
+k2 = "file:{key_file}"
+
+[workspaces]
+"file:///Users/alice/Documents/Notes" = "acme"
+"file:///Users/alice/Documents/Notes-evil" = "acme"
+
+[principals.alice]
+token_sha256 = ["{digest}"]
+grants = ["file:///Users/alice/Documents/Notes"]
+"""
+
+
+@pytest.fixture
+def key_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("NOTES_TEST_KEY_K1", KEY_K1)
+    path = tmp_path / "k2.key"
+    path.write_text(KEY_K2 + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_documented_config_loads_scope_tokens_keys_and_tunables(
+    tmp_path: Path, key_file: Path
+) -> None:
+    settings = load_settings(write(tmp_path, config_text(key_file)))
+    node = settings.node
+    assert node.server_name == "acme-notes"
+    assert node.state_ttl_ms == 120_000
+    assert settings.replay_grace_ms == 30_000
+    assert node.key_ring.active == "k2"
+    assert set(node.key_ring.keys) == {"k1", "k2"}
+    assert settings.tokens.authenticate(f"Bearer {TOKEN}") == "alice"
+    assert settings.tokens.authenticate("Bearer another-token") is None
+    ws = node.scope.authorize("alice", "file:///Users/alice/Documents/Notes")
+    assert ws.tenant == "acme"
+
+
+def test_a_state_sealed_under_the_old_key_still_opens_after_rotation(
+    tmp_path: Path, key_file: Path
+) -> None:
+    from dataclasses import replace
+
+    ring = load_settings(write(tmp_path, config_text(key_file))).node.key_ring
+    old = replace(ring, active="k1")
+    from nodes.sealing import StatePayload
+
+    payload = StatePayload(
+        principal="alice",
+        audience="acme-notes",
+        method="tools/call",
+        tool="notes_delete",
+        args_digest="0" * 64,
+        workspace="file:///x",
+        tenant="acme",
+        candidates=(),
+        phase="confirm",
+        nonce="n" * 22,
+        issued_ms=1,
+        exp_ms=2,
+    )
+    assert ring.open(old.seal(payload), audience="acme-notes") == payload
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        (
+            "state_ttl_seconds = 120",
+            "state_ttl_seconds = 120\nunknown_setting = 1",
+            "unknown_setting",
+        ),
+        ("state_ttl_seconds = 120", "state_ttl_seconds = -5", "state_ttl_seconds"),
+        ('server_name = "acme-notes"', "server_name = 7", "server_name"),
+    ],
+)
+def test_a_wrong_setting_is_named_in_the_error(
+    tmp_path: Path, key_file: Path, old: str, new: str, needle: str
+) -> None:
+    body = config_text(key_file).replace(old, new, 1)
+    with pytest.raises(ConfigError, match=needle):
+        load_settings(write(tmp_path, body))
+
+
+def test_a_missing_key_variable_is_refused_without_printing_any_key(
+    tmp_path: Path, key_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOTES_TEST_KEY_K1")
+    with pytest.raises(ConfigError, match="k1") as err:
+        load_settings(write(tmp_path, config_text(key_file)))
+    assert KEY_K2 not in str(err.value)
+
+
+def test_invalid_toml_missing_file_and_bad_token_hash_are_clear_errors(
+    tmp_path: Path, key_file: Path
+) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(write(tmp_path, "server_name = ["))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.toml")
+    bad = config_text(key_file).replace(hashlib.sha256(TOKEN.encode()).hexdigest(), "plain")
+    with pytest.raises(ConfigError, match="sha256"):
+        load_settings(write(tmp_path, bad))
+
+
+def test_a_grant_with_a_traversal_uri_is_refused(tmp_path: Path, key_file: Path) -> None:
+    bad = config_text(key_file).replace(
+        'grants = ["file:///Users/alice/Documents/Notes"]',
+        'grants = ["file:///Users/alice/Documents/Notes/%2e%2e"]',
+    )
+    with pytest.raises(ConfigError):
+        load_settings(write(tmp_path, bad))
+
+
+def test_the_active_key_must_be_named(tmp_path: Path, key_file: Path) -> None:
+    with pytest.raises(ConfigError, match="active"):
+        load_settings(write(tmp_path, config_text(key_file).replace('active = "k2"\n', "")))
