@@ -27,6 +27,13 @@ EXPIRY_MARGIN_MS = 400
 """How far before (or after) a state's expiry the ``before_expiry`` (``expired``) flows answer,
 by the load generator's estimate of the Redis clock. Generous against scheduling noise."""
 
+UNKNOWN_OUTCOME_RETRIES = 4
+"""How often a client retries an answer whose outcome it could not learn (node down, store
+unavailable), each time on another node. The replay store makes every retry safe."""
+
+RETRY_BACKOFF_S = 0.05
+"""Pause before such a retry, so a briefly unavailable store has a moment to recover."""
+
 RACE_KINDS: tuple[str, ...] = (
     "plain",
     "duplicate",
@@ -241,18 +248,27 @@ async def confirm(
         **(extra or {}),
     }
     target = c.pick_node() if node is None else node
-    return await c.op(
-        "confirm",
-        env.flow,
-        env.kind,
-        invoke,
-        target,
-        who,
-        request("tools/call", params),
-        timeout_s=timeout_s,
-        lose_response=lose,
-        annotate=lambda o: _state_facts(env, o),
-    )
+    # A deliberately lost or cut-short answer is retried by the flow itself; any other unknown
+    # outcome (node down, store unavailable) is retried here, on another node, as a client would.
+    retries = 0 if lose or timeout_s is not None else UNKNOWN_OUTCOME_RETRIES
+    while True:
+        out = await c.op(
+            "confirm",
+            env.flow,
+            env.kind,
+            invoke,
+            target,
+            who,
+            request("tools/call", params),
+            timeout_s=timeout_s,
+            lose_response=lose,
+            annotate=lambda o: _state_facts(env, o),
+        )
+        if out.type != "info" or retries == 0:
+            return out
+        retries -= 1
+        await trio.sleep(RETRY_BACKOFF_S)
+        target = c.pick_node(avoid=target)
 
 
 def _reasked(env: FlowEnv, out: Outcome, asked: Asked) -> Asked | None:
