@@ -1,14 +1,22 @@
 """Opening Redis clients for the nodes and checking the server is fit for a replay store.
 
-Layer: store. Knows coredis and Redis server settings; nothing of MCP.
+Layer: store. Knows coredis (the nodes, async) and redis-py (the tooling, sync) and Redis server
+settings; nothing of MCP. A ``redis://HOST:PORT`` URL that points at a Redis Cluster node
+(``INFO cluster`` says ``cluster_enabled:1``) is opened as a cluster, with no other flag.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import coredis
+import coredis.exceptions
+import redis
+import redis.cluster
+from coredis.connection import TCPLocation
 
 SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
 """Only ``noeviction`` is safe: replay entries carry a TTL, so even the ``volatile-*`` policies
@@ -18,38 +26,156 @@ STREAM_TIMEOUT_S = 5.0
 """A Redis reply slower than this is treated as an unknown outcome (see StoreUnavailable)."""
 
 
+StoreClient: TypeAlias = "coredis.Redis[str] | coredis.RedisCluster[str]"
+"""What the nodes talk to: one Redis, or a Redis Cluster."""
+
+SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+"""What the sync tooling (journal readers, load generator) talks to."""
+
+
 class UnsafeStore(RuntimeError):
     """The Redis server could lose replay entries; the node refuses to start on it."""
 
 
-def redis_client(url: str, *, max_connections: int = 64) -> coredis.Redis[str]:
-    """A coredis client for ``url`` (``redis://host:port/db``), decoding replies as text."""
+def redis_client(
+    url: str,
+    *,
+    max_connections: int = 64,
+    client_name: str | None = None,
+    stream_timeout_s: float = STREAM_TIMEOUT_S,
+) -> coredis.Redis[str]:
+    """A coredis client for ``url`` (``redis://host:port/db``), decoding replies as text.
+    ``client_name`` names its connections (``CLIENT LIST``), so a fault injector can find them."""
     return coredis.Redis.from_url(
         url,
         decode_responses=True,
-        stream_timeout=STREAM_TIMEOUT_S,
-        connect_timeout=STREAM_TIMEOUT_S,
+        stream_timeout=stream_timeout_s,
+        connect_timeout=stream_timeout_s,
         max_connections=max_connections,
+        client_name=client_name,
     )
 
 
-async def check_eviction_policy(client: coredis.Redis[str]) -> None:
-    """Raise UnsafeStore unless the server's ``maxmemory-policy`` can never evict a replay entry."""
+def _without_db(url: str) -> str:
+    """``url`` without its database path: a cluster node refuses SELECT, even to answer INFO."""
+    return urlsplit(url)._replace(path="").geturl()
+
+
+def _cluster_url(url: str) -> str:
+    """``url`` for a cluster client: a cluster has database 0 only, so any other is refused."""
+    if urlsplit(url).path.strip("/") not in ("", "0"):
+        raise ValueError(f"{url}: a Redis Cluster has database 0 only")
+    return _without_db(url)
+
+
+def cluster_client(
+    url: str,
+    *,
+    max_connections: int = 64,
+    client_name: str | None = None,
+    stream_timeout_s: float = STREAM_TIMEOUT_S,
+) -> coredis.RedisCluster[str]:
+    """A coredis cluster client bootstrapped from the node at ``url``, decoding replies as text."""
+    parts = urlsplit(_cluster_url(url))
+    return coredis.RedisCluster(
+        startup_nodes=[TCPLocation(parts.hostname or "localhost", parts.port or 6379)],
+        username=parts.username,
+        password=parts.password,
+        ssl=parts.scheme == "rediss",
+        decode_responses=True,
+        stream_timeout=stream_timeout_s,
+        connect_timeout=stream_timeout_s,
+        max_connections=max_connections,
+        client_name=client_name,
+    )
+
+
+def _cluster_enabled(info: dict[str, Any]) -> bool:
+    return str(info.get("cluster_enabled", "0")) == "1"
+
+
+async def is_cluster(url: str) -> bool:
+    """True when the server at ``url`` is a Redis Cluster node (``INFO cluster``). A server that
+    refuses INFO (the embedded store has no such command) is taken as a plain Redis."""
+    client = redis_client(_without_db(url), max_connections=1)
+    async with client:
+        try:
+            info: dict[str, Any] = dict(await client.info("cluster"))
+        except coredis.exceptions.ResponseError:
+            return False
+    return _cluster_enabled(info)
+
+
+async def _policy(client: coredis.Redis[str]) -> str:
     settings = await client.config_get(["maxmemory-policy"])
-    policy = str(settings.get("maxmemory-policy", ""))
-    if policy not in SAFE_EVICTION_POLICIES:
-        raise UnsafeStore(
-            f"Redis maxmemory-policy is {policy!r}: it could evict replay entries and let a "
-            "confirmation execute twice; set it to 'noeviction'"
-        )
+    return str(settings.get("maxmemory-policy", ""))
+
+
+async def eviction_problem(client: StoreClient) -> str | None:
+    """Why the store could evict a replay entry, or None when every server is ``noeviction``.
+    On a cluster every node of its slot map is asked, replicas too (a failover makes a replica a
+    master that keeps its own policy); Redis lists a replica there once it has synced."""
+    policies: dict[str, str] = {}
+    if isinstance(client, coredis.RedisCluster):
+        for node in client.all_nodes:
+            async with node:  # the answer leaves the block: an error inside would be grouped
+                policies[repr(node.connection_pool.location)] = await _policy(node)
+    else:
+        policies[repr(client.connection_pool.location)] = await _policy(client)
+    unsafe = {where: p for where, p in policies.items() if p not in SAFE_EVICTION_POLICIES}
+    if not unsafe:
+        return None
+    where, policy = sorted(unsafe.items())[0]
+    return (
+        f"Redis maxmemory-policy is {policy!r} on {where}: it could evict replay entries and "
+        "let a confirmation execute twice; set it to 'noeviction'"
+    )
+
+
+async def check_eviction_policy(client: StoreClient) -> None:
+    """Raise UnsafeStore unless no server of the store can ever evict a replay entry."""
+    problem = await eviction_problem(client)
+    if problem is not None:
+        raise UnsafeStore(problem)
 
 
 @asynccontextmanager
-async def open_redis(url: str, *, embedded: bool = False) -> AsyncIterator[coredis.Redis[str]]:
-    """Open a client, check the eviction policy (skipped for the embedded store, which never
-    evicts and has no CONFIG command), and close the client on exit."""
-    client = redis_client(url)
+async def open_redis(
+    url: str,
+    *,
+    embedded: bool = False,
+    client_name: str | None = None,
+    stream_timeout_s: float = STREAM_TIMEOUT_S,
+) -> AsyncIterator[StoreClient]:
+    """Open a client (a cluster client when ``url`` is a cluster node), check the eviction
+    policy (skipped for the embedded store, which never evicts and has no CONFIG command), and
+    close the client on exit. ``client_name`` and ``stream_timeout_s`` as for ``redis_client``."""
+    cluster = not embedded and await is_cluster(url)
+    opts: dict[str, Any] = {"client_name": client_name, "stream_timeout_s": stream_timeout_s}
+    client: StoreClient = cluster_client(url, **opts) if cluster else redis_client(url, **opts)
     async with client:
-        if not embedded:
-            await check_eviction_policy(client)
-        yield client
+        problem = None if embedded else await eviction_problem(client)
+        if problem is None:
+            yield client
+            return
+    # Raised once the client is closed: raised inside, coredis' task group would wrap it.
+    raise UnsafeStore(problem)
+
+
+def sync_client(url: str, *, decode_responses: bool = False, timeout_s: float = 10.0) -> SyncClient:
+    """A redis-py client for ``url``: ``redis.cluster.RedisCluster`` when the server is a Redis
+    Cluster node (``INFO cluster``), else ``redis.Redis``. A server that refuses INFO (the
+    embedded store) is taken as a plain Redis. Close it with ``close()``."""
+    timeouts: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    probe = redis.Redis.from_url(_without_db(url), **timeouts)
+    try:
+        info: dict[str, Any] = dict(probe.info("cluster"))
+    except redis.ResponseError:
+        info = {}
+    finally:
+        probe.close()
+    if _cluster_enabled(info):
+        return redis.cluster.RedisCluster.from_url(
+            _cluster_url(url), decode_responses=decode_responses, **timeouts
+        )
+    return redis.Redis.from_url(url, decode_responses=decode_responses, **timeouts)

@@ -1,7 +1,9 @@
 """Reading the mutation journal, the surviving notes and the replay store, for the checker.
 
 Layer: store. Synchronous redis-py, run once after a load run; knows the key layout and the journal
-fields the Lua scripts write, nothing of MCP, nodes, the cluster or the load generator.
+fields the Lua scripts write, nothing of MCP, nodes, the cluster or the load generator. Works on one
+Redis and on a Redis Cluster (``store.client.sync_client`` picks the client): SCAN runs per node, so
+on a cluster it targets the master owning a tenant's slot, or every master.
 
 Journal stream fields (``<prefix>:{t:<tenant>}:journal``), all optional but ``op`` and ``at``:
 ``op`` (create|update|move|delete|decline), ``note``, ``ws``, ``to``, ``title``, ``version``,
@@ -16,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.cluster
 
+from store.client import SyncClient
 from store.keys import TenantKeys
 
 XRANGE_CHUNK = 1000
@@ -83,7 +87,7 @@ def _after(entry_id: str) -> str:
     return f"{ms}-{int(seq or 0) + 1}"
 
 
-def _stream(client: redis.Redis, key: str) -> Iterator[tuple[Any, Mapping[Any, Any] | None]]:
+def _stream(client: SyncClient, key: str) -> Iterator[tuple[Any, Mapping[Any, Any] | None]]:
     start = "-"
     while True:
         chunk = client.xrange(key, min=start, max="+", count=XRANGE_CHUNK) or []
@@ -93,7 +97,7 @@ def _stream(client: redis.Redis, key: str) -> Iterator[tuple[Any, Mapping[Any, A
         start = _after(_text(chunk[-1][0]))
 
 
-def read_journal(client: redis.Redis, prefix: str, tenants: Iterable[str]) -> list[JournalEntry]:
+def read_journal(client: SyncClient, prefix: str, tenants: Iterable[str]) -> list[JournalEntry]:
     """Every journal entry of ``tenants``, ordered by (at_ms, stream id)."""
     entries = [
         _entry(tenant, entry_id, fields)
@@ -103,17 +107,49 @@ def read_journal(client: redis.Redis, prefix: str, tenants: Iterable[str]) -> li
     return sorted(entries, key=lambda e: e.sort_key)
 
 
-def _scan_ids(client: redis.Redis, base: str) -> list[tuple[str, str]]:
-    """(key, id) of every key starting with ``base`` (a glob-safe literal plus ``*``)."""
-    out = []
-    for key in client.scan_iter(match=f"{base}*", count=SCAN_COUNT):
-        k = _text(key)
-        out.append((k, k[len(base) :]))
+def scan_keys(client: SyncClient, match: str, slot_key: str | None = None) -> Iterator[str]:
+    """Every key matching the glob ``match``. On a cluster SCAN runs on each master, or only on
+    the master owning ``slot_key``'s slot when every match shares that key's hash tag."""
+    if not isinstance(client, redis.cluster.RedisCluster):
+        for key in client.scan_iter(match=match, count=SCAN_COUNT):
+            yield _text(key)
+        return
+    for node in _masters(client, slot_key):
+        for key in client.scan_iter(match=match, count=SCAN_COUNT, target_nodes=node):
+            yield _text(key)
+
+
+def keys_per_master(client: SyncClient, prefix: str) -> dict[str, int]:
+    """``"host:port" -> n``: how many keys under ``prefix`` each master holds (one entry for a
+    single Redis). Shows how tenants spread over a cluster's slots."""
+    if not isinstance(client, redis.cluster.RedisCluster):
+        kw = client.connection_pool.connection_kwargs
+        where = f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
+        return {where: sum(1 for _ in scan_keys(client, f"{prefix}:*"))}
+    out: dict[str, int] = {}
+    for node in sorted(_masters(client), key=lambda n: (n.host, n.port)):
+        keys = client.scan_iter(match=f"{prefix}:*", count=SCAN_COUNT, target_nodes=node)
+        out[f"{node.host}:{node.port}"] = sum(1 for _ in keys)
     return out
 
 
+def _masters(
+    client: redis.cluster.RedisCluster, slot_key: str | None = None
+) -> list[redis.cluster.ClusterNode]:
+    """A cluster's masters, or only the one owning ``slot_key``'s slot (redis-py leaves these
+    two methods untyped)."""
+    if slot_key is not None:
+        return [client.get_node_from_key(slot_key)]  # type: ignore[no-untyped-call]
+    return list(client.get_primaries())  # type: ignore[no-untyped-call]
+
+
+def _scan_ids(client: SyncClient, base: str) -> list[tuple[str, str]]:
+    """(key, id) of every key starting with ``base`` (a glob-safe literal plus ``*``)."""
+    return [(k, k[len(base) :]) for k in scan_keys(client, f"{base}*", slot_key=base)]
+
+
 def read_final_notes(
-    client: redis.Redis, prefix: str, tenants: Iterable[str]
+    client: SyncClient, prefix: str, tenants: Iterable[str]
 ) -> dict[tuple[str, str], str]:
     """(tenant, noteId) -> workspace of every note that still exists."""
     out: dict[tuple[str, str], str] = {}
@@ -129,7 +165,7 @@ def read_final_notes(
 
 
 def list_replay_entries(
-    client: redis.Redis, prefix: str, tenants: Iterable[str]
+    client: SyncClient, prefix: str, tenants: Iterable[str]
 ) -> dict[tuple[str, str], int]:
     """(tenant, nonce) -> remaining PTTL in ms of every replay entry still present (-1: no TTL)."""
     out: dict[tuple[str, str], int] = {}
@@ -144,7 +180,7 @@ def list_replay_entries(
     return out
 
 
-def redis_time_ms(client: redis.Redis) -> int:
+def redis_time_ms(client: SyncClient) -> int:
     """The Redis server clock (TIME) in ms: the clock ``at``, ``exp`` and TTLs are measured on."""
     seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) // 1000

@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis
 
-from store.client import redis_client
+from store.client import redis_client, sync_client
 from store.embedded import serve_embedded_redis
+from store.journal import scan_keys
 from store.notes import NoteStore
 
 REAL_REDIS_URL = os.environ.get("NOTES_CLUSTER_TEST_REDIS", "redis://127.0.0.1:6379/9")
@@ -58,8 +59,8 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     """A key prefix of this test's own; its keys are deleted afterwards."""
     prefix = "nct" + secrets.token_hex(5)
     yield prefix
-    sync = redis.Redis.from_url(redis_url)
-    keys = list(sync.scan_iter(match=f"{prefix}:*", count=1000))
+    sync = sync_client(redis_url)  # a cluster client on a cluster: SCAN every master
+    keys = list(scan_keys(sync, f"{prefix}:*"))
     if keys:
         sync.delete(*keys)
     sync.close()
