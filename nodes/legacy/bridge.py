@@ -1,0 +1,374 @@
+"""One legacy ``tools/call``, driven to its end over the POST's SSE stream.
+
+Layer: node, legacy adapter. The tools speak MRTR (``nodes.tools``): a round answers
+``input_required`` with input requests and a sealed ``requestState``. Here the node plays the
+MRTR client itself: each input request goes to the legacy client as a real JSON-RPC request
+(``elicitation/create``, ``roots/list``) on the stream; the answers come back through the
+session's inbox in the store, whichever node the client POSTed them to; then the tool runs its
+next round with them, exactly as a modern retry would. So a legacy deletion goes through the same
+sealed state, nonce and store script as a modern one, and keeps the exactly-once guarantee: the
+first answer to a request is used, later copies of it are dropped, and the script records the
+outcome under the nonce anyway.
+
+Roots. If the session declared ``roots``, every workspace a call names must lie inside the roots
+the client listed (read with ``roots/list`` when the session has none current). Roots only
+narrow: the tool still authorizes the principal as always. A ``notifications/roots/list_changed``
+(taken by any node) reaches every stream of the session through the inbox; each pending call
+re-reads the roots on its own stream and is refused if its workspace left them. The inbox keeps
+the client's order, so a change acknowledged before an answer was sent is handled first.
+
+URL mode. A URL-mode elicitation gets an ``elicitationId``. Once the client accepted it (the user
+agreed to open the URL), the tool offering a URL again under the same input key means "not
+completed yet": the node waits and asks the tool again with the same answer instead of asking the
+user, and on completion sends ``notifications/elicitation/complete`` before the result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from nodes import errors
+from nodes.legacy import wire
+from nodes.legacy.stream import EventStream
+from nodes.protocol import Node
+from nodes.tools.base import CallContext, NodeCounters, Tool
+from store.api import StoreUnavailable
+from store.sessions import SessionRecord, SessionStore, new_request_id
+
+log = logging.getLogger("nodes.legacy")
+
+
+@dataclass(frozen=True)
+class LegacyLimits:
+    """Tunables of legacy calls."""
+
+    answer_timeout_s: float | None = None
+    """How long a call waits for the client's answers; None: the node's state expiry, past which
+    a confirmation could not execute anyway."""
+    roots_timeout_s: float = 30.0
+    """How long a call waits for ``roots/list``: a client that does not list its roots gets its
+    call refused (fail closed), not a call that ignores them."""
+    keepalive_s: float = 15.0
+    """SSE comment interval: below common proxy idle timeouts; a failed write ends the call."""
+    inbox_block_ms: int = 1000
+    """Longest blocking read of the inbox: well below the Redis client's socket timeout, and it
+    bounds how long one wait holds a pooled connection."""
+    url_poll_s: float = 1.0
+    """How often a call asks the tool again while the user completes a URL-mode step."""
+    max_rounds: int = 10
+    """Most rounds of questions one call may put to the client (as the SDK's MRTR driver)."""
+    touch_every_s: float = 60.0
+    """How often a waiting call pushes back its session's idle expiry."""
+    request_grace_ms: int = 60_000
+    """How long after a call stopped waiting answers to its requests are still accepted (and
+    dropped): a late or duplicate answer gets 202, not an error."""
+
+
+class _Stop(Exception):
+    """The call ends before the tool completes."""
+
+
+class _Refused(_Stop):
+    """Nothing was changed; the client gets an ``isError`` result saying why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _TimedOut(_Refused):
+    def __init__(self) -> None:
+        super().__init__("No answer from the client in time; nothing was changed")
+
+
+class _SessionEnded(_Stop):
+    """The session was deleted (or expired) while the call waited."""
+
+
+class _Cancelled(_Stop):
+    """The client cancelled this request: no response is sent."""
+
+
+OUT_OF_ROOTS = "The workspace is outside the roots this client listed; nothing was changed"
+ROOTS_LEFT = "The client's roots changed and no longer include the workspace; nothing was changed"
+NO_ROOTS = "The client did not list its roots; nothing was changed"
+NO_ANSWER = "The client did not answer the request; nothing was changed"
+EXPIRED = "The request expired before it completed; nothing more was changed"
+TOO_MANY_ROUNDS = "Too many rounds of questions; nothing more was changed"
+
+
+def id_key(request_id: object) -> str:
+    """A request id as inbox text (``1`` and ``"1"`` stay different ids)."""
+    return json.dumps(request_id, separators=(",", ":"))
+
+
+@dataclass
+class _UrlStep:
+    elicitation_id: str
+    answer: dict[str, Any]
+
+
+class LegacyCall:
+    """One ``tools/call`` of one legacy session."""
+
+    def __init__(
+        self,
+        *,
+        node: Node,
+        sessions: SessionStore,
+        session: SessionRecord,
+        principal: str,
+        request_id: object,
+        tool: Tool[Any],
+        arguments: dict[str, Any],
+        stream: EventStream,
+        counters: NodeCounters,
+        limits: LegacyLimits,
+    ) -> None:
+        self.node = node
+        self.sessions = sessions
+        self.session = session
+        self.sid = session.session_id
+        self.principal = principal
+        self.request_id = request_id
+        self.tool = tool
+        self.arguments = arguments
+        self.stream = stream
+        self.counters = counters
+        self.limits = limits
+        self.targets = wire.workspace_targets(arguments)
+        self.guarded = isinstance(session.capabilities.get("roots"), dict) and bool(self.targets)
+        self.roots: tuple[str, ...] = ()
+        self.roots_seen = session.roots_epoch
+        self.roots_dirty = False
+        self.position = "0-0"
+        self.outstanding: dict[str, str] = {}
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.accepted_urls: dict[str, _UrlStep] = {}
+        self.deadline = 0.0
+        self.next_touch = 0.0
+
+    async def run(self) -> dict[str, Any] | None:
+        """The JSON-RPC response to send (None: the client cancelled; send none)."""
+        try:
+            return wire.response(self.request_id, await self._drive())
+        except _Cancelled:
+            return None
+        except _SessionEnded:
+            return wire.error_response(self.request_id, errors.invalid_request("Session ended"))
+        except _Refused as refused:
+            log.info("legacy call refused: %s (tool=%s)", refused.message, self.tool.name)
+            await self._cancel_outstanding(refused.message)
+            return wire.response(self.request_id, wire.tool_refusal(refused.message))
+        except errors.JsonRpcError as exc:
+            if exc.message == errors.INVALID_STATE_MESSAGE:
+                # The client never saw a requestState: say what happened instead.
+                return wire.response(self.request_id, wire.tool_refusal(EXPIRED))
+            return wire.error_response(self.request_id, exc)
+        except StoreUnavailable as exc:
+            log.warning("store unavailable during a legacy call: %s", exc)
+            return wire.error_response(self.request_id, errors.outcome_unknown())
+
+    async def _drive(self) -> dict[str, Any]:
+        now = trio.current_time()
+        timeout = self.limits.answer_timeout_s
+        if timeout is None:
+            timeout = self.node.config.state_ttl_ms / 1000
+        self.deadline = now + timeout
+        self.next_touch = now + self.limits.touch_every_s
+        # Read the inbox from here on: nothing this call waits for can be older.
+        self.position = await self.sessions.inbox_position(self.sid)
+        if self.guarded:
+            current = self.session.current_roots
+            if current is None:
+                await self._read_roots()
+            else:
+                self.roots = current
+            self._check_roots(OUT_OF_ROOTS)
+        state: str | None = None
+        responses: dict[str, Any] | None = None
+        rounds = 0
+        while True:
+            result = await self.tool.call(self._context(state, responses))
+            if result.get("resultType") != "input_required":
+                if not result.get("isError"):
+                    await self._urls_completed()
+                return wire.legacy_result(result)
+            raw_state = result.get("requestState")
+            state = raw_state if isinstance(raw_state, str) else None
+            asks = result.get("inputRequests")
+            responses, fresh = self._split(asks if isinstance(asks, dict) else {})
+            if fresh or not responses:  # a round of questions, or a state-only round
+                rounds += 1
+                if rounds > self.limits.max_rounds:
+                    raise _Refused(TOO_MANY_ROUNDS)
+            if fresh:
+                responses.update(await self._ask(fresh))
+            elif responses:
+                # Only URLs the user already agreed to open: wait for the page, then ask again.
+                await self._wait(self.limits.url_poll_s)
+            if self.roots_dirty:
+                await self._read_roots()
+                self._check_roots(ROOTS_LEFT)
+
+    def _context(self, state: str | None, responses: dict[str, Any] | None) -> CallContext:
+        return CallContext(
+            principal=self.principal,
+            capabilities=self.session.capabilities,
+            arguments=self.arguments,
+            input_responses=responses,
+            request_state=state,
+            config=self.node.config,
+            store=self.node.store,
+            counters=self.counters,
+        )
+
+    def _split(
+        self, asks: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, tuple[str, dict[str, Any]]]]:
+        """Answers we already hold (accepted URLs asked again) and requests for the client."""
+        held: dict[str, Any] = {}
+        fresh: dict[str, tuple[str, dict[str, Any]]] = {}
+        for key, ask in asks.items():
+            if not isinstance(ask, dict) or not isinstance(ask.get("method"), str):
+                raise errors.JsonRpcError(errors.INTERNAL_ERROR, "Internal error")
+            params = dict(ask.get("params") or {})
+            step = self.accepted_urls.get(key)
+            if step is not None and _url_of(ask["method"], params) is not None:
+                held[key] = step.answer
+            else:
+                fresh[key] = (ask["method"], params)
+        return held, fresh
+
+    async def _ask(self, fresh: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+        """Send each request on the stream and wait for all the answers (results only)."""
+        keys: dict[str, str] = {}
+        urls: dict[str, str] = {}
+        for key, (method, params) in fresh.items():
+            if _url_of(method, params) is not None:
+                params["elicitationId"] = urls[key] = secrets.token_urlsafe(16)
+            keys[await self._send_request(method, params, self.deadline)] = key
+        answers = await self._collect(set(keys))
+        out: dict[str, Any] = {}
+        for rid, body in answers.items():
+            result = body.get("result")
+            if not isinstance(result, dict):
+                raise _Refused(NO_ANSWER)
+            key = keys[rid]
+            out[key] = result
+            if key in urls and result.get("action") == "accept":
+                self.accepted_urls[key] = _UrlStep(urls[key], result)
+        return out
+
+    async def _send_request(self, method: str, params: dict[str, Any], deadline: float) -> str:
+        """Open a request in the store (so any node takes its answer), then send it."""
+        rid = new_request_id()
+        ttl_ms = int(max(0.0, deadline - trio.current_time()) * 1000)
+        if not await self.sessions.open_request(
+            self.sid, rid, ttl_ms + self.limits.request_grace_ms
+        ):
+            raise _SessionEnded
+        self.outstanding[rid] = method
+        await self.stream.event(wire.request(rid, method, params))
+        return rid
+
+    async def _collect(self, rids: set[str]) -> dict[str, dict[str, Any]]:
+        while True:
+            if self.roots_dirty:
+                await self._read_roots()
+                self._check_roots(ROOTS_LEFT)
+            if rids <= self.answers.keys():
+                return {rid: self.answers.pop(rid) for rid in rids}
+            await self._pump(self.deadline)
+
+    async def _read_roots(self) -> None:
+        """Ask the client for its roots on this stream and keep them in the session."""
+        self.roots_dirty = False
+        record = await self.sessions.load(self.sid)
+        if record is None:
+            raise _SessionEnded
+        epoch = max(record.roots_epoch, self.roots_seen)
+        self.roots_seen = epoch
+        limit = min(self.deadline, trio.current_time() + self.limits.roots_timeout_s)
+        rid = await self._send_request("roots/list", {}, limit)
+        while rid not in self.answers:
+            await self._pump(limit)
+        roots = wire.parse_roots(self.answers.pop(rid))
+        if roots is None:
+            raise _Refused(NO_ROOTS)
+        self.roots = roots
+        await self.sessions.set_roots(self.sid, roots, epoch)
+
+    def _check_roots(self, message: str) -> None:
+        if self.guarded and not wire.within_roots(self.targets, self.roots):
+            raise _Refused(message)
+
+    async def _pump(self, deadline: float) -> None:
+        """Read the inbox once (blocking up to ``inbox_block_ms``); _TimedOut at ``deadline``."""
+        now = trio.current_time()
+        if now >= deadline:
+            raise _TimedOut
+        if now >= self.next_touch:
+            self.next_touch = now + self.limits.touch_every_s
+            if await self.sessions.load(self.sid) is None:
+                raise _SessionEnded
+        block_ms = int(min(self.limits.inbox_block_ms, (deadline - now) * 1000))
+        self.position, entries = await self.sessions.read_inbox(
+            self.sid, self.position, max(1, block_ms)
+        )
+        for entry in entries:
+            if entry.kind == "answer":
+                if self.outstanding.pop(entry.request_id, None) is None:
+                    continue  # another call's request, or a copy of an answer already taken
+                try:
+                    body = json.loads(entry.body)
+                except ValueError:
+                    body = {}
+                self.answers[entry.request_id] = body if isinstance(body, dict) else {}
+            elif entry.kind == "roots_changed":
+                if entry.epoch > self.roots_seen:
+                    self.roots_seen = entry.epoch
+                    self.roots_dirty = self.guarded
+            elif entry.kind == "cancelled":
+                if entry.body == id_key(self.request_id):
+                    raise _Cancelled
+            elif entry.kind == "ended":
+                raise _SessionEnded
+
+    async def _wait(self, seconds: float) -> None:
+        """Let ``seconds`` pass while still reading the inbox (cancels, ends, roots changes)."""
+        until = trio.current_time() + seconds
+        if until >= self.deadline:
+            raise _TimedOut
+        try:
+            while True:
+                await self._pump(until)
+        except _TimedOut:
+            return
+
+    async def _urls_completed(self) -> None:
+        for step in self.accepted_urls.values():
+            params = {"elicitationId": step.elicitation_id}
+            await self.stream.event(wire.notification("notifications/elicitation/complete", params))
+
+    async def _cancel_outstanding(self, reason: str) -> None:
+        """Withdraw the requests the client still holds (their answers would be dropped)."""
+        pending, self.outstanding = self.outstanding, {}
+        if not self.stream.streaming:
+            return
+        for rid in pending:
+            params = {"requestId": rid, "reason": reason}
+            await self.stream.event(wire.notification("notifications/cancelled", params))
+
+
+def _url_of(method: str, params: dict[str, Any]) -> str | None:
+    if method != "elicitation/create" or params.get("mode") != "url":
+        return None
+    url = params.get("url")
+    return url if isinstance(url, str) else None

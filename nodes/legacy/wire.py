@@ -1,0 +1,170 @@
+"""The 2025-11-25 wire: which requests are legacy, and the shapes legacy clients expect.
+
+Layer: node, legacy adapter. Pure module: no I/O. It knows both eras' envelopes: the modern one
+only to recognise it (a request carrying the modern ``_meta`` version is never legacy, whatever
+its headers say) and to turn modern results into legacy ones.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from nodes import errors
+from nodes.scope import ScopeError, contains, normalize_uri
+
+LEGACY_VERSION = "2025-11-25"
+"""The one handshake-era version we negotiate; any other requested version is counter-offered."""
+
+HANDSHAKE_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", LEGACY_VERSION})
+"""``MCP-Protocol-Version`` values that mark a request as handshake-era."""
+
+MODERN_META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+MODERN_ONLY_KEYS = ("resultType", "ttlMs", "cacheScope")
+"""Result members 2025-11-25 does not have."""
+
+MODERN_ONLY_CODES = frozenset(
+    {errors.HEADER_MISMATCH, errors.MISSING_CAPABILITY, errors.UNSUPPORTED_VERSION}
+)
+"""-32020..-32022 are 2026-07-28 codes; a legacy client gets -32602 with the same data."""
+
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+
+WORKSPACE_ARGUMENT = "workspaceUri"
+"""Tool arguments named this (or ending in ``WorkspaceUri``) name a workspace the call touches."""
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def claims(http_method: str, headers: Mapping[str, str], message: object) -> bool:
+    """Whether a request belongs to the legacy adapter (the dual-era rule of the spec).
+
+    DELETE with a session id ends a session. A POST whose body carries the modern ``_meta``
+    version is modern whatever its headers; otherwise ``initialize``, or a handshake-era
+    ``MCP-Protocol-Version`` header, makes it legacy. Everything else stays modern, so the
+    modern path answers exactly as it did before the adapter existed.
+    """
+    if http_method == "DELETE":
+        return SESSION_HEADER in headers
+    if http_method != "POST" or not isinstance(message, dict):
+        return False
+    params = message.get("params")
+    if isinstance(params, dict):
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and MODERN_META_VERSION in meta:
+            return False
+    if message.get("method") == "initialize":
+        return True
+    return headers.get(VERSION_HEADER) in HANDSHAKE_VERSIONS
+
+
+def valid_id(value: object) -> bool:
+    """A JSON-RPC request id: a string or an integer (never null, never a boolean)."""
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """Compact ASCII JSON (a lone surrogate cannot break the UTF-8 encoding)."""
+    return _ENCODER.encode(message).encode("ascii")
+
+
+def sse_event(message: Mapping[str, Any]) -> bytes:
+    """One SSE ``message`` event carrying one JSON-RPC message, without an event id: our streams
+    are not resumable, so a client must not try ``Last-Event-ID``."""
+    return b"event: message\ndata: " + encode(message) + b"\n\n"
+
+
+SSE_KEEPALIVE = b": keepalive\n\n"
+"""An SSE comment: ignored by clients, keeps proxies from timing the stream out."""
+
+
+def response(request_id: object, result: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC success response."""
+    return {"jsonrpc": "2.0", "id": request_id, "result": dict(result)}
+
+
+def error_response(request_id: object, exc: errors.JsonRpcError) -> dict[str, Any]:
+    """A JSON-RPC error response, with modern-only codes translated."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": legacy_error(exc).to_dict()}
+
+
+def legacy_error(exc: errors.JsonRpcError) -> errors.JsonRpcError:
+    """The error a 2025-11-25 client understands: -32020..-32022 become -32602 (same data)."""
+    if exc.code in MODERN_ONLY_CODES:
+        return errors.JsonRpcError(errors.INVALID_PARAMS, exc.message, exc.data)
+    return exc
+
+
+def legacy_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A modern complete result without ``resultType``/``ttlMs``/``cacheScope`` or the modern
+    ``serverInfo`` stamp (legacy clients learn it once, from ``initialize``)."""
+    out = {k: v for k, v in result.items() if k not in MODERN_ONLY_KEYS}
+    meta = out.pop("_meta", None)
+    if isinstance(meta, dict):
+        kept = {k: v for k, v in meta.items() if k != META_SERVER_INFO}
+        if kept:
+            out["_meta"] = kept
+    return out
+
+
+def tool_refusal(message: str) -> dict[str, Any]:
+    """A legacy ``isError`` tool result for a call the adapter stopped (nothing was changed)."""
+    return {
+        "content": [{"type": "text", "text": message}],
+        "structuredContent": {"error": message},
+        "isError": True,
+    }
+
+
+def notification(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC notification."""
+    return {"jsonrpc": "2.0", "method": method, "params": dict(params)}
+
+
+def request(request_id: str, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A server-to-client JSON-RPC request."""
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
+
+
+def workspace_targets(arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    """The workspace URIs a tool call names (``workspaceUri``, ``targetWorkspaceUri``, ...)."""
+    return tuple(
+        value
+        for key, value in sorted(arguments.items())
+        if isinstance(value, str) and (key == WORKSPACE_ARGUMENT or key.endswith("WorkspaceUri"))
+    )
+
+
+def parse_roots(answer: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The canonical ``file:`` roots of a ``roots/list`` answer (a JSON-RPC response object).
+
+    None when the client answered with an error or something that is not a roots list. Roots
+    that are not well-formed ``file:`` URIs are dropped: they can only narrow, never widen, what
+    a call may touch.
+    """
+    result = answer.get("result")
+    if not isinstance(result, dict):
+        return None
+    roots = result.get("roots")
+    if not isinstance(roots, list):
+        return None
+    out: list[str] = []
+    for root in roots:
+        uri = root.get("uri") if isinstance(root, dict) else None
+        if not isinstance(uri, str):
+            return None
+        try:
+            canonical = normalize_uri(uri)
+        except ScopeError:
+            continue
+        if canonical not in out:
+            out.append(canonical)
+    return tuple(out)
+
+
+def within_roots(targets: tuple[str, ...], roots: tuple[str, ...]) -> bool:
+    """Whether every target lies in one of the roots (whole path components compared)."""
+    return all(any(contains(root, target) for root in roots) for target in targets)

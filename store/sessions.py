@@ -1,0 +1,379 @@
+"""Legacy (2025-11-25) sessions in Redis: the session record, its inbox, its open requests.
+
+Layer: store. Knows Redis (coredis, on trio) and this key layout; treats MCP payloads as opaque
+JSON text. A session belongs to a principal, not to a tenant, so its keys share a tenant-free hash
+tag of their own, ``{s:<sessionId>}``: every script below touches one Redis Cluster slot.
+
+    <prefix>:{s:<sid>}:session    hash    principal version capabilities client roots
+                                          roots_epoch roots_read_epoch created_ms initialized
+    <prefix>:{s:<sid>}:inbox      stream  what any node hands the node holding a stream: client
+                                          answers, roots changes, cancellations, the session's end
+    <prefix>:{s:<sid>}:req:<rid>  string  a server-to-client request open for its answer
+                                          ("open", then "answered"; expires after the wait)
+
+Any node appends to a session's inbox; the node holding the SSE stream of a pending call reads it
+with a blocking XREAD. The stream orders what the client sent, whichever node took it: a roots
+change the client saw acknowledged before it answered is read before the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import coredis
+import coredis.exceptions
+
+from store.api import StoreUnavailable
+
+SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+"""Session ids we mint are 32 url-safe characters; anything else names no session (and could not
+break the hash tag: no ``{`` or ``}``)."""
+
+REQUEST_ID_PATTERN = re.compile(r"nc-[A-Za-z0-9_-]{16,64}")
+"""Ids of the requests a node sends a client: random, so any node mints them uncoordinated."""
+
+SESSION_IDLE_TTL_MS = 3_600_000
+"""A session nobody used for an hour is forgotten (the client then gets 404 and re-initializes);
+every request, and every open stream while it waits, pushes the expiry back."""
+
+ENDED_INBOX_TTL_MS = 60_000
+"""An ended session's inbox lingers a minute so that the nodes holding its streams read the end."""
+
+INBOX_MAXLEN = 1_000
+"""Approximate cap of one session's inbox: its readers only ever need the newest entries."""
+
+InboxKind = Literal["answer", "roots_changed", "cancelled", "ended"]
+DeliverStatus = Literal["ok", "duplicate", "unknown", "no-session"]
+
+_CREATE = """
+redis.call('HSET', KEYS[1], 'principal', ARGV[1], 'version', ARGV[2], 'capabilities', ARGV[3],
+  'client', ARGV[4], 'roots', '', 'roots_epoch', 0, 'roots_read_epoch', -1,
+  'created_ms', ARGV[6], 'initialized', 0)
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+_LOAD = """
+local v = redis.call('HGETALL', KEYS[1])
+if #v == 0 then return v end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return v
+"""
+
+_SET_FIELDS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+_DELIVER = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'no-session' end
+local state = redis.call('GET', KEYS[2])
+if not state then return 'unknown' end
+if state == 'answered' then return 'duplicate' end
+redis.call('SET', KEYS[2], 'answered', 'KEEPTTL')
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'kind', 'answer', 'rid', ARGV[1],
+  'body', ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+return 'ok'
+"""
+
+_EVENT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local epoch = 0
+if ARGV[1] == 'roots_changed' then
+  epoch = redis.call('HINCRBY', KEYS[1], 'roots_epoch', 1)
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'kind', ARGV[1], 'body', ARGV[2],
+  'epoch', epoch)
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return epoch
+"""
+
+_END = """
+local existed = redis.call('DEL', KEYS[1])
+if existed == 0 then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'ended', 'body', '',
+  'epoch', 0)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+_OPEN_REQUEST = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """The keys of one session under one prefix."""
+
+    prefix: str
+    session_id: str
+
+    def __post_init__(self) -> None:
+        if not SESSION_ID_PATTERN.fullmatch(self.session_id):
+            raise ValueError("invalid session id")
+        if not self.prefix or any(c in self.prefix for c in "{}: "):
+            raise ValueError(f"invalid key prefix {self.prefix!r}")
+
+    @property
+    def base(self) -> str:
+        """The common start of every key of this session, hash tag included."""
+        return f"{self.prefix}:{{s:{self.session_id}}}"
+
+    @property
+    def session(self) -> str:
+        """The session record."""
+        return f"{self.base}:session"
+
+    @property
+    def inbox(self) -> str:
+        """The stream every node appends to and the stream holders read."""
+        return f"{self.base}:inbox"
+
+    def request(self, request_id: str) -> str:
+        """The marker of one open server-to-client request."""
+        return f"{self.base}:req:{request_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One session as stored. ``roots`` is what the client last listed, valid only while
+    ``roots_read_epoch`` equals ``roots_epoch`` (every ``list_changed`` bumps the epoch)."""
+
+    session_id: str
+    principal: str
+    version: str
+    capabilities: dict[str, Any]
+    client_info: dict[str, Any]
+    roots: tuple[str, ...]
+    roots_epoch: int
+    roots_read_epoch: int
+    created_ms: int
+    initialized: bool
+
+    @property
+    def current_roots(self) -> tuple[str, ...] | None:
+        """The listed roots if no change was announced since they were read, else None."""
+        return self.roots if self.roots_read_epoch == self.roots_epoch else None
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One entry of a session's inbox. ``request_id`` and ``body`` (JSON text) are set for an
+    answer; ``body`` carries the cancelled request's id for a cancellation; ``epoch`` is the new
+    roots epoch for a roots change."""
+
+    entry_id: str
+    kind: InboxKind
+    request_id: str
+    body: str
+    epoch: int
+
+
+def new_session_id() -> str:
+    """A fresh, unguessable session id (192 bits, url-safe)."""
+    return secrets.token_urlsafe(24)
+
+
+def new_request_id() -> str:
+    """A fresh id for a server-to-client request (visible in the client's answer)."""
+    return "nc-" + secrets.token_urlsafe(16)
+
+
+def _record(session_id: str, flat: list[Any]) -> SessionRecord:
+    f = {str(flat[i]): str(flat[i + 1]) for i in range(0, len(flat), 2)}
+    roots = tuple(json.loads(f["roots"])) if f.get("roots") else ()
+    return SessionRecord(
+        session_id=session_id,
+        principal=f.get("principal", ""),
+        version=f.get("version", ""),
+        capabilities=json.loads(f.get("capabilities") or "{}"),
+        client_info=json.loads(f.get("client") or "{}"),
+        roots=roots,
+        roots_epoch=int(f.get("roots_epoch", 0)),
+        roots_read_epoch=int(f.get("roots_read_epoch", -1)),
+        created_ms=int(f.get("created_ms", 0)),
+        initialized=f.get("initialized") == "1",
+    )
+
+
+_KINDS: frozenset[str] = frozenset({"answer", "roots_changed", "cancelled", "ended"})
+
+
+def _entry(identifier: str, fields: dict[str, str]) -> InboxEntry | None:
+    kind = fields.get("kind", "")
+    if kind not in _KINDS:
+        return None
+    return InboxEntry(
+        entry_id=identifier,
+        kind=kind,  # type: ignore[arg-type]
+        request_id=fields.get("rid", ""),
+        body=fields.get("body", ""),
+        epoch=int(fields.get("epoch", 0) or 0),
+    )
+
+
+class SessionStore:
+    """Legacy sessions of every principal under one key prefix (the note store's prefix)."""
+
+    def __init__(
+        self,
+        client: coredis.Redis[str] | coredis.RedisCluster[str],
+        *,
+        prefix: str,
+        idle_ttl_ms: int = SESSION_IDLE_TTL_MS,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.idle_ttl_ms = idle_ttl_ms
+        self._scripts = {
+            name: client.register_script(code)
+            for name, code in (
+                ("create", _CREATE),
+                ("load", _LOAD),
+                ("set_fields", _SET_FIELDS),
+                ("deliver", _DELIVER),
+                ("event", _EVENT),
+                ("end", _END),
+                ("open_request", _OPEN_REQUEST),
+            )
+        }
+
+    def keys(self, session_id: str) -> SessionKeys:
+        """The keys of one session (ValueError for an id we could not have minted)."""
+        return SessionKeys(self.prefix, session_id)
+
+    async def _run(self, name: str, keys: list[str], args: list[str | int]) -> Any:
+        try:
+            return await self._scripts[name](keys=keys, args=args)
+        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"session {name}: {type(exc).__name__}: {exc}") from exc
+
+    async def create(
+        self,
+        principal: str,
+        version: str,
+        capabilities: dict[str, Any],
+        client_info: dict[str, Any],
+        now_ms: int,
+    ) -> str:
+        """Store a new session bound to ``principal``; return its id."""
+        session_id = new_session_id()
+        k = self.keys(session_id)
+        await self._run(
+            "create",
+            [k.session],
+            [
+                principal,
+                version,
+                json.dumps(capabilities, separators=(",", ":")),
+                json.dumps(client_info, separators=(",", ":")),
+                self.idle_ttl_ms,
+                now_ms,
+            ],
+        )
+        return session_id
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        """The session (its expiry pushed back), or None if it never existed, ended or expired."""
+        if not SESSION_ID_PATTERN.fullmatch(session_id):
+            return None
+        k = self.keys(session_id)
+        flat = await self._run("load", [k.session, k.inbox], [self.idle_ttl_ms])
+        if not flat:
+            return None
+        return _record(session_id, list(flat))
+
+    async def mark_initialized(self, session_id: str) -> bool:
+        """Record ``notifications/initialized``; False if the session is gone."""
+        k = self.keys(session_id)
+        return bool(await self._run("set_fields", [k.session], ["initialized", 1]))
+
+    async def set_roots(self, session_id: str, roots: tuple[str, ...], epoch: int) -> bool:
+        """Keep the roots the client listed after roots epoch ``epoch`` was announced."""
+        k = self.keys(session_id)
+        fields: list[str | int] = ["roots", json.dumps(list(roots)), "roots_read_epoch", epoch]
+        return bool(await self._run("set_fields", [k.session], fields))
+
+    async def end(self, session_id: str) -> bool:
+        """Delete the session and tell its stream holders; False if there was none."""
+        k = self.keys(session_id)
+        ended = await self._run("end", [k.session, k.inbox], [INBOX_MAXLEN, ENDED_INBOX_TTL_MS])
+        return bool(ended)
+
+    async def open_request(self, session_id: str, request_id: str, ttl_ms: int) -> bool:
+        """Accept answers to ``request_id`` for ``ttl_ms``; False if the session is gone."""
+        k = self.keys(session_id)
+        opened = await self._run(
+            "open_request", [k.session, k.request(request_id)], ["open", max(1, ttl_ms)]
+        )
+        return bool(opened)
+
+    async def deliver(self, session_id: str, request_id: str, body: str) -> DeliverStatus:
+        """Append the client's answer to ``request_id`` (JSON text) to the session's inbox: the
+        first answer only (``duplicate`` for later ones, which are dropped: the first is the
+        one that counts, and the inbox cannot be flooded with copies)."""
+        k = self.keys(session_id)
+        status = await self._run(
+            "deliver",
+            [k.session, k.request(request_id), k.inbox],
+            [request_id, body, INBOX_MAXLEN, self.idle_ttl_ms],
+        )
+        st = str(status)
+        if st not in get_args(DeliverStatus):  # pragma: no cover - the script's only words
+            raise StoreUnavailable(f"session deliver: unexpected status {st!r}")
+        return st  # type: ignore[return-value]
+
+    async def announce(
+        self, session_id: str, kind: Literal["roots_changed", "cancelled"], body: str = ""
+    ) -> int | None:
+        """Append an event; a roots change also bumps the roots epoch, which is returned.
+        None if the session is gone."""
+        k = self.keys(session_id)
+        epoch = int(
+            await self._run(
+                "event",
+                [k.session, k.inbox],
+                [kind, body, INBOX_MAXLEN, self.idle_ttl_ms],
+            )
+        )
+        return None if epoch < 0 else epoch
+
+    async def inbox_position(self, session_id: str) -> str:
+        """The id of the newest inbox entry ("0-0" if none): read after it to miss nothing new."""
+        k = self.keys(session_id)
+        try:
+            newest = await self.client.xrevrange(k.inbox, count=1)
+        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"session inbox: {exc}") from exc
+        return str(newest[0].identifier) if newest else "0-0"
+
+    async def read_inbox(
+        self, session_id: str, after: str, block_ms: int, count: int = 100
+    ) -> tuple[str, list[InboxEntry]]:
+        """Entries after ``after``, waiting up to ``block_ms`` for one, and the position to read
+        after next time (``after`` itself when nothing came)."""
+        k = self.keys(session_id)
+        try:
+            reply = await self.client.xread({k.inbox: after}, count=count, block=max(1, block_ms))
+        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"session inbox: {exc}") from exc
+        out: list[InboxEntry] = []
+        position = after
+        for entries in (reply or {}).values():
+            for e in entries:
+                position = str(e.identifier)
+                fields = {str(a): str(b) for a, b in e.field_values.items()}
+                entry = _entry(position, fields)
+                if entry is not None:
+                    out.append(entry)
+        return position, out
