@@ -6,7 +6,7 @@ Layer: node. Pure data: loading from files lives in ``cluster.config``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from nodes.scope import Scope
@@ -45,3 +45,9 @@ class NodeConfig:
         "Notes live in workspaces named by file URIs; pass workspaceUri on every call. "
         "notes_delete asks you to pick and confirm the note."
     )
+    archives: Mapping[str, str] = field(default_factory=dict)
+    """Workspace URI -> its archive workspace URI (``notes_archive``); both must be configured
+    workspaces of one tenant, and the caller must be authorized for both at call time."""
+    public_url: str | None = None
+    """Base URL (``http://host:port``) at which this node serves its setup pages, for the links
+    of ``notes_setup``; set from the bound address when the node serves HTTP."""

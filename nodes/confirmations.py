@@ -1,10 +1,12 @@
 """The confirmation lifecycle, in one place, as a table; and the steps every confirming tool shares.
 
 Layer: node, protocol core. No I/O of its own; the store decides atomically (``confirm.lua``) and
-this module maps each of its decisions onto the one legal transition of the table.
+this module maps each of its decisions onto the one legal transition of the table. Every
+confirming tool (``notes_delete``, ``notes_archive``: see ``nodes.tools.confirming``) follows it;
+the table says "deleted" for the tool's own word ("archived").
 
     state      event                 next       what the client gets
-    shown      accept (executes)     executed   complete {deleted/moved: true}
+    shown      accept (executes)     executed   complete {deleted: true}
     shown      decline / confirm=no  declined   complete {deleted: false}   (terminal, recorded)
     shown      cancel                shown      complete {deleted: false}   (nothing written)
     shown      note changed          shown      input_required again, with fresh candidates
@@ -150,6 +152,7 @@ def open_state(
     tool: str,
     arguments: Mapping[str, Any],
     node_now_ms: int,
+    phase: str = "confirm",
 ) -> StatePayload:
     """Open and verify a sealed state; any failure is the one fixed -32602, reason logged."""
     try:
@@ -161,7 +164,7 @@ def open_state(
             tool=tool,
             args_digest=args_digest(dict(arguments)),
         )
-        if payload.phase != "confirm":
+        if payload.phase != phase:
             raise StateRejected("unexpected phase")
         if node_now_ms >= payload.exp_ms + NODE_CLOCK_MARGIN_MS:
             raise StateRejected("expired long ago by the node clock")
@@ -189,6 +192,38 @@ def seal_candidates(
     extra: dict[str, str] | None = None,
 ) -> tuple[str, StatePayload]:
     """Seal a fresh confirmation state; its expiry is on the Redis clock read with the notes."""
+    return seal_state(
+        ring,
+        audience=audience,
+        principal=principal,
+        tool=tool,
+        arguments=arguments,
+        workspace=workspace,
+        tenant=tenant,
+        candidates=tuple(Candidate(note_id=n.note_id, version=n.version) for n in notes),
+        phase="confirm",
+        redis_now_ms=redis_now_ms,
+        ttl_ms=ttl_ms,
+        extra=extra,
+    )
+
+
+def seal_state(
+    ring: KeyRing,
+    *,
+    audience: str,
+    principal: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    workspace: str,
+    tenant: str,
+    candidates: tuple[Candidate, ...],
+    phase: str,
+    redis_now_ms: int,
+    ttl_ms: int,
+    extra: dict[str, str] | None = None,
+) -> tuple[str, StatePayload]:
+    """Seal a ``tools/call`` state of any phase, with a fresh nonce."""
     payload = StatePayload(
         principal=principal,
         audience=audience,
@@ -197,8 +232,8 @@ def seal_candidates(
         args_digest=args_digest(dict(arguments)),
         workspace=workspace,
         tenant=tenant,
-        candidates=tuple(Candidate(note_id=n.note_id, version=n.version) for n in notes),
-        phase="confirm",
+        candidates=candidates,
+        phase=phase,
         nonce=new_nonce(),
         issued_ms=redis_now_ms,
         exp_ms=redis_now_ms + ttl_ms,

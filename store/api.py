@@ -82,6 +82,19 @@ class WriteOutcome:
     redis_now_ms: int
 
 
+SetupStatus = Literal["completed", "used", "expired"]
+
+
+@dataclass(frozen=True, slots=True)
+class SetupOutcome:
+    """What the store decided about completing one setup link: ``principal`` is who completed
+    it (now for ``completed``, earlier for ``used``; empty for ``expired``)."""
+
+    status: SetupStatus
+    principal: str
+    redis_now_ms: int
+
+
 class StoreUnavailable(Exception):
     """A store call failed in a way that leaves its outcome unknown (timeout, dropped connection).
     The caller must not claim that nothing happened."""
@@ -126,4 +139,15 @@ class NoteStoreAPI(Protocol):
 
     async def confirm(self, confirmation: Confirmation) -> ConfirmOutcome:
         """The one atomic step that decides a confirmation (see scripts/confirm.lua)."""
+        ...
+
+    async def complete_setup(
+        self, tenant: str, nonce: str, principal: str, exp_ms: int
+    ) -> SetupOutcome:
+        """Record that ``principal`` completed setup link ``nonce``, once, before ``exp_ms``
+        (Redis clock; see scripts/setup.lua)."""
+        ...
+
+    async def setup_completed_by(self, tenant: str, nonce: str) -> str | None:
+        """Who completed setup link ``nonce`` (None: nobody yet, or the record expired)."""
         ...

@@ -10,6 +10,7 @@ script and pipeline touches exactly one slot and a cluster spreads tenants over 
     <prefix>:{t:<tenant>}:title:<sha>      set     ids of one (workspace, title): the title index
     <prefix>:{t:<tenant>}:replay:<nonce>   hash    answer digest and recorded outcome of one state
     <prefix>:{t:<tenant>}:journal          stream  every mutation, for the checker
+    <prefix>:{t:<tenant>}:setup:<nonce>    string  who completed one setup link (expires)
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ class TenantKeys:
     def replay(self, nonce: str) -> str:
         """The replay entry of one confirmation (keyed by the sealed state's nonce)."""
         return f"{self.base}:replay:{nonce}"
+
+    def setup(self, nonce: str) -> str:
+        """The completion record of one ``notes_setup`` link (keyed by the link's nonce)."""
+        return f"{self.base}:setup:{nonce}"
 
     @property
     def journal(self) -> str:

@@ -20,6 +20,8 @@ from store.api import (
     ConfirmOutcome,
     ConfirmStatus,
     Note,
+    SetupOutcome,
+    SetupStatus,
     Snapshot,
     StoreUnavailable,
     WriteOutcome,
@@ -40,7 +42,44 @@ READ_LIMIT = 1000
 _TIME_SCRIPT = "local t = redis.call('TIME') return {t[1], t[2]}"
 """The Redis server clock, read raw: seconds and microseconds, as the other scripts read it."""
 
+WAIT_TIMEOUT_MS = 500
+"""With ``wait_replicas``: how long a write waits (``WAIT``) for its replicas before the node
+gives up and answers "outcome unknown". Replication on a healthy link takes well under a
+millisecond; half a second rides out a hiccup without holding clients for long."""
+
+WRITE_SCRIPTS = frozenset({"create", "update", "move", "confirm", "setup"})
+"""The scripts that change data, so the ones ``wait_replicas`` holds until replicated."""
+
+_UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (
+    coredis.exceptions.ConnectionError,
+    coredis.exceptions.ReplicationError,
+    coredis.exceptions.ClusterError,
+    coredis.exceptions.ClusterDownError,
+    coredis.exceptions.ClusterRoutingError,
+    coredis.exceptions.TryAgainError,
+    coredis.exceptions.AskError,
+    coredis.exceptions.ReadOnlyError,
+    TimeoutError,
+    OSError,
+)
+"""Errors after which a call may or may not have taken effect: a dropped connection or a
+timeout (the script may have run), too few replicas acknowledged (it ran, but may be lost),
+a cluster between masters (failover). The node must answer "outcome unknown", never "no"."""
+
+_UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN")
+"""Error replies of a server that is starting, busy or failing over: transient, like the above."""
+
 _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
+_SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """True when ``exc`` leaves a store call's outcome unknown (see ``_UNKNOWN_OUTCOME``)."""
+    if isinstance(exc, _UNKNOWN_OUTCOME):
+        return True
+    return isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith(
+        _UNKNOWN_REPLY_PREFIXES
+    )
 
 
 def _script(name: str) -> str:
@@ -78,17 +117,24 @@ class NoteStore:
         prefix: str = DEFAULT_PREFIX,
         replay_grace_ms: int = REPLAY_GRACE_MS,
         journal_maxlen: int = JOURNAL_MAXLEN,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = WAIT_TIMEOUT_MS,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.replay_grace_ms = replay_grace_ms
         self.journal_maxlen = journal_maxlen
+        self.wait_replicas = wait_replicas
+        """Replicas that must acknowledge every write (``WAIT``, on the write's own connection)
+        before it counts as done; fewer within ``wait_timeout_ms`` is StoreUnavailable (the
+        write ran on the master but may be lost in a failover). 0: asynchronous replication."""
+        self.wait_timeout_ms = wait_timeout_ms
         self._stats = StoreStatistics()
         # coredis' Script sends EVALSHA and loads the script on NOSCRIPT, so a restarted or
         # failed-over Redis that forgot its script cache is handled transparently.
         self._scripts = {
             name: client.register_script(_script(name))
-            for name in ("create", "update", "move", "read_notes", "confirm")
+            for name in ("create", "update", "move", "read_notes", "confirm", "setup")
         }
         self._time = client.register_script(_TIME_SCRIPT)
 
@@ -104,8 +150,16 @@ class NoteStore:
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         self._stats.calls[name] = self._stats.calls.get(name, 0) + 1
         try:
-            reply: Any = await self._scripts[name](keys=keys, args=args)
-        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
+            if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
+                # coredis sends WAIT on the script's own connection right after its reply and
+                # raises ReplicationError when fewer replicas acknowledged.
+                with self.client.ensure_replication(self.wait_replicas, self.wait_timeout_ms):
+                    reply: Any = await self._scripts[name](keys=keys, args=args)
+            else:
+                reply = await self._scripts[name](keys=keys, args=args)
+        except Exception as exc:
+            if not outcome_unknown(exc):
+                raise
             self._stats.unavailable += 1
             raise StoreUnavailable(f"{name}: {type(exc).__name__}: {exc}") from exc
         return list(reply)
@@ -114,7 +168,9 @@ class NoteStore:
         """The Redis server clock (TIME), in milliseconds since the epoch."""
         try:
             reply: Any = await self._time(keys=[], args=[])
-        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
+        except Exception as exc:
+            if not outcome_unknown(exc):
+                raise
             self._stats.unavailable += 1
             raise StoreUnavailable(f"time: {exc}") from exc
         # Not client.time(): coredis' TIME callback divides the microseconds by 1000, so its
@@ -147,10 +203,16 @@ class NoteStore:
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
         """One note by id, or None."""
-        fields = await self.client.hmget(
-            self.keys(tenant).note(note_id),
-            ["id", "title", "workspace", "version", "created_ms", "updated_ms", "body"],
-        )
+        try:
+            fields = await self.client.hmget(
+                self.keys(tenant).note(note_id),
+                ["id", "title", "workspace", "version", "created_ms", "updated_ms", "body"],
+            )
+        except Exception as exc:
+            if not outcome_unknown(exc):
+                raise
+            self._stats.unavailable += 1
+            raise StoreUnavailable(f"get: {type(exc).__name__}: {exc}") from exc
         if fields[0] is None:
             return None
         return _note_from_fields(list(fields))
@@ -264,6 +326,9 @@ class NoteStore:
                 c.target_workspace,
                 self.journal_maxlen,
                 c.tool,
+                # A replay answer waits for replicas too: the script then rewrites the entry's
+                # expiry, a write whose offset covers the recorded outcome it returns.
+                1 if self.wait_replicas > 0 else 0,
             ],
         )
         st = str(status)
@@ -272,3 +337,29 @@ class NoteStore:
         self._stats.confirmations[st] = self._stats.confirmations.get(st, 0) + 1
         confirm_status: ConfirmStatus = st  # type: ignore[assignment]
         return ConfirmOutcome(confirm_status, str(recorded or ""), int(now))
+
+    async def complete_setup(
+        self, tenant: str, nonce: str, principal: str, exp_ms: int
+    ) -> SetupOutcome:
+        """Record one setup link's completion at most once (see scripts/setup.lua)."""
+        status, who, now = await self._run(
+            "setup",
+            [self.keys(tenant).setup(nonce)],
+            [principal, exp_ms, self.replay_grace_ms],
+        )
+        st = str(status)
+        if st not in _SETUP_STATUSES:  # pragma: no cover - the script returns only these
+            raise StoreUnavailable(f"setup: unexpected status {st!r}")
+        setup_status: SetupStatus = st  # type: ignore[assignment]
+        return SetupOutcome(setup_status, str(who or ""), int(now))
+
+    async def setup_completed_by(self, tenant: str, nonce: str) -> str | None:
+        """Who completed setup link ``nonce``, or None."""
+        try:
+            who = await self.client.get(self.keys(tenant).setup(nonce))
+        except Exception as exc:
+            if not outcome_unknown(exc):
+                raise
+            self._stats.unavailable += 1
+            raise StoreUnavailable(f"setup status: {type(exc).__name__}: {exc}") from exc
+        return None if who is None else str(who)

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
-from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
 from nodes.config import NodeConfig
 from nodes.protocol import PROTOCOL_VERSION, Node, Reply, RequestContext
 from nodes.scope import Scope
@@ -23,6 +23,7 @@ def demo_config(ring: KeyRing | None = None, **overrides: Any) -> NodeConfig:
         server_name=DEMO_SERVER_NAME,
         scope=Scope.build(DEMO_WORKSPACES, DEMO_GRANTS),
         key_ring=ring or KeyRing.generate(),
+        archives=DEMO_ARCHIVES,
     )
     return replace(cfg, **overrides)
 

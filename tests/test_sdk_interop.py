@@ -177,7 +177,7 @@ class Elicitations:
 DELETE_ARGS = {"workspaceUri": ALICE_NOTES, "title": TPS}
 
 
-async def test_the_sdk_discovers_the_cluster_at_2026_07_28_and_lists_our_five_tools(
+async def test_the_sdk_discovers_the_cluster_at_2026_07_28_and_lists_our_eight_tools(
     node_urls: list[str],
 ) -> None:
     async with open_sdk_client(node_urls) as (client, rotation):
@@ -193,7 +193,7 @@ async def test_the_sdk_discovers_the_cluster_at_2026_07_28_and_lists_our_five_to
         listed = await client.list_tools()
         tools = {t.name: t for t in listed.tools}
         assert set(tools) == OUR_TOOLS
-        assert len(tools) == 5
+        assert len(tools) == 8
         delete = tools["notes_delete"]
         assert delete.annotations is not None
         assert delete.annotations.destructive_hint is True

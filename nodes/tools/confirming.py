@@ -1,0 +1,211 @@
+"""What every confirming tool shares: pick and confirm a note by form, then one atomic step.
+
+Layer: node, protocol core. No I/O of its own. ``notes_delete`` and ``notes_archive`` are the same
+two-round flow and differ only in the store operation (``delete`` or ``move``), the words they
+use, and what they bind in the sealed state besides the candidates (archive: its target). Round 1
+answers ``input_required`` with a sealed state; round 2 (on any node) opens the state once and
+lets ``confirm.lua`` decide the answer; ``nodes.confirmations`` maps each decision onto the
+lifecycle table.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, TypeVar
+
+from nodes import errors
+from nodes.confirmations import (
+    FORM_CAPABILITY,
+    STORE_EVENTS,
+    Answer,
+    form_capable,
+    log,
+    open_state,
+    parse_answer,
+    pick_form,
+    seal_candidates,
+    state_before,
+    transition,
+    version_shown,
+)
+from nodes.results import complete, input_required, tool_error
+from nodes.scope import Workspace
+from nodes.sealing import StatePayload
+from nodes.tools.base import MAX_CANDIDATES_ERROR, Arguments, CallContext, Tool, ToolFailure
+from nodes.tools.crud import TitleArg, WorkspaceArg
+from store.api import Confirmation, ConfirmOutcome
+
+
+class ConfirmArgs(Arguments):
+    """The arguments of every confirming tool: a workspace and an exact title."""
+
+    workspace_uri: WorkspaceArg
+    title: TitleArg
+
+
+C = TypeVar("C", bound=ConfirmArgs)
+
+
+class ConfirmingTool(Tool[C]):
+    """A tool that always asks the user to pick and confirm a note, then mutates it once.
+
+    Subclasses name the form key, the store operation and their words, and may bind extra values
+    into the state (``bind``) and check them again before the mutation (``target``).
+    """
+
+    form_key: ClassVar[str]
+    """The key of the one input request; the answer comes back under the same key."""
+    op: ClassVar[Literal["delete", "move"]]
+    """The store operation ``confirm.lua`` performs on accept."""
+    done: ClassVar[str]
+    """The result's boolean key and the past participle in messages ("deleted", "archived")."""
+    question: ClassVar[str]
+    """The form's message in round 1."""
+    confirm_title: ClassVar[str]
+    """The title of the form's confirm boolean."""
+
+    @property
+    def recorded_prefix(self) -> str:
+        """How ``confirm.lua`` records this operation's outcome under the nonce."""
+        return "deleted:" if self.op == "delete" else "moved:"
+
+    async def call(self, ctx: CallContext) -> dict[str, Any]:
+        # The capability check comes first and is a protocol error, not a tool failure.
+        if not form_capable(ctx.capabilities):
+            raise errors.missing_capability(FORM_CAPABILITY)
+        # The state binds the arguments, and it was sealed only for arguments that validated:
+        # a retry whose arguments do not validate changed them, which is the fixed state error,
+        # not an argument error. So the state is verified (once) before the arguments are parsed.
+        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
+        return await self.guard(lambda: self.answer(ctx, self.parse(ctx), payload))
+
+    def open(self, ctx: CallContext, token: str) -> StatePayload:
+        """Open the sealed state and check its bindings (the one fixed -32602 otherwise)."""
+        return open_state(
+            ctx.config.key_ring,
+            token,
+            audience=ctx.config.server_name,
+            principal=ctx.principal,
+            tool=self.name,
+            arguments=ctx.arguments,
+            node_now_ms=ctx.config.node_clock_ms(),
+        )
+
+    async def run(self, ctx: CallContext, args: C) -> dict[str, Any]:
+        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
+        return await self.answer(ctx, args, payload)
+
+    def bind(self, ctx: CallContext, ws: Workspace) -> dict[str, str]:
+        """Tool-specific values to seal with the candidates (raise ScopeError/ToolFailure to
+        refuse before anything is looked up)."""
+        return {}
+
+    def target(self, ctx: CallContext, payload: StatePayload) -> str:
+        """The target workspace for the store operation, checked again in round 2."""
+        return ""
+
+    def executed(self, payload: StatePayload, note_id: str) -> dict[str, Any]:
+        """The structured content of an executed (or replayed) operation."""
+        return {self.done: True, "noteId": note_id}
+
+    async def answer(
+        self, ctx: CallContext, args: C, payload: StatePayload | None
+    ) -> dict[str, Any]:
+        """Round 1 without a state; with a verified state, decide the answer (or re-ask)."""
+        if payload is None:
+            return await self.ask(ctx, args, self.question)
+        responses = ctx.input_responses or {}
+        if self.form_key not in responses:
+            # Silence: re-ask with a fresh form rather than failing.
+            return await self.ask(ctx, args, self.question)
+        answer = parse_answer(responses[self.form_key], payload.candidates)
+        return await self.decide(ctx, args, payload, answer)
+
+    async def ask(self, ctx: CallContext, args: C, message: str) -> dict[str, Any]:
+        """Round 1 (or a re-ask): look the title up and send the pick-and-confirm form."""
+        ws = ctx.authorize(args.workspace_uri)
+        extra = self.bind(ctx, ws)
+        snap = await ctx.store.find(ws.tenant, ws.uri, args.title, MAX_CANDIDATES_ERROR + 1)
+        notes = tuple(n for n in snap.notes if n.workspace == ws.uri)
+        if not notes:
+            raise ToolFailure(f"No note titled {args.title!r} in {ws.uri}", **{self.done: False})
+        if len(notes) > MAX_CANDIDATES_ERROR:
+            raise ToolFailure(
+                f"More than {MAX_CANDIDATES_ERROR} notes are titled {args.title!r}; "
+                "rename some first",
+                **{self.done: False},
+            )
+        token, _ = seal_candidates(
+            ctx.config.key_ring,
+            audience=ctx.config.server_name,
+            principal=ctx.principal,
+            tool=self.name,
+            arguments=ctx.arguments,
+            workspace=ws.uri,
+            tenant=ws.tenant,
+            notes=notes,
+            redis_now_ms=snap.redis_now_ms,
+            ttl_ms=ctx.config.state_ttl_ms,
+            extra=extra,
+        )
+        ctx.counters.rounds += 1
+        form = pick_form(message, notes, self.confirm_title)
+        return input_required({self.form_key: form}, token)
+
+    async def decide(
+        self, ctx: CallContext, args: C, payload: StatePayload, answer: Answer
+    ) -> dict[str, Any]:
+        """Round 2: the store decides the answer atomically; map its decision to a result."""
+        note_id = answer.note_id or ""
+        target = self.target(ctx, payload) if answer.action == "accept" else ""
+        out = await ctx.store.confirm(
+            Confirmation(
+                tenant=payload.tenant,
+                nonce=payload.nonce,
+                action=answer.action,
+                answer_digest=answer.digest,
+                exp_ms=payload.exp_ms,
+                note_id=note_id,
+                expected_version=version_shown(payload, note_id) if note_id else 0,
+                title=args.title,
+                workspace=payload.workspace,
+                principal=ctx.principal,
+                tool=self.name,
+                op=self.op,
+                target_workspace=target,
+            )
+        )
+        return await self.result_for(ctx, args, payload, out)
+
+    async def result_for(
+        self, ctx: CallContext, args: C, payload: StatePayload, out: ConfirmOutcome
+    ) -> dict[str, Any]:
+        """Map the store's decision onto the lifecycle table and the client's result."""
+        transition(state_before(out.status, out.recorded), STORE_EVENTS[out.status])
+        prefix = self.recorded_prefix
+        if out.status == "executed":
+            ctx.counters.executions += 1
+            return complete(self.executed(payload, out.recorded.removeprefix(prefix)))
+        if out.status == "replay":
+            ctx.counters.replays += 1
+            if out.recorded.startswith(prefix):
+                content = self.executed(payload, out.recorded.removeprefix(prefix))
+                return complete(content, replay=True)
+            return complete({self.done: False}, replay=True)
+        if out.status in ("declined", "cancelled"):
+            return complete({self.done: False})
+        if out.status in ("conflict", "expired"):
+            ctx.counters.rejections += 1
+            log.info("requestState rejected by the store: %s", out.status)
+            raise errors.invalid_state()
+        if out.status == "changed":
+            return await self.ask(
+                ctx, args, "That note changed since it was shown; please pick and confirm again."
+            )
+        if out.status == "gone":
+            return tool_error(
+                f"That note no longer exists; nothing was {self.done}", **{self.done: False}
+            )
+        return tool_error(
+            f"That note is no longer in the workspace; nothing was {self.done}",
+            **{self.done: False},
+        )
