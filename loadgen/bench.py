@@ -1,0 +1,650 @@
+"""``notes-cluster bench``: delete flows per second, side by side, in one run.
+
+Layer: loadgen. Starts clusters through ``cluster`` (in-process and as HTTP node processes), the
+SDK peer through ``loadgen.peer_sdk``, seeds the store directly (``loadgen.bench_store``) and
+drives every server with the same loop (``loadgen.bench_flows``). Scenarios:
+
+1. flows   completed two-round ``notes_delete`` flows/s and latency, in-process (embedded store
+           and real Redis) and over HTTP (node processes, real Redis), per cluster size and
+           concurrency;
+2. ceiling the store alone: ``read_notes`` + ``confirm`` per flow through ``NoteStore``, no MCP,
+           and ``redis-benchmark`` EVALSHA; the in-process cluster as a fraction of it;
+3. peer    the same flow on the official MCP Python SDK under uvicorn, alternating with ours
+           (1 node) in short slots at concurrency 8: flows/s ratio and server CPU per flow;
+4. sizes   flows/s and p50 with 1k .. 1M other notes stored.
+
+Only ratios measured in this one run mean anything: the machine is shared and noisy. The Redis
+database given is flushed before, between and after points.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import coredis
+import httpx
+import trio
+from hdrh.histogram import HdrHistogram
+
+from cluster.config import ClusterSettings
+from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.local import InProcessTransport, open_local_cluster
+from cluster.serve import settings_for
+from loadgen.bench_flows import FLOW_TIMEOUT_S, FlowFn, PointStats, Target, run_flows
+from loadgen.bench_flows import transport_flow as mcp_flow
+from loadgen.bench_procs import (
+    ServerProcs,
+    open_http_cluster,
+    open_server_process,
+    redis_server_pid,
+    total_cpu,
+)
+from loadgen.bench_report import render_markdown
+from loadgen.bench_store import (
+    dbsize,
+    flushdb,
+    raw_flow,
+    redis_benchmark_evalsha,
+    seed_filler,
+    seed_targets,
+)
+from loadgen.clients import HttpTransport
+from loadgen.workload import load_tokens, with_load_scope
+from nodes.config import NodeConfig
+from nodes.scope import Scope
+from nodes.sealing import KeyRing
+from store.client import redis_client
+from store.notes import DEFAULT_PREFIX, NoteStore
+
+Log = Callable[[str], None]
+
+QUICK_SECONDS = 3.0
+FULL_SECONDS = 8.0
+"""Measured seconds per point. Quick mode must finish in under three minutes on two cores."""
+QUICK_SIZES = (1_000, 100_000)
+FULL_SIZES = (1_000, 100_000, 1_000_000)
+CONCURRENCIES = (8, 32)
+PEER_CONCURRENCY = 8
+PEER_ROUNDS = 4
+"""Ours and the peer alternate (ours first, then the peer first, ...) in this many rounds of
+short slots, so a burst of background load on the shared machine hits both alike."""
+MIN_SLOT_S = 0.3
+SERVER_WARMUP_FLOWS = 200
+"""Unmeasured flows each server of the peer comparison gets before its first slot."""
+SIDE_NAMES = {"ours": "ours, HTTP 1 node", "peer": "SDK peer, uvicorn"}
+SIZE_NODES = 2
+"""Cluster size of the stored-notes scenario (in-process, real Redis)."""
+
+MAX_RATE = 3_000
+"""Flows/s a point is seeded for: well above what two cores reach, so time ends a point, not
+the supply of notes (a point that runs out early is still a valid measurement)."""
+EMBEDDED_MAX_RATE = 1_000
+"""The same for the embedded store, which is slower to seed and to serve."""
+WARMUP_FLOWS_PER_WORKER = 2
+WARMUP_MAX_S = 10.0
+
+LOCK_WAIT_S = 900.0
+"""How long a bench waits for another one on the same database (a full run takes ~15 min)."""
+
+TARGET_CEILING_FRACTION = 0.25
+TARGET_PEER_THROUGHPUT = 2.0
+AIM_PEER_THROUGHPUT = 3.0
+TARGET_PEER_CPU = 0.5
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What ``notes-cluster bench`` takes, plus internal knobs for tests (short points, fewer
+    sizes, no peer)."""
+
+    quick: bool = False
+    redis_url: str = "redis://127.0.0.1:6379/12"
+    out_dir: Path = Path("runs/bench")
+    seconds_per_point: float | None = None
+    seed: int = 1
+    nodes: tuple[int, ...] | None = None
+    concurrencies: tuple[int, ...] | None = None
+    sizes: tuple[int, ...] | None = None
+    peer: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The points one run measures."""
+
+    seconds: float
+    nodes: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    sizes: tuple[int, ...]
+    peer: bool
+
+    def cap(self, rate: int = MAX_RATE) -> int:
+        """Most measured flows one point may run (the notes seeded for it)."""
+        return max(200, int(self.seconds * rate))
+
+
+def plan_for(options: BenchOptions) -> Plan:
+    """The mode's defaults, with any internal knob applied."""
+    return Plan(
+        seconds=options.seconds_per_point or (QUICK_SECONDS if options.quick else FULL_SECONDS),
+        nodes=options.nodes or ((1, 2) if options.quick else (1, 2, 3)),
+        concurrencies=options.concurrencies or CONCURRENCIES,
+        sizes=options.sizes
+        if options.sizes is not None
+        else (QUICK_SIZES if options.quick else FULL_SIZES),
+        peer=options.peer,
+    )
+
+
+def command_line(options: BenchOptions) -> str:
+    """The CLI command equivalent to ``options`` (internal knobs noted after it)."""
+    cmd = "notes-cluster bench" + (" --quick" if options.quick else "")
+    cmd += f" --redis {options.redis_url} --out {options.out_dir}"
+    knobs = {
+        k: v
+        for k, v in asdict(options).items()
+        if k in ("seconds_per_point", "nodes", "concurrencies", "sizes", "seed", "peer")
+        and v != getattr(BenchOptions(), k)
+    }
+    if knobs:
+        cmd += "  # internal: " + ", ".join(f"{k}={v}" for k, v in knobs.items())
+    return cmd
+
+
+def _node_config() -> NodeConfig:
+    return NodeConfig(
+        server_name=DEMO_SERVER_NAME,
+        scope=with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS)),
+        key_ring=KeyRing.generate(),
+    )
+
+
+def _tokens() -> dict[str, str]:
+    return {principal: token for token, principal in load_tokens().items()}
+
+
+@dataclass
+class Cpu:
+    """CPU seconds of this process, of server processes and of redis-server, at one instant."""
+
+    process: float
+    servers: float
+    redis: float
+
+    @classmethod
+    def now(cls, servers: Sequence[int], redis_pid: int | None) -> Cpu:
+        """Read the clocks."""
+        return cls(
+            time.process_time(),
+            total_cpu(servers),
+            total_cpu([redis_pid]) if redis_pid else 0.0,
+        )
+
+    def per_flow_ms(self, before: Cpu, flows: int) -> dict[str, float]:
+        """Milliseconds of CPU per completed flow since ``before``."""
+        n = max(1, flows)
+        return {
+            "bench_process": round((self.process - before.process) * 1000 / n, 3),
+            "servers": round((self.servers - before.servers) * 1000 / n, 3),
+            "redis": round((self.redis - before.redis) * 1000 / n, 3),
+        }
+
+
+@dataclass
+class Bench:
+    """One run's shared state: the real Redis, its pid, the plan, the log."""
+
+    client: coredis.Redis[str]
+    url: str
+    plan: Plan
+    log: Log
+    redis_pid: int | None
+    seed: int
+    tag: int = 0
+
+    async def targets(
+        self, client: coredis.Redis[str], concurrency: int, rate: int = MAX_RATE
+    ) -> list[Target]:
+        """Flush, then seed the notes of one point (warm-up plus measured)."""
+        await flushdb(client)
+        return await self.seed_point(client, concurrency, rate)
+
+    async def seed_point(
+        self, client: coredis.Redis[str], concurrency: int, rate: int = MAX_RATE
+    ) -> list[Target]:
+        """Seed the notes of one point, with titles no earlier point used."""
+        self.tag += 1
+        count = self.warmup(concurrency) + self.plan.cap(rate)
+        return await seed_targets(client, DEFAULT_PREFIX, count, f"p{self.tag}")
+
+    @staticmethod
+    def warmup(concurrency: int) -> int:
+        """Warm-up flows before a point (connections, caches, scripts)."""
+        return WARMUP_FLOWS_PER_WORKER * concurrency
+
+    async def measure(
+        self,
+        flows: Sequence[FlowFn],
+        node_count: int,
+        targets: list[Target],
+        concurrency: int,
+        server_pids: Sequence[int] = (),
+        *,
+        seconds: float | None = None,
+        histogram: HdrHistogram | None = None,
+    ) -> dict[str, Any]:
+        """Warm up, then one measured point with the CPU it cost (its latencies are also added
+        to ``histogram`` when one is given)."""
+        warm = self.warmup(concurrency)
+        await run_flows(
+            flows,
+            node_count,
+            iter(targets[:warm]),
+            concurrency=concurrency,
+            duration_s=WARMUP_MAX_S,
+            max_flows=warm,
+            seed=self.seed,
+        )
+        rest: Iterator[Target] = iter(targets[warm:])
+        before = Cpu.now(server_pids, self.redis_pid)
+        stats: PointStats = await run_flows(
+            flows,
+            node_count,
+            rest,
+            concurrency=concurrency,
+            duration_s=self.plan.seconds if seconds is None else seconds,
+            max_flows=len(targets) - warm,
+            seed=self.seed,
+        )
+        after = Cpu.now(server_pids, self.redis_pid)
+        if histogram is not None:
+            histogram.add(stats.histogram)
+        out = stats.summary()
+        out["cpu_ms_per_flow"] = after.per_flow_ms(before, stats.completed)
+        return out
+
+    def record(self, point: dict[str, Any]) -> dict[str, Any]:
+        """Log one point."""
+        self.log(
+            f"  {point.get('label', '')}: {point['flows_per_s']:.0f} flows/s, "
+            f"p50 {point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms"
+            + (f", {point['failed']} failed ({point['first_error']})" if point["failed"] else "")
+        )
+        return point
+
+
+async def _inprocess(bench: Bench, embedded: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    store = "embedded" if embedded else "redis"
+    for n in bench.plan.nodes:
+        async with open_local_cluster(
+            _node_config(), n, redis_url=None if embedded else bench.url, seed=False
+        ) as cluster:
+            transport = InProcessTransport(cluster)
+            client = redis_client(cluster.redis_url)
+            async with client:
+                for c in bench.plan.concurrencies:
+                    rate = EMBEDDED_MAX_RATE if embedded else MAX_RATE
+                    targets = await bench.targets(client, c, rate)
+                    label = f"in-process {store} {n} node(s) c{c}"
+                    point = {"transport": "inprocess", "store": store, "nodes": n}
+                    point |= {"concurrency": c, "label": label}
+                    point |= await bench.measure([mcp_flow(transport)], n, targets, c)
+                    out.append(bench.record(point))
+    return out
+
+
+async def _http_clients(
+    stack: AsyncExitStack, procs: ServerProcs, concurrency: int
+) -> list[FlowFn]:
+    """One flow function per worker, each over an httpx client of its own keeping one
+    connection alive per node, as independent MCP clients would. (One pool shared by all
+    workers costs httpx several times more CPU per request at concurrency 32.)"""
+    nodes = len(procs.urls)
+    limits = httpx.Limits(max_connections=nodes, max_keepalive_connections=nodes)
+    flows = []
+    for _ in range(concurrency):
+        http = httpx.AsyncClient(limits=limits, timeout=FLOW_TIMEOUT_S)
+        await stack.enter_async_context(http)
+        flows.append(mcp_flow(HttpTransport(procs.urls, _tokens(), http)))
+    return flows
+
+
+async def _http_point(
+    bench: Bench, procs: ServerProcs, concurrency: int, label: str, **measure: Any
+) -> dict[str, Any]:
+    """One HTTP point, with its servers' CPU."""
+    targets = await bench.targets(bench.client, concurrency)
+    nodes = len(procs.urls)
+    async with AsyncExitStack() as stack:
+        flows = await _http_clients(stack, procs, concurrency)
+        point: dict[str, Any] = {"label": label, "nodes": nodes, "concurrency": concurrency}
+        point |= await bench.measure(flows, nodes, targets, concurrency, procs.pids, **measure)
+    return bench.record(point)
+
+
+async def _warm_up(bench: Bench, procs: ServerProcs, concurrency: int) -> None:
+    """Unmeasured flows, so first-call costs (lazy imports, schema builds) stay out."""
+    targets = await bench.targets(bench.client, concurrency)
+    async with AsyncExitStack() as stack:
+        flows = await _http_clients(stack, procs, concurrency)
+        await run_flows(
+            flows,
+            len(procs.urls),
+            iter(targets),
+            concurrency=concurrency,
+            duration_s=WARMUP_MAX_S,
+            max_flows=SERVER_WARMUP_FLOWS,
+        )
+
+
+async def _http(bench: Bench, settings: ClusterSettings) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n in bench.plan.nodes:
+        async with open_http_cluster(settings, n, bench.url) as procs:
+            for c in bench.plan.concurrencies:
+                label = f"HTTP redis {n} node process(es) c{c}"
+                point = await _http_point(bench, procs, c, label)
+                out.append({"transport": "http", "store": "redis"} | point)
+    return out
+
+
+async def _ceiling(bench: Bench) -> list[dict[str, Any]]:
+    store = NoteStore(bench.client, prefix=DEFAULT_PREFIX)
+    out: list[dict[str, Any]] = []
+    for c in bench.plan.concurrencies:
+        targets = await bench.targets(bench.client, c)
+
+        async def flow(target: Target, first: int, second: int) -> str | None:
+            return await raw_flow(store, target)
+
+        point: dict[str, Any] = {"label": f"raw scripts c{c}", "concurrency": c}
+        point |= await bench.measure([flow], 1, targets, c)
+        out.append(bench.record(point))
+    return out
+
+
+async def _redis_benchmark(bench: Bench) -> dict[str, Any] | None:
+    c = bench.plan.concurrencies[0]
+    targets = await bench.targets(bench.client, 1)
+    n = max(1_000, int(bench.plan.seconds * 20_000))
+    return await redis_benchmark_evalsha(bench.client, bench.url, targets[0], DEFAULT_PREFIX, c, n)
+
+
+async def _peer(bench: Bench, settings: ClusterSettings) -> dict[str, Any]:
+    """Ours (1 node) and the SDK peer at the peer's concurrency, alternating in short slots."""
+    c = PEER_CONCURRENCY
+    slot = max(MIN_SLOT_S, bench.plan.seconds / 2)
+    peer_args = ["loadgen.peer_sdk", "--redis", bench.url, "--prefix", DEFAULT_PREFIX]
+    histograms = {side: PointStats().histogram for side in ("ours", "peer")}
+    rounds: list[dict[str, Any]] = []
+    async with (
+        open_http_cluster(settings, 1, bench.url) as ours,
+        open_server_process(peer_args) as peer,
+    ):
+        servers = {"ours": ours, "peer": peer}
+        for procs in servers.values():
+            await _warm_up(bench, procs, c)
+        for r in range(PEER_ROUNDS):
+            row: dict[str, Any] = {}
+            for side in ("ours", "peer") if r % 2 == 0 else ("peer", "ours"):
+                label = f"round {r + 1}: {SIDE_NAMES[side]} c{c}"
+                row[side] = await _http_point(
+                    bench, servers[side], c, label, seconds=slot, histogram=histograms[side]
+                )
+            rounds.append(row)
+    return {
+        "rounds": rounds,
+        "slot_s": slot,
+        "ours": _aggregate([r["ours"] for r in rounds], histograms["ours"]),
+        "peer": _aggregate([r["peer"] for r in rounds], histograms["peer"]),
+    }
+
+
+def _aggregate(points: list[dict[str, Any]], histogram: HdrHistogram) -> dict[str, Any]:
+    """Several points of one server as one: rates over the summed time, CPU per summed flows,
+    latency percentiles from the merged histogram."""
+    stats = PointStats(
+        completed=sum(int(p["flows"]) for p in points),
+        failed=sum(int(p["failed"]) for p in points),
+        elapsed_s=sum(float(p["elapsed_s"]) for p in points),
+        first_error=next((p["first_error"] for p in points if p["first_error"]), None),
+        histogram=histogram,
+    )
+    out = stats.summary()
+    flows = max(1, stats.completed)
+    out["cpu_ms_per_flow"] = {
+        key: round(sum(p["cpu_ms_per_flow"][key] * p["flows"] for p in points) / flows, 3)
+        for key in points[0]["cpu_ms_per_flow"]
+    }
+    return out
+
+
+async def _sizes(bench: Bench) -> list[dict[str, Any]]:
+    n = min(SIZE_NODES, max(bench.plan.nodes))
+    c = bench.plan.concurrencies[0]
+    out: list[dict[str, Any]] = []
+    for size in bench.plan.sizes:
+        await flushdb(bench.client)
+        bench.log(f"  seeding {size} stored notes")
+        await seed_filler(bench.client, DEFAULT_PREFIX, size)
+        targets = await bench.seed_point(bench.client, c)
+        keys = await dbsize(bench.client)
+        memory = await bench.client.info("memory")
+        async with open_local_cluster(
+            _node_config(), n, redis_url=bench.url, seed=False
+        ) as cluster:
+            transport = InProcessTransport(cluster)
+            point: dict[str, Any] = {"label": f"{size} stored notes", "stored_notes": size}
+            point |= {"nodes": n, "concurrency": c, "keys": keys}
+            point["redis_used_memory_mb"] = round(int(str(memory["used_memory"])) / 2**20, 1)
+            point |= await bench.measure([mcp_flow(transport)], n, targets, c)
+        out.append(bench.record(point))
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b > 0 else None
+
+
+def _ceiling_fractions(
+    flows: list[dict[str, Any]], ceiling: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    out = []
+    for row in ceiling:
+        c = row["concurrency"]
+        ours = [
+            p
+            for p in flows
+            if p["transport"] == "inprocess" and p["store"] == "redis" and p["concurrency"] == c
+        ]
+        if not ours:
+            continue
+        best = max(ours, key=lambda p: p["flows_per_s"])
+        out.append(
+            {
+                "concurrency": c,
+                "ceiling_flows_per_s": row["flows_per_s"],
+                "cluster_flows_per_s": best["flows_per_s"],
+                "cluster_nodes": best["nodes"],
+                "fraction": _ratio(best["flows_per_s"], row["flows_per_s"]),
+            }
+        )
+    return out
+
+
+def _peer_summary(block: dict[str, Any]) -> dict[str, Any]:
+    ours, peer = block["ours"], block["peer"]
+    oc, pc = ours["cpu_ms_per_flow"], peer["cpu_ms_per_flow"]
+    ours_total, peer_total = oc["servers"] + oc["redis"], pc["servers"] + pc["redis"]
+    return {
+        **block,
+        "peer_store": "same Redis, same read_notes and confirm scripts (through NoteStore)",
+        "peer_server": "mcp 2.3.0 MCPServer, streamable_http_app(json_response=True, "
+        "stateless_http=True), uvicorn 1 worker, access log off",
+        "ours_server": "1 node process (h11 on trio), the same real Redis",
+        "throughput_ratio": _ratio(ours["flows_per_s"], peer["flows_per_s"]),
+        "cpu_ms_per_flow": {
+            "ours_nodes": oc["servers"],
+            "ours_nodes_plus_redis": round(ours_total, 3),
+            "peer_process": pc["servers"],
+            "peer_process_plus_redis": round(peer_total, 3),
+        },
+        "cpu_ratio": _ratio(ours_total, peer_total),
+        "cpu_ratio_server_processes_only": _ratio(oc["servers"], pc["servers"]),
+        "cpu_ratio_vs_peer_process_only": _ratio(ours_total, pc["servers"]),
+    }
+
+
+async def _run(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
+    settings = settings_for(None, True, None)
+    async with redis_client(options.redis_url) as client:
+        bench = Bench(
+            client, options.redis_url, plan, log, await redis_server_pid(client), options.seed
+        )
+        info = await client.info("server")
+        try:
+            log("1. delete flows: in-process, embedded store")
+            flows = await _inprocess(bench, embedded=True)
+            log("1. delete flows: in-process, real Redis")
+            flows += await _inprocess(bench, embedded=False)
+            log("2. store ceiling: raw read_notes + confirm scripts")
+            ceiling = await _ceiling(bench)
+            evalsha = await _redis_benchmark(bench)
+            log("1. delete flows: HTTP node processes, real Redis")
+            flows += await _http(bench, settings)
+            peer = None
+            if plan.peer and importlib.util.find_spec("mcp") is None:
+                log("3. the SDK peer: skipped, the mcp package is not installed")
+            elif plan.peer:
+                log("3. the SDK peer and ours, alternating")
+                peer = _peer_summary(await _peer(bench, settings))
+            sizes = None
+            if plan.sizes:
+                log("4. cost per flow by stored notes")
+                sizes = await _sizes(bench)
+        finally:
+            with trio.CancelScope(shield=True):
+                await flushdb(client)
+    return _report(options, plan, info, flows, ceiling, evalsha, peer, sizes)
+
+
+def _report(
+    options: BenchOptions,
+    plan: Plan,
+    info: dict[str, Any],
+    flows: list[dict[str, Any]],
+    ceiling: list[dict[str, Any]],
+    evalsha: dict[str, Any] | None,
+    peer: dict[str, Any] | None,
+    sizes: list[dict[str, Any]] | None,
+) -> dict[str, Any]:
+    fractions = _ceiling_fractions(flows, ceiling)
+    size_summary = None
+    if sizes:
+        first, last = sizes[0], sizes[-1]
+        size_summary = {
+            "points": sizes,
+            "flows_ratio_largest_to_smallest": _ratio(last["flows_per_s"], first["flows_per_s"]),
+            "p50_ratio_largest_to_smallest": _ratio(last["p50_ms"], first["p50_ms"]),
+        }
+    targets: dict[str, bool | None] = {
+        "ceiling_fraction_at_least_0.25": all(
+            (f["fraction"] or 0) >= TARGET_CEILING_FRACTION for f in fractions
+        )
+        if fractions
+        else None,
+        "peer_throughput_at_least_2": None
+        if peer is None
+        else (peer["throughput_ratio"] or 0) >= TARGET_PEER_THROUGHPUT,
+        "peer_cpu_at_most_0.5": None
+        if peer is None
+        else (peer["cpu_ratio"] or 99) <= TARGET_PEER_CPU,
+    }
+    return {
+        "command": command_line(options),
+        "mode": "quick" if options.quick else "full",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "redis_version": str(info.get("redis_version", "")),
+        },
+        "settings": {
+            "seconds_per_point": plan.seconds,
+            "nodes": list(plan.nodes),
+            "concurrencies": list(plan.concurrencies),
+            "sizes": list(plan.sizes),
+            "peer": plan.peer,
+            "peer_concurrency": PEER_CONCURRENCY,
+            "seed": options.seed,
+            "redis_url": options.redis_url,
+            "flows_per_point_cap": plan.cap(),
+            "flows_per_point_cap_embedded": plan.cap(EMBEDDED_MAX_RATE),
+        },
+        "scenarios": {
+            "flows": {"points": flows},
+            "ceiling": {
+                "points": ceiling,
+                "redis_benchmark": evalsha,
+                "fractions": fractions,
+                "target": TARGET_CEILING_FRACTION,
+            },
+            "peer": peer,
+            "sizes": size_summary,
+        },
+        "targets": targets,
+    }
+
+
+@contextmanager
+def _exclusive(redis_url: str, log: Log) -> Iterator[None]:
+    """Hold this machine's lock on ``redis_url``'s database: two benches flushing one database
+    would delete each other's notes. A second bench waits (bounded) for the first."""
+    digest = hashlib.sha256(redis_url.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"notes-cluster-bench-{digest}.lock"
+    with path.open("a") as handle:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"another bench holds {redis_url}") from None
+                log(f"waiting for another bench on {redis_url}")
+                time.sleep(1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
+    """Run every scenario in one go; write ``bench.json`` and ``bench.md`` into ``out_dir``."""
+    plan = plan_for(options)
+    started = time.perf_counter()
+    log(f"bench ({'quick' if options.quick else 'full'}): {plan.seconds:g} s per point")
+    with _exclusive(options.redis_url, log):
+        result = trio.run(partial(_run, options, plan, log))
+    result["elapsed_s"] = round(time.perf_counter() - started, 1)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    (options.out_dir / "bench.json").write_text(
+        json.dumps(result, indent=2) + "\n", encoding="utf-8"
+    )
+    (options.out_dir / "bench.md").write_text(render_markdown(result), encoding="utf-8")
+    log(f"wrote {options.out_dir / 'bench.json'} and {options.out_dir / 'bench.md'}")
+    return result

@@ -1,0 +1,145 @@
+"""The benchmark's processes: CPU time from ``/proc``, our node processes, and the SDK peer.
+
+Layer: loadgen. Reads ``utime + stime`` of server processes before and after a point, so CPU
+per flow is measured on the servers alone (the load generator's own CPU is not counted). Every
+process started here is stopped by its pid when its context exits, on error too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import coredis
+import trio
+
+from cluster.config import ClusterSettings
+from cluster.serve import serve_cluster
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+START_TIMEOUT_S = 60.0
+"""How long a server process may take to print its URL (imports dominate; seconds normally)."""
+NODE_MARKER = "cluster.node_process"
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of process ``pid`` (all its threads), None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # The command name may hold spaces or parentheses: the fields start after the last ")".
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def total_cpu(pids: Sequence[int]) -> float:
+    """Summed CPU seconds of ``pids`` (a process that vanished counts as zero)."""
+    return sum(cpu_seconds(p) or 0.0 for p in pids)
+
+
+def child_pids(marker: str) -> list[int]:
+    """Pids of this process's children whose command line contains ``marker``."""
+    out: list[int] = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            children = (task / "children").read_text(encoding="ascii").split()
+        except OSError:
+            continue
+        for pid in map(int, children):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                out.append(pid)
+    return sorted(set(out))
+
+
+async def redis_server_pid(client: coredis.Redis[str]) -> int | None:
+    """The Redis server's pid when it runs on this machine (readable in /proc), else None."""
+    info = await client.info("server")
+    pid = int(str(info.get("process_id", 0) or 0))
+    return pid if _command_name(pid).startswith("redis") else None
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class ServerProcs:
+    """The URLs a set of server processes answer at, and their pids."""
+
+    urls: list[str]
+    pids: list[int]
+
+
+@asynccontextmanager
+async def open_http_cluster(
+    settings: ClusterSettings, nodes: int, redis_url: str
+) -> AsyncIterator[ServerProcs]:
+    """``nodes`` node processes on free loopback ports over ``redis_url``; stopped on exit
+    (``serve_cluster`` kills each child by its pid when cancelled)."""
+    async with trio.open_nursery() as nursery:
+        ready = trio.Event()
+        urls: list[str] = []
+
+        def on_ready(found: list[str]) -> None:
+            urls.extend(found)
+            ready.set()
+
+        nursery.start_soon(
+            lambda: serve_cluster(
+                settings,
+                nodes=nodes,
+                host="127.0.0.1",
+                base_port=0,
+                redis_url=redis_url,
+                demo=False,
+                processes=True,
+                on_ready=on_ready,
+            )
+        )
+        with trio.fail_after(START_TIMEOUT_S * nodes):
+            await ready.wait()
+        try:
+            yield ServerProcs(urls, child_pids(NODE_MARKER))
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _read_line(stream: trio.abc.ReceiveStream) -> str:
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = await stream.receive_some(1)
+        if not chunk:
+            raise RuntimeError("server process exited before it was ready")
+        line += chunk
+    return line.decode().strip()
+
+
+@asynccontextmanager
+async def open_server_process(args: list[str]) -> AsyncIterator[ServerProcs]:
+    """Run ``python -m <args>``, which prints its URL when ready; kill it by pid on exit."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=None
+    )
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(START_TIMEOUT_S):
+            url = await _read_line(proc.stdout)
+        yield ServerProcs([url], [proc.pid])
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        with trio.CancelScope(shield=True):
+            await proc.wait()

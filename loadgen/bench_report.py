@@ -1,0 +1,223 @@
+"""``bench.md``: the benchmark's JSON as one markdown table per scenario, ratios included.
+
+Layer: loadgen. Pure module: formats a ``run_bench`` result, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _num(value: object, digits: int = 1) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _verdict(met: bool | None) -> str:
+    return {True: "met", False: "**missed**", None: "not measured"}[met]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*out, ""]
+
+
+def _flows(points: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for p in points:
+        cpu = p["cpu_ms_per_flow"]
+        server = cpu["servers"] + cpu["redis"] if p["transport"] == "http" else None
+        rows.append(
+            [
+                "in-process" if p["transport"] == "inprocess" else "HTTP (node processes)",
+                p["store"],
+                str(p["nodes"]),
+                str(p["concurrency"]),
+                _num(p["flows_per_s"]),
+                _num(p["p50_ms"], 2),
+                _num(p["p99_ms"], 2),
+                str(p["failed"]),
+                _num(server, 3),
+                _num(cpu["bench_process"], 3),
+            ]
+        )
+    head = ["transport", "store", "nodes", "conc.", "flows/s", "p50 ms", "p99 ms", "failed"]
+    head += ["server CPU ms/flow (nodes+redis)", "bench process CPU ms/flow"]
+    return [
+        "## 1. Completed delete flows (round 1 + round 2, a fresh note each)",
+        "",
+        *_table(head, rows),
+        "In-process, the bench process runs the client and the nodes (and the embedded store), "
+        "so its CPU is theirs together; over HTTP it is the load generator's alone.",
+        "",
+    ]
+
+
+def _ceiling(section: dict[str, Any]) -> list[str]:
+    rows = []
+    by_c = {f["concurrency"]: f for f in section["fractions"]}
+    for p in section["points"]:
+        f = by_c.get(p["concurrency"], {})
+        rows.append(
+            [
+                str(p["concurrency"]),
+                _num(p["flows_per_s"]),
+                _num(p["p50_ms"], 2),
+                _num(f.get("cluster_flows_per_s")),
+                _num(f.get("cluster_nodes")),
+                _num(f.get("fraction"), 3),
+            ]
+        )
+    head = ["conc.", "raw scripts flows/s", "p50 ms", "cluster in-process (redis) flows/s"]
+    head += ["its nodes", f"fraction (target ≥ {section['target']})"]
+    out = [
+        "## 2. The store's ceiling",
+        "",
+        "Per flow: the `read_notes` script for the title, then the `confirm` script, through "
+        "`NoteStore` (coredis), no MCP layer; the cluster figure is the best in-process real-Redis "
+        "point at the same concurrency.",
+        "",
+        *_table(head, rows),
+    ]
+    rb = section.get("redis_benchmark")
+    if rb:
+        out += [
+            f"`redis-benchmark` EVALSHA `read_notes` (c{rb['concurrency']}, {rb['requests']} "
+            f"requests): {_num(rb['rps'])} scripts/s, p50 {_num(rb['p50_ms'], 3)} ms "
+            "(a C client; a flow needs two scripts).",
+            "",
+        ]
+    return out
+
+
+def _peer(peer: dict[str, Any] | None) -> list[str]:
+    if peer is None:
+        return ["## 3. The SDK peer", "", "Skipped in this run.", ""]
+
+    def row(label: str, p: dict[str, Any]) -> list[str]:
+        cpu = p["cpu_ms_per_flow"]
+        return [
+            label,
+            _num(p["flows_per_s"]),
+            _num(p["p50_ms"], 2),
+            _num(p["p99_ms"], 2),
+            _num(cpu["servers"], 3),
+            _num(cpu["servers"] + cpu["redis"], 3),
+        ]
+
+    rows = [row(p["label"], p) for r in peer["rounds"] for p in r.values()]
+    rows += [row("**ours, all rounds**", peer["ours"]), row("**peer, all rounds**", peer["peer"])]
+    head = ["server", "flows/s", "p50 ms", "p99 ms", "server process CPU ms/flow", "+ redis"]
+    cpu = peer["cpu_ms_per_flow"]
+    return [
+        "## 3. The official MCP Python SDK as peer (same flow, same client, same concurrency)",
+        "",
+        f"Peer: {peer['peer_server']}; store: {peer['peer_store']}. Ours: "
+        f"{peer['ours_server']}. They alternate in {len(peer['rounds'])} rounds of "
+        f"{peer['slot_s']:g} s slots (ours first, then the peer first, ...).",
+        "",
+        *_table(head, rows),
+        *_table(
+            ["ratio", "value", "target", "verdict"],
+            [
+                [
+                    "ours flows/s ÷ peer flows/s",
+                    _num(peer["throughput_ratio"], 2),
+                    "≥ 2 (aim 3)",
+                    _verdict(_ge(peer["throughput_ratio"], 2.0)),
+                ],
+                [
+                    "server CPU per flow, ours ÷ peer (both + redis-server)",
+                    _num(peer["cpu_ratio"], 2),
+                    "≤ 0.5",
+                    _verdict(_le(peer["cpu_ratio"], 0.5)),
+                ],
+                [
+                    "server CPU per flow, ours nodes ÷ peer process (redis left out)",
+                    _num(peer["cpu_ratio_server_processes_only"], 2),
+                    "≤ 0.5",
+                    _verdict(_le(peer["cpu_ratio_server_processes_only"], 0.5)),
+                ],
+                [
+                    "server CPU per flow, ours (+ redis) ÷ peer process alone",
+                    _num(peer["cpu_ratio_vs_peer_process_only"], 2),
+                    "≤ 0.5",
+                    _verdict(_le(peer["cpu_ratio_vs_peer_process_only"], 0.5)),
+                ],
+            ],
+        ),
+        f"CPU ms per flow: ours nodes {_num(cpu['ours_nodes'], 3)} "
+        f"(+ redis {_num(cpu['ours_nodes_plus_redis'], 3)}), peer process "
+        f"{_num(cpu['peer_process'], 3)} (+ redis {_num(cpu['peer_process_plus_redis'], 3)}); "
+        "read from /proc utime+stime before and after each point. redis-server serves every "
+        "client on this machine, so its share is only as clean as the machine is quiet.",
+        "",
+    ]
+
+
+def _ge(value: float | None, bound: float) -> bool | None:
+    return None if value is None else value >= bound
+
+
+def _le(value: float | None, bound: float) -> bool | None:
+    return None if value is None else value <= bound
+
+
+def _sizes(section: dict[str, Any] | None) -> list[str]:
+    if section is None:
+        return ["## 4. Cost per flow by stored notes", "", "Skipped in this run.", ""]
+    rows = [
+        [
+            f"{p['stored_notes']:,}",
+            str(p["keys"]),
+            _num(p["redis_used_memory_mb"]),
+            _num(p["flows_per_s"]),
+            _num(p["p50_ms"], 2),
+            _num(p["p99_ms"], 2),
+            _num(p["cpu_ms_per_flow"]["redis"], 3),
+        ]
+        for p in section["points"]
+    ]
+    head = ["stored notes", "keys", "redis MB", "flows/s", "p50 ms", "p99 ms", "redis CPU ms/flow"]
+    first = section["points"][0]
+    return [
+        "## 4. Cost per flow by stored notes (in-process, real Redis, "
+        f"{first['nodes']} nodes, c{first['concurrency']})",
+        "",
+        *_table(head, rows),
+        f"Largest ÷ smallest: flows/s × {_num(section['flows_ratio_largest_to_smallest'], 2)}, "
+        f"p50 × {_num(section['p50_ratio_largest_to_smallest'], 2)}.",
+        "",
+    ]
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The whole ``bench.md``."""
+    m, s = result["machine"], result["settings"]
+    sc = result["scenarios"]
+    lines = [
+        f"# notes-cluster bench ({result['mode']})",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Machine: {m['cpus']} CPUs, Python {m['python']}, Redis {m['redis_version']}, "
+        f"{m['platform']}. {s['seconds_per_point']:g} s per point after a warm-up; "
+        f"run took {result.get('elapsed_s', 'n/a')} s. Only ratios within this one run are "
+        "meaningful: the machine is shared and noisy.",
+        "",
+        *_flows(sc["flows"]["points"]),
+        *_ceiling(sc["ceiling"]),
+        *_peer(sc["peer"]),
+        *_sizes(sc["sizes"]),
+        "## Targets",
+        "",
+        *_table(
+            ["target", "verdict"],
+            [[name, _verdict(met)] for name, met in result["targets"].items()],
+        ),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""The benchmark peer: ``notes_delete`` served by the official MCP Python SDK (``mcp`` 2.3.0).
+
+Layer: loadgen (benchmark only; nothing in the product imports it). Run as a process with
+``python -m loadgen.peer_sdk --redis URL --prefix P``; it prints its endpoint URL on one line once
+its socket listens, then serves until killed.
+
+The peer is written the way the SDK's multi-round-trip guide recommends for a hand-built flow:
+an ``@mcp.tool()`` function that returns an ``InputRequiredResult`` under our form key
+(``confirm_delete``) on the first round and reads ``ctx.input_responses`` / ``ctx.request_state``
+on the retry. The SDK seals the plaintext state itself (``RequestStateSecurity(keys=[...])``:
+AES-256-GCM, expiry, method/tool/arguments digest, principal), bearer tokens go through the
+SDK's ``TokenVerifier`` seam, and it is served the way ``MCPServer.run`` serves it: uvicorn, one
+worker, the Starlette app from ``streamable_http_app`` (JSON responses, stateless), access log off.
+
+Its logic is ours, over the same store: the same scope check (``nodes.scope``), the lookup by
+title in the same Redis through the same ``read_notes`` script, and the one-shot delete through
+the same ``confirm`` script (the replay entry under the state's nonce makes it one-shot). So the
+comparison measures the MCP/HTTP stack around identical store work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import secrets
+import socket
+from typing import Any
+
+import uvicorn
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+)
+from pydantic import BaseModel
+
+from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
+from loadgen.workload import load_tokens, with_load_scope
+from nodes.scope import Scope, ScopeError
+from store.api import Confirmation, Note
+from store.client import open_redis
+from store.notes import NoteStore
+
+PEER_NAME = "notes-peer-sdk"
+FORM_KEY = "confirm_delete"
+STATE_TTL_S = 300.0
+"""Like our default state expiry: five minutes."""
+MAX_CANDIDATES = 50
+"""Like our pick list's cap."""
+
+
+class DeleteResult(BaseModel):
+    """The structured result, the same shape as ours."""
+
+    deleted: bool
+    noteId: str | None = None  # the wire name
+
+
+class StaticTokens:
+    """The SDK's ``TokenVerifier`` seam over the load principals' published demo tokens."""
+
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self.tokens = tokens
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The principal as both client id and subject, or None for an unknown token."""
+        principal = self.tokens.get(token)
+        if principal is None:
+            return None
+        return AccessToken(token=token, client_id=principal, scopes=[], subject=principal)
+
+
+def _form(notes: tuple[Note, ...]) -> ElicitRequest:
+    options = [{"const": n.note_id, "title": f"{n.title} ({n.uri})"} for n in notes]
+    pick: dict[str, Any] = {"type": "string", "title": "Note", "oneOf": options}
+    if len(notes) == 1:
+        pick["default"] = notes[0].note_id
+    schema = {
+        "type": "object",
+        "properties": {
+            "noteId": pick,
+            "confirm": {"type": "boolean", "title": "Delete this note", "default": False},
+        },
+        "required": ["noteId", "confirm"],
+    }
+    params = ElicitRequestFormParams.model_validate(
+        {"mode": "form", "message": "Which note should be deleted?", "requestedSchema": schema}
+    )
+    return ElicitRequest(params=params)
+
+
+def build_server(store: NoteStore, scope: Scope, tokens: dict[str, str], key: bytes) -> MCPServer:
+    """The SDK server with the one tool."""
+    mcp: MCPServer = MCPServer(
+        PEER_NAME,
+        auth=AuthSettings(
+            issuer_url="http://127.0.0.1",
+            resource_server_url=None,
+            validate_token_resource=False,
+        ),
+        token_verifier=StaticTokens(tokens),
+        request_state_security=RequestStateSecurity(keys=[key], ttl=STATE_TTL_S),
+        log_level="WARNING",
+    )
+
+    async def ask(principal: str, workspace_uri: str, title: str) -> InputRequiredResult:
+        ws = scope.authorize(principal, workspace_uri)
+        snap = await store.find(ws.tenant, ws.uri, title, MAX_CANDIDATES + 1)
+        notes = tuple(n for n in snap.notes if n.workspace == ws.uri)
+        if not notes:
+            raise ToolError(f"No note titled {title!r} in {ws.uri}")
+        if len(notes) > MAX_CANDIDATES:
+            raise ToolError(f"More than {MAX_CANDIDATES} notes are titled {title!r}")
+        # Plaintext: the SDK seals it (and binds expiry, tool, arguments and principal).
+        state = {
+            "nonce": secrets.token_urlsafe(16),
+            "tenant": ws.tenant,
+            "ws": ws.uri,
+            "exp_ms": snap.redis_now_ms + int(STATE_TTL_S * 1000),
+            "candidates": {n.note_id: n.version for n in notes},
+        }
+        return InputRequiredResult(
+            input_requests={FORM_KEY: _form(notes)}, request_state=json.dumps(state)
+        )
+
+    @mcp.tool(name="notes_delete")
+    async def notes_delete(
+        workspaceUri: str,  # the wire name
+        title: str,
+        ctx: Context,
+    ) -> DeleteResult | InputRequiredResult:
+        """Delete a note titled `title` in `workspaceUri` after the user picks and confirms it."""
+        token = get_access_token()
+        if token is None:  # pragma: no cover - the bearer middleware refuses first
+            raise ToolError("not authenticated")
+        principal = token.client_id
+        try:
+            answer = (ctx.input_responses or {}).get(FORM_KEY)
+            if ctx.request_state is None or answer is None:
+                return await ask(principal, workspaceUri, title)
+            state = json.loads(ctx.request_state)
+            if not isinstance(answer, ElicitResult):
+                raise ToolError("Invalid answer")
+            content = answer.content or {}
+            note_id = content.get("noteId")
+            action = answer.action
+            if action == "accept" and content.get("confirm") is not True:
+                action = "decline"
+            if action == "accept" and note_id not in state["candidates"]:
+                raise ToolError("noteId is not one of the offered notes")
+            chosen = str(note_id) if action == "accept" else ""
+            canon = json.dumps({"action": action, "noteId": chosen}, sort_keys=True)
+            digest = hashlib.sha256(canon.encode("utf-8")).hexdigest()
+            out = await store.confirm(
+                Confirmation(
+                    tenant=state["tenant"],
+                    nonce=state["nonce"],
+                    action=action,
+                    answer_digest=digest,
+                    exp_ms=int(state["exp_ms"]),
+                    note_id=chosen,
+                    expected_version=int(state["candidates"].get(chosen, 0)),
+                    title=title,
+                    workspace=state["ws"],
+                    principal=principal,
+                    tool="notes_delete",
+                )
+            )
+        except ScopeError as exc:
+            raise ToolError(str(exc)) from None
+        if out.status in ("executed", "replay") and out.recorded.startswith("deleted:"):
+            return DeleteResult(deleted=True, noteId=out.recorded.removeprefix("deleted:"))
+        if out.status in ("declined", "cancelled", "replay"):
+            return DeleteResult(deleted=False)
+        if out.status == "changed":
+            return await ask(principal, workspaceUri, title)
+        raise ToolError(f"Nothing was deleted ({out.status})")
+
+    return mcp
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """uvicorn's server, printing the endpoint URL once it listens (port 0: the bound port)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.servers and not self.should_exit:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            print(f"http://{host}:{port}/mcp", flush=True)
+
+
+async def serve_peer(redis_url: str, prefix: str, host: str) -> None:
+    """Serve on ``host`` and a free port until killed, as ``MCPServer.run`` would (uvicorn binds
+    the port itself, so its sockets get the same options, TCP_NODELAY included)."""
+    scope = with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS))
+    tokens = load_tokens()
+    async with open_redis(redis_url) as client:
+        store = NoteStore(client, prefix=prefix)
+        mcp = build_server(store, scope, tokens, os.urandom(32))
+        app = mcp.streamable_http_app(json_response=True, stateless_http=True)
+        config = uvicorn.Config(
+            app, host=host, port=0, log_level="warning", access_log=False, workers=1
+        )
+        await _AnnouncingServer(config).serve()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve on a free loopback port; print the endpoint URL when ready."""
+    p = argparse.ArgumentParser(prog="loadgen.peer_sdk")
+    p.add_argument("--redis", required=True)
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    a = p.parse_args(argv)
+    asyncio.run(serve_peer(a.redis, a.prefix, a.host))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""``notes-cluster bench``: a tiny run writes well-formed ``bench.json`` and ``bench.md``.
+
+The runs here are short (a fraction of a second per point, one cluster size, one concurrency)
+and check shapes and invariants only, never how fast anything was: the machine is shared. They
+need a real Redis for the store scenarios, in a database of their own because the bench flushes
+it (``NOTES_CLUSTER_BENCH_TEST_REDIS``, default ``redis://127.0.0.1:6379/13``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen.bench import PEER_ROUNDS, BenchOptions, command_line, plan_for, run_bench
+from loadgen.bench_procs import cpu_seconds
+from loadgen.bench_report import render_markdown
+from tests.conftest import require_real_redis
+
+BENCH_REDIS_URL = os.environ.get("NOTES_CLUSTER_BENCH_TEST_REDIS", "redis://127.0.0.1:6379/13")
+POINT_KEYS = {"flows", "failed", "elapsed_s", "flows_per_s", "p50_ms", "p99_ms", "max_ms"}
+CPU_KEYS = {"bench_process", "servers", "redis"}
+
+
+def tiny(out_dir: Path, **changes: Any) -> BenchOptions:
+    """Options for a run of a few seconds in all."""
+    base: dict[str, Any] = {
+        "redis_url": require_real_redis(BENCH_REDIS_URL),
+        "out_dir": out_dir,
+        "seconds_per_point": 0.3,
+        "nodes": (1,),
+        "concurrencies": (2,),
+        "sizes": (100, 300),
+    }
+    return BenchOptions(**(base | changes))
+
+
+def check_point(point: dict[str, Any]) -> None:
+    assert set(point) >= POINT_KEYS, point
+    assert set(point["cpu_ms_per_flow"]) == CPU_KEYS
+    assert point["flows"] > 0
+    assert point["failed"] == 0, point["first_error"]
+    assert point["p50_ms"] <= point["p99_ms"] <= point["max_ms"]
+
+
+@pytest.mark.slow
+def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    result = run_bench(tiny(tmp_path), lines.append)
+
+    on_disk = json.loads((tmp_path / "bench.json").read_text(encoding="utf-8"))
+    assert on_disk == result
+    assert result["command"].startswith("notes-cluster bench --redis ")
+    assert {"command", "mode", "machine", "settings", "scenarios", "targets"} <= set(result)
+
+    flows = result["scenarios"]["flows"]["points"]
+    kinds = {(p["transport"], p["store"]) for p in flows}
+    assert kinds == {("inprocess", "embedded"), ("inprocess", "redis"), ("http", "redis")}
+    for point in flows:
+        check_point(point)
+    http = next(p for p in flows if p["transport"] == "http")
+    assert http["cpu_ms_per_flow"]["servers"] > 0
+
+    ceiling = result["scenarios"]["ceiling"]
+    check_point(ceiling["points"][0])
+    assert ceiling["fractions"][0]["fraction"] > 0
+
+    peer = result["scenarios"]["peer"]
+    assert len(peer["rounds"]) == PEER_ROUNDS
+    for point in [peer["ours"], peer["peer"], *(p for r in peer["rounds"] for p in r.values())]:
+        check_point(point)
+    assert peer["ours"]["flows"] == sum(r["ours"]["flows"] for r in peer["rounds"])
+    assert peer["throughput_ratio"] > 0
+    assert peer["cpu_ratio"] > 0
+    assert peer["peer"]["cpu_ms_per_flow"]["servers"] > 0
+
+    sizes = result["scenarios"]["sizes"]
+    assert [p["stored_notes"] for p in sizes["points"]] == [100, 300]
+    assert sizes["flows_ratio_largest_to_smallest"] > 0
+    for point in sizes["points"]:
+        check_point(point)
+        assert point["keys"] > point["stored_notes"]
+
+    assert set(result["targets"]) == {
+        "ceiling_fraction_at_least_0.25",
+        "peer_throughput_at_least_2",
+        "peer_cpu_at_most_0.5",
+    }
+    assert all(isinstance(v, bool) for v in result["targets"].values())
+
+    md = (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert f"Command: `{result['command']}`" in md
+    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## Targets"):
+        assert heading in md
+    assert "ours flows/s ÷ peer flows/s" in md
+    assert "| HTTP (node processes) | redis | 1 | 2 |" in md
+    assert any("wrote" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_a_run_without_peer_and_sizes_says_so_and_leaves_their_targets_unmeasured(
+    tmp_path: Path,
+) -> None:
+    result = run_bench(tiny(tmp_path, peer=False, sizes=()), lambda _: None)
+
+    assert result["scenarios"]["peer"] is None
+    assert result["scenarios"]["sizes"] is None
+    assert result["targets"]["peer_throughput_at_least_2"] is None
+    assert "peer=False" in result["command"]
+    md = (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert md.count("Skipped in this run.") == 2
+    assert "not measured" in md
+    assert render_markdown(result) == md
+
+
+def test_quick_and_full_modes_plan_the_documented_points() -> None:
+    quick = plan_for(BenchOptions(quick=True))
+    full = plan_for(BenchOptions())
+    assert (quick.nodes, quick.concurrencies, quick.sizes) == ((1, 2), (8, 32), (1_000, 100_000))
+    assert full.nodes == (1, 2, 3)
+    assert full.sizes[-1] == 1_000_000
+    assert quick.seconds < full.seconds
+    assert plan_for(BenchOptions(seconds_per_point=0.5)).seconds == 0.5
+    assert command_line(BenchOptions(quick=True)) == (
+        "notes-cluster bench --quick --redis redis://127.0.0.1:6379/12 --out runs/bench"
+    )
+
+
+def test_cpu_time_is_read_from_proc_and_a_vanished_process_has_none() -> None:
+    own = cpu_seconds(os.getpid())
+    assert own is not None
+    assert own > 0
+    assert cpu_seconds(2**22 + 12345) is None
