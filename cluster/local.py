@@ -19,9 +19,9 @@ from cluster.demo import DEMO_NOTES, DEMO_TENANT
 from nodes.config import NodeConfig
 from nodes.headers import request_headers
 from nodes.protocol import Node, Reply, RequestContext
-from store.client import open_redis
+from store.client import STREAM_TIMEOUT_S, open_redis
 from store.embedded import serve_embedded_redis
-from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, NoteStore
+from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteStore
 
 
 class NodeDown(Exception):
@@ -38,6 +38,20 @@ def store_url(redis_url: str | None) -> Iterator[tuple[str, bool]]:
         yield url, True
 
 
+@dataclass(frozen=True)
+class StoreOptions:
+    """How each node opens its store (defaults: as in production)."""
+
+    wait_replicas: int = 0
+    """Replicas every write must reach before the node answers (see ``NoteStore``)."""
+    wait_timeout_ms: int = WAIT_TIMEOUT_MS
+    stream_timeout_s: float = STREAM_TIMEOUT_S
+    """A Redis reply slower than this is an unknown outcome (fault runs shorten it)."""
+    client_name: str | None = None
+    """Prefix of the nodes' Redis connection names (``<name>-<node index>``), so a fault
+    injector can find exactly these connections in ``CLIENT LIST``; None: unnamed."""
+
+
 async def serve_inprocess_node(
     config: NodeConfig,
     redis_url: str,
@@ -45,11 +59,25 @@ async def serve_inprocess_node(
     embedded: bool,
     prefix: str = DEFAULT_PREFIX,
     replay_grace_ms: int = REPLAY_GRACE_MS,
+    options: StoreOptions | None = None,
     task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one in-process node until cancelled; report the Node once its store is open."""
-    async with open_redis(redis_url, embedded=embedded) as client:
-        store = NoteStore(client, prefix=prefix, replay_grace_ms=replay_grace_ms)
+    options = options or StoreOptions()
+    name = None if options.client_name is None else f"{options.client_name}-{config.node_id}"
+    async with open_redis(
+        redis_url,
+        embedded=embedded,
+        client_name=name,
+        stream_timeout_s=options.stream_timeout_s,
+    ) as client:
+        store = NoteStore(
+            client,
+            prefix=prefix,
+            replay_grace_ms=replay_grace_ms,
+            wait_replicas=options.wait_replicas,
+            wait_timeout_ms=options.wait_timeout_ms,
+        )
         node = Node(config, store)
         task_status.started(node)
         await trio.sleep_forever()
@@ -71,6 +99,7 @@ class LocalCluster:
     prefix: str
     nursery: trio.Nursery
     replay_grace_ms: int = REPLAY_GRACE_MS
+    store_options: StoreOptions = field(default_factory=StoreOptions)
     nodes: list[Node | None] = field(default_factory=list)
     _scopes: list[trio.CancelScope | None] = field(default_factory=list)
     _requests: dict[int, set[trio.CancelScope]] = field(default_factory=dict)
@@ -88,6 +117,7 @@ class LocalCluster:
                     embedded=self.embedded,
                     prefix=self.prefix,
                     replay_grace_ms=self.replay_grace_ms,
+                    options=self.store_options,
                     task_status=task_status,
                 )
 
@@ -135,11 +165,20 @@ async def open_local_cluster(
     prefix: str = DEFAULT_PREFIX,
     seed: bool = True,
     replay_grace_ms: int = REPLAY_GRACE_MS,
+    store_options: StoreOptions | None = None,
 ) -> AsyncIterator[LocalCluster]:
     """Run ``n_nodes`` in-process nodes over one store (embedded unless ``redis_url`` is given)."""
     with store_url(redis_url) as (url, embedded):
         async with trio.open_nursery() as nursery:
-            cluster = LocalCluster(config, url, embedded, prefix, nursery, replay_grace_ms)
+            cluster = LocalCluster(
+                config,
+                url,
+                embedded,
+                prefix,
+                nursery,
+                replay_grace_ms,
+                store_options or StoreOptions(),
+            )
             for i in range(n_nodes):
                 await cluster.start_node(i)
             if seed:
@@ -175,10 +214,11 @@ class InProcessTransport:
         meta = params.get("_meta") or {}
         version = str(meta.get("io.modelcontextprotocol/protocolVersion", ""))
         headers = request_headers(str(wire.get("method", "")), params, version)
+        ctx = RequestContext(principal=principal, headers=headers)
         scope = self.cluster.request_scope(node_index)
         try:
             with scope:
-                reply = await node.handle(wire, RequestContext(principal=principal, headers=headers))
+                reply = await node.handle(wire, ctx)
         except Exception as exc:
             # The node stopped and its pool closed before the cancellation reached the request.
             if scope.cancel_called:

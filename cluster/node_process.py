@@ -7,7 +7,6 @@ Layer: cluster.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import trio
@@ -45,8 +44,8 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         trio.run(run)
-    except KeyboardInterrupt:
-        sys.exit(0)
+    except* KeyboardInterrupt:  # trio wraps it in a group when it lands inside a nursery
+        pass
 
 
 if __name__ == "__main__":
