@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 import trio
@@ -16,6 +18,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from loadgen.runner import FlowSample, RunSettings
+
+if TYPE_CHECKING:
+    from loadgen.simulate import Simulation
+
+T = TypeVar("T")
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
@@ -25,6 +32,11 @@ Examples:
   notes-cluster simulate                        race workload on 3 in-process nodes, embedded store
   notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
   notes-cluster serve --demo --nodes 3 --port 8700
+  export NOTES_CLUSTER_STATE_KEY=$(head -c 32 /dev/urandom | base64)   # shared by both:
+  notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0
+  notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 \\
+      --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
+  notes-cluster bench --quick
 """
 
 
@@ -85,10 +97,8 @@ def simulate_cmd(
     as_json: bool,
 ) -> None:
     """``notes-cluster simulate``."""
-    import json
     import secrets
 
-    from loadgen.report import print_summary
     from loadgen.simulate import SimulateOptions, simulate
 
     err = Console(stderr=True)
@@ -104,6 +114,13 @@ def simulate_cmd(
             flows=flows, duration_s=duration, concurrency=concurrency, rate=rate, seed=seed
         ),
     )
+    sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
+    _report(sim, run_dir, as_json)
+
+
+def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
+    """Run ``work`` with a progress bar on stderr (only when stderr is a terminal)."""
+    err = Console(stderr=True)
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -114,19 +131,19 @@ def simulate_cmd(
         transient=True,
     )
     with progress:
-        task = progress.add_task("flows", total=flows)
+        task = progress.add_task("flows", total=total)
+        return work(lambda _: progress.advance(task))
 
-        def advance(_: FlowSample) -> None:
-            progress.advance(task)
 
-        sim = trio.run(simulate, options, advance)
+def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
+    """Pictures, summary (or JSON) and the exit code of a run."""
+    import json
+
+    from loadgen.pictures import write_pictures
+    from loadgen.report import print_summary
+
     results = sim.to_json()
-    try:
-        from loadgen.pictures import write_pictures
-
-        write_pictures(run_dir, sim)
-    except ImportError:  # pragma: no cover - pictures are optional during development
-        pass
+    write_pictures(run_dir, sim)
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:
@@ -136,6 +153,139 @@ def simulate_cmd(
 
 
 simulate_cmd.name = "simulate"
+
+
+@main.command(
+    help="Throw the race workload at running HTTP nodes (e.g. from `serve --demo`).\n" + EXAMPLES
+)
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    required=True,
+    help="Node endpoint URL (repeat, or comma-separate, for several nodes).",
+)
+@click.option(
+    "--redis",
+    "redis_url",
+    default=None,
+    help="The cluster's store, to check the history afterwards (else: unchecked).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The cluster's TOML config (for its key ring and audience).",
+)
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="The cluster runs the demo fixture; its state key "
+    "comes from NOTES_CLUSTER_STATE_KEY, which `serve --demo` must share.",
+)
+@click.option(
+    "--token",
+    "tokens",
+    multiple=True,
+    metavar="PRINCIPAL=TOKEN",
+    help="Bearer token of a load principal (default: the demo load tokens).",
+)
+@click.option("--flows", default=300, show_default=True, type=click.IntRange(1, 10_000_000))
+@click.option("--duration", default=45.0, show_default=True, type=click.FloatRange(0.1, 3600))
+@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 4096))
+@click.option("--rate", default=None, type=click.FloatRange(0.1, 100_000))
+@click.option("--seed", default=None, type=int)
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+def loadgen(
+    targets: tuple[str, ...],
+    redis_url: str | None,
+    config_path: Path | None,
+    demo: bool,
+    tokens: tuple[str, ...],
+    flows: int,
+    duration: float,
+    concurrency: int,
+    rate: float | None,
+    seed: int | None,
+    out_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """``notes-cluster loadgen``."""
+    import os
+    import secrets
+    from urllib.parse import urlsplit
+
+    from cluster.config import ConfigError
+    from cluster.serve import STATE_KEY_ENV, settings_for
+    from loadgen.remote import run_remote
+    from loadgen.workload import load_tokens
+
+    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
+    for url in urls:
+        if not _loopback(urlsplit(url).hostname or ""):
+            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
+    if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):
+        raise click.UsageError(
+            f"give --config FILE, or --demo with {STATE_KEY_ENV} set to the cluster's state key"
+        )
+    try:
+        settings = settings_for(config_path, demo, None)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    principal_tokens = {p: t for t, p in load_tokens().items()}
+    for item in tokens:
+        principal, sep, token = item.partition("=")
+        if not sep or not principal or not token:
+            raise click.UsageError(f"--token {principal or item!r}: expected PRINCIPAL=TOKEN")
+        principal_tokens[principal] = token
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    run_dir = out_dir or Path("runs") / time.strftime("loadgen-%Y%m%d-%H%M%S")
+    Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
+    run = RunSettings(
+        flows=flows, duration_s=duration, concurrency=concurrency, rate=rate, seed=seed
+    )
+    sim = _with_progress(
+        flows,
+        lambda advance: trio.run(
+            lambda: run_remote(
+                urls,
+                settings,
+                principal_tokens,
+                run,
+                redis_url=redis_url,
+                run_dir=run_dir,
+                on_flow=advance,
+            )
+        ),
+    )
+    _report(sim, run_dir, as_json)
+
+
+@main.command(help="Run the named benchmark scenarios; write bench.json and bench.md.\n" + EXAMPLES)
+@click.option("--quick", is_flag=True, help="Short points (under three minutes in all).")
+@click.option(
+    "--redis",
+    "redis_url",
+    default="redis://127.0.0.1:6379/12",
+    show_default=True,
+    help="Real Redis for the store scenarios (the database is flushed).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=Path("runs/bench"),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
+    """``notes-cluster bench``."""
+    from loadgen.bench import BenchOptions, run_bench
+
+    err = Console(stderr=True)
+    run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
+    click.echo((out_dir / "bench.md").read_text(encoding="utf-8"))
 
 
 @main.command(help="Serve N nodes over Streamable HTTP on consecutive loopback ports.\n" + EXAMPLES)
@@ -207,8 +357,28 @@ def serve(
                 on_ready=ready,
             )
         )
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:  # trio wraps it in a group when it lands inside a nursery
         click.echo("stopped", err=True)
+
+
+@main.command(
+    "redis-cluster",
+    help="Run a local Redis Cluster (redis-server on free loopback ports) until Ctrl-C; print "
+    "its URL, which simulate, serve and loadgen take as --redis (a cluster is detected).",
+)
+@click.option("--masters", default=3, show_default=True, type=click.IntRange(3, 16))
+@click.option("--replicas", default=0, show_default=True, type=click.IntRange(0, 2))
+def redis_cluster(masters: int, replicas: int) -> None:
+    """``notes-cluster redis-cluster``."""
+    from cluster.redis_cluster import RedisClusterError
+    from cluster.redis_cluster import main as run_redis_cluster
+
+    click.echo("starting; Ctrl-C stops", err=True)
+    try:
+        run_redis_cluster(masters, replicas, click.echo)
+    except RedisClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo("stopped", err=True)
 
 
 def _loopback(host: str) -> bool:

@@ -20,6 +20,12 @@ from files. Example (``notes-cluster.example.toml`` in the README):
     [principals.alice]
     token_sha256 = ["<64 hex digits>"]  # printf %s "$TOKEN" | sha256sum
     grants = ["file:///Users/alice/Documents"]
+
+    [archives]                          # optional: workspace URI -> its archive (notes_archive)
+    "file:///Users/alice/Documents/Notes" = "file:///Users/alice/Documents/Archive"
+
+    # public_url = "https://notes.example"   # optional: base of setup links (notes_setup);
+                                             # default: each node's bound address
 """
 
 from __future__ import annotations
@@ -30,10 +36,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_TOKENS, DEMO_WORKSPACES
+from cluster.demo import (
+    DEMO_ARCHIVES,
+    DEMO_GRANTS,
+    DEMO_SERVER_NAME,
+    DEMO_TOKENS,
+    DEMO_WORKSPACES,
+)
 from nodes.auth import TokenTable
 from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
-from nodes.scope import Scope, ScopeError
+from nodes.scope import Scope, ScopeError, normalize_uri
 from nodes.sealing import KeyRing
 from store.notes import REPLAY_GRACE_MS
 
@@ -57,6 +69,8 @@ class _File(BaseModel):
     state_keys: dict[str, str]
     workspaces: dict[str, str] = Field(min_length=1)
     principals: dict[str, _Principal] = Field(min_length=1)
+    archives: dict[str, str] = Field(default_factory=dict)
+    public_url: str | None = Field(default=None, min_length=1, max_length=2048)
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,7 @@ def load_settings(path: Path) -> ClusterSettings:
         tokens = TokenTable(
             {h: name for name, p in parsed.principals.items() for h in p.token_sha256}
         )
+        _check_archives(scope, parsed.archives)
     except (ValueError, ScopeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
     node = NodeConfig(
@@ -105,22 +120,39 @@ def load_settings(path: Path) -> ClusterSettings:
         scope=scope,
         key_ring=ring,
         state_ttl_ms=int(parsed.state_ttl_seconds * 1000),
+        archives=dict(parsed.archives),
+        public_url=parsed.public_url,
     )
     return ClusterSettings(
         node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
     )
 
 
+def _check_archives(scope: Scope, archives: dict[str, str]) -> None:
+    """Every archive maps a configured workspace to another one of the same tenant."""
+    for source, archive in archives.items():
+        try:
+            a, b = normalize_uri(source), normalize_uri(archive)
+        except ScopeError as exc:
+            raise ScopeError(f"archives: {exc}") from None
+        if a not in scope.workspaces or b not in scope.workspaces:
+            raise ScopeError(f"archives: {a!r} and {b!r} must both be configured workspaces")
+        if a == b or scope.workspaces[a] != scope.workspaces[b]:
+            raise ScopeError(f"archives: {b!r} must be another workspace of {a!r}'s tenant")
+
+
 def demo_settings(
     ring: KeyRing | None = None,
     extra_tokens: dict[str, str] | None = None,
     scope: Scope | None = None,
+    archives: dict[str, str] | None = None,
 ) -> ClusterSettings:
     """The demo fixture as settings: alice and bob, their published tokens, a fresh key ring
-    (or ``ring``, so several processes can share one)."""
+    (or ``ring``, so several processes can share one), and the demo archives plus ``archives``."""
     node = NodeConfig(
         server_name=DEMO_SERVER_NAME,
         scope=scope or Scope.build(DEMO_WORKSPACES, DEMO_GRANTS),
         key_ring=ring or KeyRing.generate("demo"),
+        archives={**DEMO_ARCHIVES, **(archives or {})},
     )
     return ClusterSettings(node, TokenTable.from_plain({**DEMO_TOKENS, **(extra_tokens or {})}))

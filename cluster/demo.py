@@ -29,6 +29,9 @@ DEMO_WORKSPACES: dict[str, str] = {
     TEAM: DEMO_TENANT,
 }
 
+DEMO_ARCHIVES: dict[str, str] = {ALICE_NOTES: ALICE_ARCHIVE}
+"""Workspace -> its archive workspace (``notes_archive``): alice's Notes archive to her Archive."""
+
 DEMO_GRANTS: dict[str, tuple[str, ...]] = {
     "alice": (ALICE_NOTES, ALICE_ARCHIVE, TEAM),
     "bob": (BOB_NOTES, TEAM),

@@ -19,10 +19,12 @@ import trio
 from cluster.config import ClusterSettings, demo_settings, load_settings
 from cluster.local import seed_demo, store_url
 from nodes.http import serve_node
+from nodes.legacy import LegacyAdapter, LegacyLimits
 from nodes.protocol import Node
 from nodes.sealing import KeyRing
 from store.client import open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
+from store.sessions import SessionStore
 
 STATE_KEY_ENV = "NOTES_CLUSTER_STATE_KEY"
 """Environment variable through which a parent hands a demo key ring to its node processes."""
@@ -37,20 +39,24 @@ async def serve_http_node(
     port: int,
     node_id: str,
     prefix: str = DEFAULT_PREFIX,
+    legacy_limits: LegacyLimits | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """One HTTP node with its own Redis pool; reports its URL; runs until cancelled."""
+    """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
+    serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store."""
     from dataclasses import replace
 
     async with open_redis(redis_url, embedded=embedded) as client:
         store = NoteStore(client, prefix=prefix, replay_grace_ms=settings.replay_grace_ms)
         node = Node(replace(settings.node, node_id=node_id), store)
+        legacy = LegacyAdapter(node, SessionStore(client, prefix=prefix), legacy_limits)
         await serve_node(
             node,
             settings.tokens,
             host=host,
             port=port,
             allowed_origins=settings.allowed_origins,
+            legacy=legacy,
             task_status=task_status,
         )
 
@@ -168,8 +174,8 @@ def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> Cl
     key = os.environ.get(STATE_KEY_ENV)
     if key:
         ring = KeyRing.from_sources({"demo": f"base64:{key}"}, "demo")
-    from loadgen.workload import load_tokens, with_load_scope
+    from loadgen.workload import load_archives, load_tokens, with_load_scope
 
     base = demo_settings(ring)
     scope = with_load_scope(base.node.scope)
-    return demo_settings(ring, load_tokens(), scope).with_state_ttl(state_ttl)
+    return demo_settings(ring, load_tokens(), scope, load_archives()).with_state_ttl(state_ttl)

@@ -44,6 +44,8 @@ def summary_tables(results: dict[str, Any]) -> list[Table]:
         perf.add_row(f"flow latency {name}", f"{ms:.1f} ms")
     for name, n in sorted(results["counts"].items()):
         perf.add_row(name, str(n))
+    for master, n in results.get("key_distribution", {}).items():
+        perf.add_row(f"keys on master {master}", str(n))
     return [verdicts, races, perf]
 
 

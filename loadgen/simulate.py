@@ -15,19 +15,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import redis
+import redis.cluster
 import trio
 
-from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
 from cluster.local import InProcessTransport, open_local_cluster
 from loadgen.checker import CheckResult, check
 from loadgen.history import History, close_history, open_history
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
-from loadgen.workload import load_workspaces, with_load_scope
+from loadgen.workload import load_archives, load_workspaces, with_load_scope
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
-from store.journal import list_replay_entries, read_final_notes, read_journal
+from store.client import sync_client
+from store.journal import (
+    keys_per_master,
+    list_replay_entries,
+    read_final_notes,
+    read_journal,
+    scan_keys,
+)
 
 SIM_REPLAY_GRACE_MS = 1_000
 """Replay grace in simulations: short, so the run can show replay entries really expire."""
@@ -59,6 +66,8 @@ class Simulation:
     run_dir: Path | None
     options: SimulateOptions
     store: str
+    key_distribution: dict[str, int] | None = None
+    """``"host:port" -> keys`` per master after the run, only when the store is a Redis Cluster."""
 
     def to_json(self) -> dict[str, Any]:
         """``results.json``: verdicts, race counts, throughput and latency percentiles."""
@@ -95,7 +104,7 @@ class Simulation:
                 "rate": self.options.settings.rate,
                 "seed": self.options.settings.seed,
             },
-        }
+        } | ({} if self.key_distribution is None else {"key_distribution": self.key_distribution})
 
 
 def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
@@ -106,6 +115,7 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
         scope=scope,
         key_ring=KeyRing.generate(),
         state_ttl_ms=int(state_ttl_s * 1000),
+        archives={**DEMO_ARCHIVES, **load_archives(tenants)},
     )
 
 
@@ -117,7 +127,7 @@ def races(history: History) -> dict[str, int]:
 
 
 def _read_store(url: str, prefix: str, tenants: list[str]) -> tuple[Any, Any, Any, int]:
-    client = redis.Redis.from_url(url, decode_responses=True)
+    client = sync_client(url, decode_responses=True)
     try:
         journal = read_journal(client, prefix, tenants)
         final = read_final_notes(client, prefix, tenants)
@@ -129,7 +139,7 @@ def _read_store(url: str, prefix: str, tenants: list[str]) -> tuple[Any, Any, An
 
 
 def redis_offset_ms(url: str) -> int:
-    client = redis.Redis.from_url(url)
+    client = sync_client(url)
     try:
         sec, usec = client.time()
         return int(sec) * 1000 + int(usec) // 1000 - int(time.time() * 1000)
@@ -138,11 +148,22 @@ def redis_offset_ms(url: str) -> int:
 
 
 def _drop_keys(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
+    client = sync_client(url)
     try:
-        batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        batch = list(scan_keys(client, f"{prefix}:*"))  # on a cluster: every master
         for i in range(0, len(batch), 500):
             client.delete(*batch[i : i + 500])
+    finally:
+        client.close()
+
+
+def key_distribution(url: str, prefix: str) -> dict[str, int] | None:
+    """Keys under ``prefix`` per master when ``url`` is a Redis Cluster, else None."""
+    client = sync_client(url)
+    try:
+        if not isinstance(client, redis.cluster.RedisCluster):
+            return None
+        return keys_per_master(client, prefix)
     finally:
         client.close()
 
@@ -156,6 +177,7 @@ async def simulate(
     prefix = "nc" if options.redis_url is None else "ncsim" + secrets.token_hex(4)
     tenants = sorted(set(load_workspaces(settings.tenants).values()))
     history = open_history(options.run_dir)
+    dist: dict[str, int] | None = None
     try:
         async with open_local_cluster(
             config,
@@ -176,13 +198,17 @@ async def simulate(
                 on_flow=on_flow,
             )
             result = await check_run(history, url, prefix, tenants, offset, SIM_REPLAY_GRACE_MS)
+            if options.redis_url is not None:
+                dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
             if options.redis_url is not None and not options.keep_keys:
                 await trio.to_thread.run_sync(_drop_keys, url, prefix)
     finally:
         close_history(history)
     store = "embedded" if options.redis_url is None else "redis"
+    if dist is not None:
+        store = "redis-cluster"
     return finish(
-        Simulation(result, stats, history, races(history), options.run_dir, options, store)
+        Simulation(result, stats, history, races(history), options.run_dir, options, store, dist)
     )
 
 

@@ -1,4 +1,5 @@
-"""The race workload: each flow is a real two-round ``notes_delete`` with one race forced into it.
+"""The race workload: each flow is a real two-round ``notes_delete`` with one race forced into it
+(the ``archive`` flow: a two-round ``notes_archive``, its confirmation sent to several nodes).
 
 Layer: loadgen. Drives nodes through ``loadgen.clients``; holds the key ring only to learn each
 state's nonce and expiry for the history (a trusted harness, like a Jepsen client with access to
@@ -22,6 +23,9 @@ from nodes.sealing import KeyRing, StateRejected
 LOAD_TENANTS = 4
 TITLES = ("Weekly report", "TPS report", "Minutes", "Todo")
 FORM_KEY = "confirm_delete"
+DELETE_TOOL = "notes_delete"
+ARCHIVE_TOOL = "notes_archive"
+FORM_KEYS = {DELETE_TOOL: FORM_KEY, ARCHIVE_TOOL: "confirm_archive"}
 
 EXPIRY_MARGIN_MS = 400
 """How far before (or after) a state's expiry the ``before_expiry`` (``expired``) flows answer,
@@ -50,6 +54,7 @@ RACE_KINDS: tuple[str, ...] = (
     "expired",
     "before_expiry",
     "edit_between",
+    "archive",
 )
 
 DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
@@ -67,6 +72,11 @@ def load_workspaces(tenants: int = LOAD_TENANTS) -> dict[str, str]:
         out[f"file:///load/t{i}/inbox"] = f"load{i}"
         out[f"file:///load/t{i}/archive"] = f"load{i}"
     return out
+
+
+def load_archives(tenants: int = LOAD_TENANTS) -> dict[str, str]:
+    """Each load tenant's inbox -> its archive (``notes_archive``)."""
+    return {f"file:///load/t{i}/inbox": f"file:///load/t{i}/archive" for i in range(tenants)}
 
 
 def load_grants(tenants: int = LOAD_TENANTS) -> dict[str, tuple[str, ...]]:
@@ -96,6 +106,7 @@ class Asked:
     exp_ms: int
     candidates: list[tuple[str, int]]
     arguments: dict[str, Any]
+    tool: str = DELETE_TOOL
 
 
 @dataclass
@@ -171,20 +182,24 @@ def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
     }
 
 
-def _opened(env: FlowEnv, out: Outcome, arguments: dict[str, Any]) -> Asked | None:
+def _opened(
+    env: FlowEnv, out: Outcome, arguments: dict[str, Any], tool: str = DELETE_TOOL
+) -> Asked | None:
     facts = _state_facts(env, out)
     if not facts:
         return None
     token = str((out.result or {})["requestState"])
     cands = [(str(c[0]), int(c[1])) for c in facts["candidates"]]
-    return Asked(token, facts["nonce"], facts["exp_ms"], cands, arguments)
+    return Asked(token, facts["nonce"], facts["exp_ms"], cands, arguments, tool)
 
 
-async def ask(env: FlowEnv, title: str, client: Client | None = None) -> Asked | None:
+async def ask(
+    env: FlowEnv, title: str, client: Client | None = None, tool: str = DELETE_TOOL
+) -> Asked | None:
     """Round 1 on a random node."""
     c = client or env.client
     args = {"workspaceUri": env.inbox, "title": title}
-    msg = request("tools/call", {"name": "notes_delete", "arguments": args})
+    msg = request("tools/call", {"name": tool, "arguments": args})
     invoke = {
         "principal": env.principal,
         "tenant": env.tenant,
@@ -201,7 +216,7 @@ async def ask(env: FlowEnv, title: str, client: Client | None = None) -> Asked |
         msg,
         annotate=lambda o: _state_facts(env, o),
     )
-    return _opened(env, out, args)
+    return _opened(env, out, args, tool)
 
 
 async def confirm(
@@ -232,9 +247,9 @@ async def confirm(
     else:
         answer = {"action": action}
     params = {
-        "name": "notes_delete",
+        "name": asked.tool,
         "arguments": arguments or asked.arguments,
-        "inputResponses": {FORM_KEY: answer},
+        "inputResponses": {FORM_KEYS[asked.tool]: answer},
         "requestState": token or asked.token,
     }
     invoke = {
@@ -272,7 +287,7 @@ async def confirm(
 
 
 def _reasked(env: FlowEnv, out: Outcome, asked: Asked) -> Asked | None:
-    return _opened(env, out, asked.arguments)
+    return _opened(env, out, asked.arguments, asked.tool)
 
 
 async def _start(env: FlowEnv) -> tuple[Asked, str] | None:
@@ -280,7 +295,7 @@ async def _start(env: FlowEnv) -> tuple[Asked, str] | None:
     note = await create(env, title)
     if note is None:
         return None
-    asked = await ask(env, title)
+    asked = await ask(env, title, tool=ARCHIVE_TOOL if env.kind == "archive" else DELETE_TOOL)
     if asked is None or note not in {c[0] for c in asked.candidates}:
         return None
     return asked, note
@@ -409,6 +424,14 @@ async def flow_edit_between(env: FlowEnv, asked: Asked, note: str) -> None:
         await confirm(env, again, note)
 
 
+async def flow_archive(env: FlowEnv, asked: Asked, note: str) -> None:
+    # An archive state (round 1 asked notes_archive): the accept goes to 1-3 nodes at once.
+    copies = env.rng.randint(1, 3)
+    async with trio.open_nursery() as nursery:
+        for _ in range(copies):
+            nursery.start_soon(lambda: confirm(env, asked, note))
+
+
 FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "plain": flow_plain,
     "duplicate": flow_duplicate,
@@ -425,6 +448,7 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "expired": flow_expired,
     "before_expiry": flow_before_expiry,
     "edit_between": flow_edit_between,
+    "archive": flow_archive,
 }
 
 

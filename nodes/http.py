@@ -8,9 +8,15 @@ back: JSON with the Reply's status, or an empty body when the Reply has none (20
 
 It must not know MCP methods, params, tools, protocol versions or the store: comparing headers with
 the body and every other JSON-RPC error belong to the core (``nodes.protocol``, ``nodes.headers``).
+Besides the MCP endpoint it routes ``GET|POST /setup/<token>`` to ``nodes.setup_page`` (the page
+behind ``notes_setup``'s URL-mode elicitation), which answers HTML of its own.
 It never mints or reads ``Mcp-Session-Id`` and never answers with SSE (the core has no progress to
-stream), so ``X-Accel-Buffering`` is not needed. No Starlette: the HTTP stack is a large share of
-the CPU budget, so a request costs one header dict, one ``json`` decode and one encode.
+stream), so ``X-Accel-Buffering`` is not needed. The one exception is an injected
+``LegacyHandler`` (the 2025-11-25 adapter, ``nodes.legacy``, which this module does not import):
+the requests it claims after the HTTP checks (``initialize``, a handshake-era version header with
+no modern ``_meta``, DELETE with a session id) are handed to it with ``send``, and it may stream.
+No Starlette: the HTTP stack is a large share of the CPU budget, so a request costs one header
+dict, one ``json`` decode and one encode.
 
 Accept rule: like the SDK's SSE mode, Accept must cover both ``application/json`` and
 ``text/event-stream``; RFC 9110 wildcards count (``*/*``, ``application/*``, ``text/*``) and a
@@ -22,9 +28,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, Protocol, cast
 
 import trio
 from hypercorn.config import Config
@@ -34,6 +40,7 @@ from hypercorn.typing import Framework
 from nodes import errors
 from nodes.auth import TokenTable
 from nodes.protocol import Node, Reply, RequestContext
+from nodes.setup_page import SERVICE_UNAVAILABLE_PAGE, SetupPages
 
 log = logging.getLogger("nodes.http")
 
@@ -190,7 +197,7 @@ def deeper_than(value: object, limit: int) -> bool:
 
 async def _send(send: Send, answer: _Answer) -> None:
     headers = [(b"content-length", str(len(answer.body)).encode("ascii")), *answer.headers]
-    if answer.body:
+    if answer.body and not any(name == b"content-type" for name, _ in answer.headers):
         headers.append(_JSON_TYPE)
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})
@@ -207,6 +214,31 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+@dataclass(frozen=True)
+class LegacyRequest:
+    """A request the legacy handler claimed, past the HTTP checks (for a POST: Origin, token,
+    Accept, Content-Type, size, JSON; for a DELETE: Origin and token)."""
+
+    method: str
+    principal: str
+    headers: Mapping[str, str]
+    """Lowercased, credentials removed."""
+    message: object
+    """The decoded JSON-RPC message (None for a DELETE)."""
+
+
+class LegacyHandler(Protocol):
+    """The 2025-11-25 adapter, injected by whoever builds the app."""
+
+    def claims(self, http_method: str, headers: Mapping[str, str], message: object) -> bool:
+        """Whether the request is a legacy one (``message`` is None for a DELETE)."""
+        ...
+
+    async def serve(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
+        """Answer the request through ``send`` (possibly streaming)."""
+        ...
+
+
 class _StreamableHTTPApp:
     """The ASGI callable ``make_app`` returns."""
 
@@ -218,13 +250,16 @@ class _StreamableHTTPApp:
         allowed_origins: frozenset[str],
         max_body_bytes: int,
         max_json_depth: int,
+        legacy: LegacyHandler | None = None,
     ) -> None:
         self.node = node
+        self.legacy = legacy
         self.tokens = tokens
         self.endpoint = endpoint
         self.allowed_origins = allowed_origins
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
+        self.setup = SetupPages(node.config, node.store, tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -244,12 +279,40 @@ class _StreamableHTTPApp:
         except Exception:
             log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
             answer = _INTERNAL
+        if isinstance(answer, LegacyRequest):
+            await self._serve_legacy(answer, receive, send)
+            return
         await _send(send, answer)
 
-    async def _answer(self, scope: Scope, receive: Receive) -> _Answer:
+    async def _serve_legacy(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        assert self.legacy is not None
+        try:
+            await self.legacy.serve(request, receive, tracked)
+        except Exception:
+            log.exception("unexpected error answering a legacy request")
+            if not started:
+                await _send(send, _INTERNAL)
+
+    async def _answer(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
+        if SetupPages.handles(scope["path"]):
+            return await self._setup_page(scope, receive)
         if scope["path"] != self.endpoint:
             return _NOT_FOUND
         if scope["method"] != "POST":
+            if self.legacy is not None and scope["method"] == "DELETE":
+                headers = _header_dict(scope["headers"])
+                if self.legacy.claims("DELETE", headers, None):
+                    principal = self._authenticate(headers)
+                    for name in _CREDENTIAL_HEADERS:
+                        headers.pop(name, None)
+                    return LegacyRequest("DELETE", principal, headers, None)
             return _METHOD_NOT_ALLOWED
         headers = _header_dict(scope["headers"])
         principal = self._authenticate(headers)
@@ -260,8 +323,24 @@ class _StreamableHTTPApp:
         message = self._decode(await self._read_body(headers.get("content-length"), receive))
         for name in _CREDENTIAL_HEADERS:
             headers.pop(name, None)
+        if self.legacy is not None and self.legacy.claims("POST", headers, message):
+            return LegacyRequest("POST", principal, headers, message)
         reply = await self.node.handle(message, RequestContext(principal, headers))
         return _from_reply(reply)
+
+    async def _setup_page(self, scope: Scope, receive: Receive) -> _Answer:
+        """A setup page; its body (a small form) is read only for POST, within the same limit."""
+        headers = _header_dict(scope["headers"])
+        body = b""
+        if scope["method"] == "POST":
+            body = await self._read_body(headers.get("content-length"), receive)
+        try:
+            page = await self.setup.answer(scope["method"], scope["path"], headers, body)
+        except Exception:
+            # Not the generic handler: it would log the path, and the path holds the link.
+            log.exception("setup page failed")
+            page = SERVICE_UNAVAILABLE_PAGE
+        return _Answer(page.status, page.body, page.headers)
 
     def _authenticate(self, headers: Mapping[str, str]) -> str:
         """The principal; the Origin check comes first (a browser page must not probe tokens)."""
@@ -329,14 +408,16 @@ def make_app(
     allowed_origins: frozenset[str] = frozenset(),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    legacy: LegacyHandler | None = None,
 ) -> ASGIApp:
-    """The ASGI 3 app serving ``node`` at ``POST endpoint`` for the principals in ``tokens``."""
+    """The ASGI 3 app serving ``node`` at ``POST endpoint`` for the principals in ``tokens``
+    (and legacy clients through ``legacy``, when given)."""
     if not endpoint.startswith("/"):
         raise ValueError("endpoint must be a path starting with '/'")
     if max_body_bytes < 1 or max_json_depth < 1:
         raise ValueError("max_body_bytes and max_json_depth must be positive")
     return _StreamableHTTPApp(
-        node, tokens, endpoint, frozenset(allowed_origins), max_body_bytes, max_json_depth
+        node, tokens, endpoint, frozenset(allowed_origins), max_body_bytes, max_json_depth, legacy
     )
 
 
@@ -354,7 +435,7 @@ async def serve_node(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     **app_kwargs: Any,
 ) -> None:
-    """Serve ``node`` over Streamable HTTP with hypercorn until cancelled.
+    """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled.
 
     Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
     ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``.
@@ -371,4 +452,8 @@ async def serve_node(
         binds: list[str] = await nursery.start(
             partial(serve, cast(Framework, app), config, mode="asgi")
         )
-        task_status.started(binds[0] + endpoint)
+        base = binds[0]
+        if node.config.public_url is None:
+            # Links to this node's setup pages (notes_setup) name the address actually bound.
+            node.config = replace(node.config, public_url=base)
+        task_status.started(f"{base}{endpoint}")

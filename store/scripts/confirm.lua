@@ -5,6 +5,8 @@
 -- ARGV: 1 action (accept|decline|cancel)  2 answer digest  3 expiry ms (Redis clock)
 --       4 replay grace ms  5 note id  6 expected version  7 workspace  8 principal  9 nonce
 --       10 op (delete|move)  11 target workspace  12 journal maxlen  13 tool
+--       14 '1' when the node waits for replicas (WAIT) before answering: a replay then rewrites
+--          the entry's expiry (same value), so the WAIT that follows covers the recorded outcome
 -- Returns {status, recorded outcome, now_ms}. status:
 --   replay    same answer seen before: recorded outcome returned again, nothing changes
 --   conflict  a different answer was already recorded for this state: refused
@@ -17,7 +19,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec = redis.call('HMGET', KEYS[1], 'answer', 'outcome')
 if rec[1] then
-  if rec[1] == ARGV[2] then return {'replay', rec[2], now} end
+  if rec[1] == ARGV[2] then
+    if ARGV[14] == '1' then
+      redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[3]) + tonumber(ARGV[4]))
+    end
+    return {'replay', rec[2], now}
+  end
   return {'conflict', rec[2], now}
 end
 local exp = tonumber(ARGV[3])
