@@ -495,7 +495,7 @@ def _peer_summary(block: dict[str, Any]) -> dict[str, Any]:
         "peer_store": "same Redis, same read_notes and confirm scripts (through NoteStore)",
         "peer_server": "mcp 2.3.0 MCPServer, streamable_http_app(json_response=True, "
         "stateless_http=True), uvicorn 1 worker, access log off",
-        "ours_server": "1 node process (h11 on trio), the same real Redis",
+        "ours_server": "1 node process (hypercorn, trio worker), the same real Redis",
         "throughput_ratio": _ratio(ours["flows_per_s"], peer["flows_per_s"]),
         "cpu_ms_per_flow": {
             "ours_nodes": oc["servers"],
