@@ -77,7 +77,7 @@ def cluster_client(
 ) -> coredis.RedisCluster[str]:
     """A coredis cluster client bootstrapped from the node at ``url``, decoding replies as text."""
     parts = urlsplit(_cluster_url(url))
-    return coredis.RedisCluster(
+    client: coredis.RedisCluster[str] = coredis.RedisCluster(
         startup_nodes=[TCPLocation(parts.hostname or "localhost", parts.port or 6379)],
         username=parts.username,
         password=parts.password,
@@ -86,8 +86,11 @@ def cluster_client(
         stream_timeout=stream_timeout_s,
         connect_timeout=stream_timeout_s,
         max_connections=max_connections,
-        client_name=client_name,
     )
+    if client_name is not None:
+        # The cluster client takes no client_name; its pool hands these to every connection.
+        client.connection_pool.connection_kwargs["client_name"] = client_name
+    return client
 
 
 def _cluster_enabled(info: dict[str, Any]) -> bool:

@@ -1,0 +1,345 @@
+"""Faults during a run: nodes stopped and restarted, Redis connections killed and paused, replies
+lost, and a Redis Cluster master failed over; and the setting that makes a write wait for its
+replica (``wait_replicas``).
+
+Tests that pause or kill Redis connections run on a private ``redis-server`` started (and stopped,
+by pid) here, never on the shared one, whose other clients must not be paused. The WAIT tests use
+the shared real Redis (a standalone server: no replica ever acknowledges).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import coredis
+import coredis.exceptions
+import pytest
+import redis
+import trio
+from click.testing import CliRunner
+
+from cluster.cli import main
+from cluster.demo import DEMO_TENANT
+from cluster.failover import FailoverOptions, run_experiment
+from cluster.faults import (
+    FAULT_KINDS,
+    FaultUsageError,
+    check_kinds,
+    parse_kinds,
+    plan_faults,
+)
+from cluster.redis_cluster import redis_server_available
+from nodes.protocol import Node
+from store.api import StoreUnavailable
+from store.client import redis_client
+from store.notes import NoteStore, outcome_unknown
+from tests.conftest import require_real_redis
+from tests.harness import accept, error, make_nodes
+from tests.test_delete_flow import answer, ask, deleted, deletes_of, seed
+
+SIMULATE_BOUND_S = 90
+"""Upper bound of one short simulate with faults (the load, then the wait for expiry)."""
+
+
+# --- a private redis-server ---------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def private_redis() -> Iterator[str]:
+    """A redis-server of this module's own on a free loopback port, stopped by pid."""
+    if shutil.which("redis-server") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs redis-server for the Redis fault tests")
+        pytest.skip("redis-server is not installed")
+    port = _free_port()
+    directory = tempfile.mkdtemp(prefix="notes-faults-redis-")
+    args = [
+        "redis-server",
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--save", "",
+        "--appendonly", "no",
+        "--maxmemory-policy", "noeviction",
+        "--dir", directory,
+    ]  # fmt: skip
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if redis.Redis(port=port, socket_timeout=1).ping():
+                    break
+            except redis.RedisError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not Path(f"/proc/{proc.pid}").exists()
+
+
+# --- the schedule and the options ---------------------------------------------------------------
+
+
+def test_the_fault_schedule_is_seeded_and_each_kind_is_selectable() -> None:
+    plan = plan_faults(frozenset(FAULT_KINDS), seed=5, horizon_s=10, nodes=3)
+    assert plan == plan_faults(frozenset(FAULT_KINDS), seed=5, horizon_s=10, nodes=3)
+    assert plan != plan_faults(frozenset(FAULT_KINDS), seed=6, horizon_s=10, nodes=3)
+    assert {f.kind for f in plan} == set(FAULT_KINDS)
+    assert {f.kind for f in plan_faults(frozenset({"client"}), 5, 10, 3)} == {"client"}
+    for kind in FAULT_KINDS:  # one kind's faults never overlap
+        mine = [f for f in plan if f.kind == kind]
+        assert all(a.at_s + a.duration_s < b.at_s for a, b in itertools.pairwise(mine))
+    assert parse_kinds("nodes, client") == {"nodes", "client"}
+    with pytest.raises(FaultUsageError, match="unknown fault kind"):
+        parse_kinds("nodes,disk")
+    with pytest.raises(FaultUsageError, match="real Redis"):
+        check_kinds({"redis"}, embedded=True)
+
+
+def test_redis_faults_and_wait_replicas_on_the_embedded_store_are_usage_errors() -> None:
+    runner = CliRunner()
+    out = runner.invoke(main, ["simulate", "--faults", "redis"])
+    assert out.exit_code == 2, out.output
+    assert "needs a real Redis" in out.output
+    out = runner.invoke(main, ["simulate", "--wait-replicas", "1"])
+    assert out.exit_code == 2, out.output
+    assert "WAIT" in out.output
+    out = runner.invoke(main, ["simulate", "--faults", "nodes,disk"])
+    assert out.exit_code == 2, out.output
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        coredis.exceptions.ConnectionError("reset"),
+        TimeoutError("EVALSHA timed out"),
+        coredis.exceptions.ReplicationError(b"EVALSHA", 1, 100),
+        coredis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down"),
+        coredis.exceptions.ResponseError("LOADING Redis is loading the dataset in memory"),
+    ],
+)
+def test_errors_after_which_a_script_may_have_run_are_unknown_outcomes(exc: Exception) -> None:
+    assert outcome_unknown(exc)
+
+
+def test_a_script_error_is_not_mistaken_for_an_unknown_outcome() -> None:
+    assert not outcome_unknown(coredis.exceptions.ResponseError("ERR user_script:1: oops"))
+
+
+# --- simulate with faults -----------------------------------------------------------------------
+
+
+def _simulate(args: list[str], run_dir: Path) -> dict[str, Any]:
+    started = time.monotonic()
+    out = CliRunner().invoke(
+        main, ["simulate", *args, "--seed", "11", "--state-ttl", "2", "--out", str(run_dir)]
+    )
+    assert time.monotonic() - started < SIMULATE_BOUND_S
+    results: dict[str, Any] = json.loads((run_dir / "results.json").read_text("utf-8"))
+    assert out.exit_code == 0, (out.output, [v for v in results["invariants"] if v["status"]])
+    assert "Faults injected" in out.output
+    return results
+
+
+def _assert_faults_listed(results: dict[str, Any], run_dir: Path, kinds: set[str]) -> None:
+    assert results["verdict"] == "valid"
+    statuses = {v["name"]: v["status"] for v in results["invariants"]}
+    assert statuses["info_resolved"] == "valid"
+    assert results["counts"]["info_unknown"] == 0
+    faults = results["faults"]
+    assert {f["kind"] for f in faults} == kinds
+    for f in faults:
+        assert set(f) >= {"kind", "action", "start_s", "end_s", "start_wall", "end_wall", "detail"}
+        assert 0 <= f["start_s"] <= f["end_s"] <= results["elapsed_s"] + 20
+        assert f["start_wall"] <= f["end_wall"]
+    assert [f["start_s"] for f in faults] == sorted(f["start_s"] for f in faults)
+    assert results["settings"]["faults"] == sorted(kinds)
+    assert (run_dir / "report.png").stat().st_size > 0
+    assert "Faults" in (run_dir / "report.html").read_text("utf-8")
+
+
+@pytest.mark.slow
+def test_simulate_with_node_and_client_faults_on_the_embedded_store_is_valid(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    results = _simulate(["--faults", "nodes,client", "--flows", "200"], run_dir)
+    _assert_faults_listed(results, run_dir, {"nodes", "client"})
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").open()]
+    reasons = Counter(op["value"].get("reason") for op in history if op["type"] == "info")
+    assert reasons["unreachable: ResponseLost"] > 0, reasons
+    assert reasons["unreachable: NodeDown"] > 0, reasons
+
+
+@pytest.mark.slow
+def test_simulate_with_node_redis_and_client_faults_on_real_redis_is_valid(
+    tmp_path: Path, private_redis: str
+) -> None:
+    run_dir = tmp_path / "run"
+    args = ["--faults", "nodes,redis,client", "--flows", "600", "--redis", private_redis]
+    results = _simulate(args, run_dir)
+    _assert_faults_listed(results, run_dir, {"nodes", "redis", "client"})
+    actions = {f["action"] for f in results["faults"] if f["kind"] == "redis"}
+    assert actions == {"kill", "pause_write", "latency"}, results["faults"]
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").open()]
+    reasons = Counter(op["value"].get("reason") for op in history if op["type"] == "info")
+    assert reasons["outcome unknown"] > 0, "a pause past the nodes' timeout: real unknowns"
+    assert (run_dir / "nodes.log").exists()
+    assert not redis.Redis.from_url(private_redis).keys("ncsim*"), "the run's keys are dropped"
+
+
+# --- unknown outcomes: the retry finds the recorded outcome ---------------------------------------
+
+
+class _KilledAfterScript:
+    """Stands in for the store's confirm script: runs it, then fails as a connection killed
+    before its reply was read."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+        self.ran = 0
+
+    async def __call__(self, **kwargs: Any) -> Any:
+        await self.script(**kwargs)
+        self.ran += 1
+        raise coredis.exceptions.ConnectionError("connection killed after the script ran")
+
+
+async def test_a_connection_killed_right_after_the_confirm_script_ran_answers_outcome_unknown_and_the_retry_gets_the_recorded_outcome(  # noqa: E501
+    store: NoteStore,
+) -> None:
+    seeded = await seed(store)
+    node_a, node_b = make_nodes(store, 2)
+    cut = NoteStore(store.client, prefix=store.prefix, replay_grace_ms=store.replay_grace_ms)
+    hook = _KilledAfterScript(cut._scripts["confirm"])
+    cut._scripts["confirm"] = hook  # type: ignore[assignment]
+    node_cut = Node(node_a.config, cut)
+    state, _ = await ask(node_a)
+
+    reply = await answer(node_cut, state, accept(seeded.tps[0]))
+
+    assert hook.ran == 1
+    assert reply.status == 500
+    assert error(reply)["code"] == -32603, "never a definite 'not deleted'"
+    assert await deletes_of(store, seeded.tps[0]) == 1, "the script did run"
+    content, replay = deleted(await answer(node_b, state, accept(seeded.tps[0])))
+    assert content == {"deleted": True, "noteId": seeded.tps[0]}
+    assert replay, "the recorded outcome, not a second execution"
+    assert await deletes_of(store, seeded.tps[0]) == 1
+
+
+async def test_a_store_paused_past_the_nodes_timeout_answers_outcome_unknown_and_the_retry_learns_the_one_outcome(  # noqa: E501
+    private_redis: str,
+) -> None:
+    async with (
+        redis_client(private_redis) as fast,
+        redis_client(private_redis, stream_timeout_s=0.1) as slow,
+    ):
+        store = NoteStore(fast, prefix="ncfault" + os.urandom(4).hex())
+        seeded = await seed(store)
+        node_a, node_b = make_nodes(store, 2)
+        node_slow = Node(node_a.config, NoteStore(slow, prefix=store.prefix))
+        state, _ = await ask(node_a)
+        with redis.Redis.from_url(private_redis) as control:
+            control.execute_command("CLIENT", "PAUSE", "700", "WRITE")
+        with trio.fail_after(5):
+            reply = await answer(node_slow, state, accept(seeded.tps[2]))
+        assert error(reply)["code"] == -32603, "timed out: the script may run once unpaused"
+        await trio.sleep(0.9)
+        ran = await deletes_of(store, seeded.tps[2])  # 1 if a queued attempt ran, else 0
+        content, replay = deleted(await answer(node_b, state, accept(seeded.tps[2])))
+        assert content == {"deleted": True, "noteId": seeded.tps[2]}
+        assert replay == (ran == 1), "the recorded outcome if it ran, else the one execution"
+        assert await deletes_of(store, seeded.tps[2]) == 1
+        await fast.delete([k async for k in fast.scan_iter(match=f"{store.prefix}:*")])
+
+
+# --- WAIT: a confirmation answered only once a replica has it ------------------------------------
+
+
+async def test_with_wait_replicas_and_no_replica_a_confirmation_answers_outcome_unknown_never_success() -> (  # noqa: E501
+    None
+):
+    url = require_real_redis()
+    prefix = "ncwait" + os.urandom(4).hex()
+    async with redis_client(url) as client:
+        assert (await client.info("replication"))["connected_slaves"] == 0
+        store = NoteStore(client, prefix=prefix)
+        waiting = NoteStore(client, prefix=prefix, wait_replicas=1, wait_timeout_ms=100)
+        seeded = await seed(store)
+        node_a = make_nodes(store, 1)[0]
+        node_w = Node(node_a.config, waiting)
+        state, _ = await ask(node_w)  # a read: no WAIT
+        for _ in range(2):  # the first attempt and its retry: each ran, neither is replicated
+            reply = await answer(node_w, state, accept(seeded.tps[0]))
+            assert reply.status == 500
+            assert error(reply)["code"] == -32603
+        assert await deletes_of(store, seeded.tps[0]) == 1
+        with pytest.raises(StoreUnavailable, match="ReplicationError"):
+            await waiting.create(DEMO_TENANT, "file:///x", "t", "b", "alice")
+        assert waiting.statistics().unavailable == 3
+        await client.delete([k async for k in client.scan_iter(match=f"{prefix}:*")])
+
+
+# --- failover ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_failover_to_a_lagging_replica_forgets_acknowledged_confirmations_unless_writes_wait(
+    tmp_path: Path,
+) -> None:
+    if not redis_server_available():
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs redis-server and redis-cli to start a Redis Cluster")
+        pytest.skip("redis-server is not installed")
+    started = time.monotonic()
+    options = FailoverOptions(
+        scenarios=("kill",), duration_s=5.0, seed=3, lag_ms=700, out_dir=tmp_path
+    )
+    without, with_wait = run_experiment(options, echo=lambda _: None)
+    assert time.monotonic() - started < 60
+
+    assert (without.wait_replicas, with_wait.wait_replicas) == (0, 1)
+    assert without.confirms_forgotten >= 1, without
+    assert without.verdict == "invalid"
+    assert "ok_deletes_match_journal" in without.invalid
+    results = json.loads((tmp_path / "kill-wait0" / "results.json").read_text("utf-8"))
+    shown = {v["name"]: v for v in results["invariants"]}["ok_deletes_match_journal"]
+    assert shown["status"] == "invalid"
+    assert shown["ops"], "the checker names the operations"
+
+    assert with_wait.verdict == "valid", with_wait
+    assert (with_wait.confirms_forgotten, with_wait.creates_forgotten) == (0, 0)
+    assert with_wait.unknown_outcomes > 0, "WAIT turned the unreplicated writes into unknowns"
+    for run in (without, with_wait):
+        assert [f["action"] for f in run.faults] == ["kill_master"]
+        assert "elected" in run.faults[0]["detail"]
+    assert (tmp_path / "failover.md").exists()
