@@ -21,6 +21,14 @@ URL mode. A URL-mode elicitation gets an ``elicitationId``. Once the client acce
 agreed to open the URL), the tool offering a URL again under the same input key means "not
 completed yet": the node waits and asks the tool again with the same answer instead of asking the
 user, and on completion sends ``notifications/elicitation/complete`` before the result.
+
+Confirmation facts. A legacy client never sees the sealed ``requestState``, so a form-mode
+``elicitation/create`` of a confirming tool (``notes_delete``, ``notes_archive``) carries, in its
+``params._meta``, ``dev.notes-cluster/confirmation: {nonce, expMs, tool, candidates: [[noteId,
+version], ...]}`` read from the state it belongs to. None of it is secret (a random id, an
+expiry on the Redis clock, note ids and versions the principal may read anyway) and clients
+ignore ``_meta`` keys they do not know; a trusted harness (``loadgen.legacy_clients``) records
+them in its history, so the checker can attribute journal executions to legacy flows.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from nodes import errors
 from nodes.legacy import wire
 from nodes.legacy.stream import EventStream
 from nodes.protocol import Node
+from nodes.sealing import StateRejected
 from nodes.tools.base import CallContext, NodeCounters, Tool
 from store.api import StoreUnavailable
 from store.sessions import SessionRecord, SessionStore, new_request_id
@@ -209,7 +218,7 @@ class LegacyCall:
                 if rounds > self.limits.max_rounds:
                     raise _Refused(TOO_MANY_ROUNDS)
             if fresh:
-                responses.update(await self._ask(fresh))
+                responses.update(await self._ask(fresh, self._confirmation(state)))
             elif responses:
                 # Only URLs the user already agreed to open: wait for the page, then ask again.
                 await self._wait(self.limits.url_poll_s)
@@ -246,13 +255,43 @@ class LegacyCall:
                 fresh[key] = (ask["method"], params)
         return held, fresh
 
-    async def _ask(self, fresh: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-        """Send each request on the stream and wait for all the answers (results only)."""
+    def _confirmation(self, state: str | None) -> dict[str, Any] | None:
+        """The confirmation facts of a round's state (see the module docstring); None when the
+        round has no state, or its state names no candidates (not a confirming tool)."""
+        if state is None:
+            return None
+        config = self.node.config
+        try:
+            payload = config.key_ring.open(state, audience=config.server_name)
+        except StateRejected:
+            return None
+        if not payload.candidates:
+            return None
+        return {
+            "nonce": payload.nonce,
+            "expMs": payload.exp_ms,
+            "tool": payload.tool,
+            "candidates": [[c.note_id, c.version] for c in payload.candidates],
+        }
+
+    async def _ask(
+        self,
+        fresh: dict[str, tuple[str, dict[str, Any]]],
+        confirmation: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Send each request on the stream and wait for all the answers (results only); a
+        form-mode elicitation carries ``confirmation`` in its ``_meta`` when given."""
         keys: dict[str, str] = {}
         urls: dict[str, str] = {}
         for key, (method, params) in fresh.items():
             if _url_of(method, params) is not None:
                 params["elicitationId"] = urls[key] = secrets.token_urlsafe(16)
+            elif confirmation is not None and method == "elicitation/create":
+                meta = params.get("_meta")
+                params["_meta"] = {
+                    **(meta if isinstance(meta, dict) else {}),
+                    wire.CONFIRMATION_META: confirmation,
+                }
             keys[await self._send_request(method, params, self.deadline)] = key
         answers = await self._collect(set(keys))
         out: dict[str, Any] = {}

@@ -30,6 +30,10 @@ MODERN_ONLY_CODES = frozenset(
 )
 """-32020..-32022 are 2026-07-28 codes; a legacy client gets -32602 with the same data."""
 
+CONFIRMATION_META = "dev.notes-cluster/confirmation"
+"""``_meta`` key of a confirming tool's form elicitation: ``{nonce, expMs, tool, candidates}`` of
+its sealed state (``nodes.legacy.bridge``), for harnesses that record histories."""
+
 SESSION_HEADER = "mcp-session-id"
 VERSION_HEADER = "mcp-protocol-version"
 
