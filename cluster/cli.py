@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
@@ -31,6 +32,8 @@ EXAMPLES = """
 Examples:
   notes-cluster simulate                        race workload on 3 in-process nodes, embedded store
   notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --faults nodes,redis,client
+  notes-cluster failover-experiment              WAIT vs no WAIT across Redis Cluster failovers
   notes-cluster serve --demo --nodes 3 --port 8700
   export NOTES_CLUSTER_STATE_KEY=$(head -c 32 /dev/urandom | base64)   # shared by both:
   notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0
@@ -84,6 +87,33 @@ def main() -> None:
     help="Run folder (default: runs/<timestamp>).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout.")
+@click.option(
+    "--faults",
+    "fault_kinds",
+    default="",
+    metavar="KINDS",
+    help="Inject faults during the run, comma-separated: nodes (stop and restart nodes), "
+    "redis (CLIENT KILL, CLIENT PAUSE, latency: a real Redis only), client (replies lost).",
+)
+@click.option(
+    "--fault-seed", default=None, type=int, help="Seed of the fault schedule (default: --seed)."
+)
+@click.option(
+    "--wait-replicas",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 16),
+    help="Writes wait for this many replicas (WAIT) before a node answers; fewer in time is "
+    "'outcome unknown'. A real Redis only.",
+)
+@click.option(
+    "--legacy-share",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of the flows run by legacy 2025-11-25 clients, over HTTP nodes on loopback "
+    "that share the store (sessions, SSE elicitation, answers POSTed to other nodes).",
+)
 def simulate_cmd(
     nodes: int,
     redis_url: str | None,
@@ -95,27 +125,75 @@ def simulate_cmd(
     state_ttl: float,
     out_dir: Path | None,
     as_json: bool,
+    fault_kinds: str,
+    fault_seed: int | None,
+    wait_replicas: int,
+    legacy_share: float,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
 
+    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
     from loadgen.simulate import SimulateOptions, simulate
 
+    try:
+        kinds = parse_kinds(fault_kinds)
+        check_kinds(kinds, embedded=redis_url is None)
+    except FaultUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    if wait_replicas and redis_url is None:
+        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
     err = Console(stderr=True)
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     err.print(f"seed {seed}; run folder {run_dir}")
+    if kinds:
+        err.print(
+            f"faults {', '.join(sorted(kinds))}; seed {seed if fault_seed is None else fault_seed}"
+        )
     options = SimulateOptions(
         nodes=nodes,
         redis_url=redis_url,
         state_ttl_s=state_ttl,
         run_dir=run_dir,
         settings=RunSettings(
-            flows=flows, duration_s=duration, concurrency=concurrency, rate=rate, seed=seed
+            flows=flows,
+            duration_s=duration,
+            concurrency=concurrency,
+            rate=rate,
+            seed=seed,
+            legacy_share=legacy_share,
         ),
+        faults=kinds,
+        fault_seed=fault_seed,
+        wait_replicas=wait_replicas,
     )
-    sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
+    with _nodes_log(run_dir / "nodes.log" if kinds else None):
+        sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
     _report(sim, run_dir, as_json)
+
+
+@contextmanager
+def _nodes_log(path: Path | None) -> Iterator[None]:
+    """While the context lasts, send the nodes' log (a warning per "store unavailable" under
+    faults) to a file in the run folder instead of the console; None: change nothing."""
+    import logging
+
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    nodes_log = logging.getLogger("nodes")
+    nodes_log.addHandler(handler)
+    propagate, nodes_log.propagate = nodes_log.propagate, False
+    try:
+        yield
+    finally:
+        nodes_log.propagate = propagate
+        nodes_log.removeHandler(handler)
+        handler.close()
 
 
 def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
@@ -143,7 +221,10 @@ def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
     from loadgen.report import print_summary
 
     results = sim.to_json()
-    write_pictures(run_dir, sim)
+    windows = [
+        (f["start_s"], f["end_s"], f"{f['kind']} {f['action']}") for f in results.get("faults", [])
+    ]
+    write_pictures(run_dir, sim, faults=windows)
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:
@@ -315,6 +396,14 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     help="Seconds a sealed confirmation stays valid (default 300).",
 )
 @click.option("--processes", is_flag=True, help="Run each node as its own OS process.")
+@click.option(
+    "--wait-replicas",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 16),
+    help="Writes wait for this many replicas (WAIT) before a node answers; fewer in time is "
+    "'outcome unknown' (-32603). A real Redis only.",
+)
 def serve(
     nodes: int,
     base_port: int,
@@ -324,8 +413,11 @@ def serve(
     demo: bool,
     state_ttl: float | None,
     processes: bool,
+    wait_replicas: int,
 ) -> None:
     """``notes-cluster serve``."""
+    from dataclasses import replace
+
     from cluster.config import ConfigError
     from cluster.serve import serve_cluster, settings_for
 
@@ -333,10 +425,13 @@ def serve(
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
     if config_path is None and not demo:
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
+    if wait_replicas and redis_url is None:
+        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
     try:
         settings = settings_for(config_path, demo, state_ttl)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    settings = replace(settings, wait_replicas=wait_replicas)
 
     def ready(urls: list[str]) -> None:
         for url in urls:
@@ -359,6 +454,69 @@ def serve(
         )
     except* KeyboardInterrupt:  # trio wraps it in a group when it lands inside a nursery
         click.echo("stopped", err=True)
+
+
+@main.command(
+    "failover-experiment",
+    help="Fail a Redis Cluster master over during load (CLUSTER FAILOVER; SIGKILL behind a "
+    "lagging replica), each without and with --wait-replicas, and tabulate what the checker "
+    "finds: acknowledged confirmations forgotten, and the cost in flows/s and latency.",
+)
+@click.option(
+    "--scenarios",
+    default="baseline,manual,kill",
+    show_default=True,
+    help="Comma-separated: baseline (no fault), manual (CLUSTER FAILOVER), kill (SIGKILL).",
+)
+@click.option("--wait-replicas", default=1, show_default=True, type=click.IntRange(1, 1))
+@click.option("--duration", default=8.0, show_default=True, type=click.FloatRange(4, 600))
+@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 1024))
+@click.option("--seed", default=1, show_default=True, type=int)
+@click.option(
+    "--lag-ms",
+    default=400,
+    show_default=True,
+    type=click.IntRange(0, 900),
+    help="kill: how long the replica is frozen and cut off before its master dies (0: none).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output folder (default: runs/failover-<timestamp>).",
+)
+def failover_experiment(
+    scenarios: str,
+    wait_replicas: int,
+    duration: float,
+    concurrency: int,
+    seed: int,
+    lag_ms: int,
+    out_dir: Path | None,
+) -> None:
+    """``notes-cluster failover-experiment``."""
+    from cluster.failover import HEADER, FailoverOptions, run_experiment, table
+    from cluster.redis_cluster import RedisClusterError
+
+    out = out_dir or Path("runs") / time.strftime("failover-%Y%m%d-%H%M%S")
+    options = FailoverOptions(
+        scenarios=tuple(s.strip() for s in scenarios.split(",") if s.strip()),
+        wait_replicas=wait_replicas,
+        duration_s=duration,
+        concurrency=concurrency,
+        seed=seed,
+        lag_ms=lag_ms,
+        out_dir=out,
+    )
+    click.echo(HEADER, err=True)
+    try:
+        with _nodes_log(out / "nodes.log"):
+            runs = run_experiment(options, lambda line: click.echo(line, err=True))
+    except (ValueError, RedisClusterError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(table(runs))
+    click.echo(f"results: {out / 'failover.json'}, {out / 'failover.md'}")
 
 
 @main.command(

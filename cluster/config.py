@@ -81,6 +81,9 @@ class ClusterSettings:
     tokens: TokenTable
     allowed_origins: frozenset[str] = frozenset()
     replay_grace_ms: int = REPLAY_GRACE_MS
+    wait_replicas: int = 0
+    """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
+    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""

@@ -7,6 +7,7 @@ Layer: cluster.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import trio
@@ -24,8 +25,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--node-id", default="node-0")
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--state-ttl", type=float, default=None)
+    p.add_argument("--wait-replicas", type=int, default=0)
     a = p.parse_args(argv)
     settings = settings_for(a.config, a.config is None, a.state_ttl)
+    if a.wait_replicas:
+        settings = replace(settings, wait_replicas=a.wait_replicas)
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:

@@ -47,7 +47,12 @@ async def serve_http_node(
     from dataclasses import replace
 
     async with open_redis(redis_url, embedded=embedded) as client:
-        store = NoteStore(client, prefix=prefix, replay_grace_ms=settings.replay_grace_ms)
+        store = NoteStore(
+            client,
+            prefix=prefix,
+            replay_grace_ms=settings.replay_grace_ms,
+            wait_replicas=settings.wait_replicas,
+        )
         node = Node(replace(settings.node, node_id=node_id), store)
         legacy = LegacyAdapter(node, SessionStore(client, prefix=prefix), legacy_limits)
         await serve_node(
@@ -138,6 +143,8 @@ async def _run_process(
         f"node-{index}",
         "--state-ttl",
         str(settings.node.state_ttl_ms / 1000),
+        "--wait-replicas",
+        str(settings.wait_replicas),
     ]
     env = dict(os.environ)
     if embedded:

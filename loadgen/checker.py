@@ -397,9 +397,11 @@ def _delete_index(ctx: Context) -> dict[tuple[str, str, str], list[JournalEntry]
 
 
 def check_ok_deletes_match_journal(ctx: Context) -> Verdict:
-    """5. Every ok deleted:true matches exactly one journal delete (tenant, nonce, note); a legit
-    accept answered ok without deleted:true and without a re-ask (isError, deleted:false) has no
-    journal delete of its note under its nonce: that answer would mislead its client."""
+    """5. Every ok deleted:true matches exactly one journal delete (tenant, nonce, note), and at
+    most one of a nonce's answers says it executed without being a replay (a second one means
+    the store forgot the first: a replica promoted without it, say); a legit accept answered ok
+    without deleted:true and without a re-ask (isError, deleted:false) has no journal delete of
+    its note under its nonce: that answer would mislead its client."""
     index = _delete_index(ctx)
     bad: list[Finding] = []
     told = 0
@@ -415,8 +417,49 @@ def check_ok_deletes_match_journal(ctx: Context) -> Verdict:
         elif c.is_accept and c.v.get("expect") == "execute" and not r.get("reask") and found:
             text = f"confirm at {c.invoke.index} told not deleted, but {note} was, by its nonce"
             bad.append(Finding(text, c.indices, [e.id for e in found]))
+    for (tenant, nonce), cs in sorted(_told_executed_fresh(ctx).items()):
+        if len(cs) > 1:
+            at = ", ".join(str(c.invoke.index) for c in cs)
+            text = f"nonce {nonce} of {tenant} told {len(cs)} answers it executed afresh ({at})"
+            bad.append(Finding(text, [i for c in cs for i in c.indices]))
     ok = f"All {told} deleted:true answers match exactly one journal delete."
     return verdict("ok_deletes_match_journal", ok, bad)
+
+
+def _told_executed_fresh(ctx: Context) -> dict[tuple[str, str], list[Call]]:
+    """(tenant, nonce) -> confirms answered ok deleted:true that were not replays."""
+    out: dict[tuple[str, str], list[Call]] = defaultdict(list)
+    for cs in ctx.confirms.values():
+        for c in cs:
+            r = c.result
+            if c.outcome == "ok" and r.get("deleted") is True and r.get("replay") is not True:
+                out[(str(c.v.get("tenant", "")), c.nonce)].append(c)
+    return out
+
+
+def _forgotten(ctx: Context) -> dict[str, int]:
+    """Acknowledged writes the store no longer knows: nonces told deleted:true whose delete is
+    not in the journal or that executed afresh twice, and creates answered ok whose note the
+    journal never created (what a failover to a stale replica loses)."""
+    index = _delete_index(ctx)
+    lost: set[tuple[str, str]] = set()
+    for cs in ctx.confirms.values():
+        for c in (c for c in cs if c.outcome == "ok" and c.result.get("deleted") is True):
+            tenant = str(c.v.get("tenant", ""))
+            note = str(c.result.get("noteId") or c.v.get("noteId"))
+            if not index.get((tenant, c.nonce, note)):
+                lost.add((tenant, c.nonce))
+    lost |= {key for key, cs in _told_executed_fresh(ctx).items() if len(cs) > 1}
+    journaled = {(e.tenant, e.note) for e in ctx.journal if e.op == "create"}
+    creates = sum(
+        1
+        for c in ctx.calls
+        if c.invoke.f == "create"
+        and c.outcome == "ok"
+        and isinstance(c.result.get("noteId"), str)
+        and (str(c.v.get("tenant", "")), c.result["noteId"]) not in journaled
+    )
+    return {"confirms_forgotten": len(lost), "creates_forgotten": creates}
 
 
 def _info_fate(ctx: Context, c: Call) -> str:
@@ -537,7 +580,8 @@ def _invalid_state_error(r: Mapping[str, Any]) -> bool:
 def check_before_expiry_honoured(ctx: Context, counts: dict[str, int]) -> Verdict:
     """10. A before_expiry confirm meant to execute is never refused with the invalid-state
     error when it was sent by the Redis-clock estimate at least ``margin_ms`` before its state's
-    exp_ms (``redis_send_ms + margin_ms <= exp_ms``). Without the estimate or the state: skipped."""
+    exp_ms (``redis_send_ms + margin_ms <= exp_ms``) and answered that early too (the store
+    decides somewhere in between). Without the estimate or the state: skipped."""
     bad: list[Finding] = []
     for c in (c for cs in ctx.confirms.values() for c in cs):
         if c.invoke.kind != "before_expiry" or c.v.get("expect") != "execute":
@@ -547,7 +591,9 @@ def check_before_expiry_honoured(ctx: Context, counts: dict[str, int]) -> Verdic
         if st is None or st.exp_ms is None or sent is None or margin is None:
             counts["before_expiry_skipped"] = counts.get("before_expiry_skipped", 0) + 1
             continue
-        if sent + margin > st.exp_ms:  # sent too late by its own estimate: no claim either way
+        if sent + margin > st.exp_ms or _answered_ms(c, sent) + margin > st.exp_ms:
+            # Sent too late by its own estimate, or answered so late (a paused or failing store)
+            # that the store may have decided after the expiry: no claim either way.
             counts["before_expiry_late"] = counts.get("before_expiry_late", 0) + 1
             continue
         counts["before_expiry_checked"] = counts.get("before_expiry_checked", 0) + 1
@@ -556,6 +602,14 @@ def check_before_expiry_honoured(ctx: Context, counts: dict[str, int]) -> Verdic
             bad.append(Finding(text, [*st.ops, *c.indices]))
     ok = "No confirm sent safely before its expiry was refused as expired."
     return verdict("before_expiry_honoured", ok, bad)
+
+
+def _answered_ms(c: Call, sent_ms: int) -> int:
+    """When the answer to ``c`` arrived, on the same Redis-clock estimate as its ``sent_ms``
+    (the history's wall times shifted by the estimate's offset at the invoke)."""
+    if c.done is None:
+        return sent_ms
+    return sent_ms + (c.done.time_ms - c.invoke.time_ms)
 
 
 def _counts(ctx: Context) -> dict[str, int]:
@@ -569,7 +623,7 @@ def _counts(ctx: Context) -> dict[str, int]:
         "deletes": sum(e.op == "delete" for e in ctx.journal),
         "replays": sum(c.outcome == "ok" and c.result.get("replay") is True for c in confirms),
         "replay_entries_left": len(ctx.replay_left),
-    }
+    } | _forgotten(ctx)
 
 
 def check(

@@ -25,6 +25,20 @@ operation:
 confirm says what the workload meant by it: ``execute`` (a legitimate accept), ``no_mutation``
 (decline, cancel, tampered, foreign, changed arguments, a changed answer, past expiry): the checker
 holds every ``no_mutation`` confirm to never having mutated anything.
+
+Legacy flows (``legacy_plain``, ``legacy_cross_node``, ``legacy_duplicate``, ``legacy_decline``,
+``legacy_cancel``; ``loadgen.legacy_clients``) are 2025-11-25 clients over HTTP and use the same
+operations; their ``node`` is an index into the HTTP nodes serving them, and a confirm also names
+its ``stream_node`` (the node holding the call's SSE stream). The client never sees the sealed
+state: the ``ask`` ok is the stream's ``elicitation/create``, whose ``params._meta``
+``dev.notes-cluster/confirmation: {nonce, expMs, tool, candidates}`` (set by the node's legacy
+adapter; none of it is secret) gives ``nonce``, ``exp_ms``, ``tool`` and ``candidates``, with
+``reask: true``. A ``confirm`` is one POST of the answer: the first completes with the call's
+final result read from the stream (``ok`` as above, or ``ok`` with ``reask: true`` and the new
+state's facts when the stream asks again), ``fail`` if the POST itself was refused (not 202);
+every further POST of an answer to the same request (a duplicate copy, a late accept after a
+decline) completes ``info`` on its 202, since the client learns nothing from it: the journal
+resolves it. Accepts are ``expect: execute``; decline, cancel and the late accept ``no_mutation``.
 """
 
 from __future__ import annotations

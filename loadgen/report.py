@@ -46,7 +46,25 @@ def summary_tables(results: dict[str, Any]) -> list[Table]:
         perf.add_row(name, str(n))
     for master, n in results.get("key_distribution", {}).items():
         perf.add_row(f"keys on master {master}", str(n))
-    return [verdicts, races, perf]
+    tables = [verdicts, races, perf]
+    if results.get("faults"):
+        tables.append(faults_table(results["faults"]))
+    return tables
+
+
+def faults_table(faults: list[dict[str, Any]]) -> Table:
+    """Every fault injected, with its window in seconds from the run's start."""
+    table = Table(title=f"Faults injected ({len(faults)})", title_justify="left")
+    table.add_column("from s", justify="right")
+    table.add_column("to s", justify="right")
+    table.add_column("kind")
+    table.add_column("action")
+    table.add_column("detail", overflow="fold")
+    for f in faults:
+        table.add_row(
+            f"{f['start_s']:.2f}", f"{f['end_s']:.2f}", f["kind"], f["action"], f["detail"]
+        )
+    return table
 
 
 def print_summary(results: dict[str, Any], console: Console) -> None:

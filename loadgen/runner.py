@@ -1,12 +1,15 @@
 """Running flows: closed loop (fixed concurrency) or open loop (fixed rate), bounded in count and
 time, with latency measured from each flow's intended start.
 
-Layer: loadgen. Knows flows and transports; nothing of how nodes are started.
+Layer: loadgen. Knows flows and transports; nothing of how nodes are started. A share of the
+flows (``RunSettings.legacy_share``) can be legacy 2025-11-25 clients (``loadgen.legacy_clients``)
+driven over the HTTP nodes a ``LegacyHttp`` reaches, recorded in the same history.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable
@@ -17,6 +20,7 @@ from hdrh.histogram import HdrHistogram
 
 from loadgen.clients import Client, Transport
 from loadgen.history import History
+from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
 from nodes.sealing import KeyRing
 
@@ -35,6 +39,8 @@ class RunSettings:
     seed: int = 1
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     tenants: int = 4
+    legacy_share: float = 0.0
+    """Share of the flows (0..1) run by legacy 2025-11-25 clients (needs a ``LegacyHttp``)."""
 
 
 @dataclass
@@ -75,10 +81,17 @@ class RunStats:
 def _kinds(settings: RunSettings, rng: random.Random) -> Callable[[int], str]:
     kinds = [k for k in RACE_KINDS if settings.weights.get(k, 0) > 0]
     weights = [settings.weights[k] for k in kinds]
+    share = settings.legacy_share
 
     def pick(i: int) -> str:
-        # Every kind runs at least once before the weighted draw takes over.
-        return kinds[i] if i < len(kinds) else rng.choices(kinds, weights)[0]
+        # Legacy flows are spread evenly: flow i is legacy when floor(i * share) steps up at it,
+        # so floor(i * share) flows before it were legacy. Within each family every kind runs
+        # at least once before the (weighted) draw takes over.
+        before = math.floor(i * share)
+        if math.floor((i + 1) * share) > before:
+            return LEGACY_KINDS[before] if before < len(LEGACY_KINDS) else rng.choice(LEGACY_KINDS)
+        m = i - before
+        return kinds[m] if m < len(kinds) else rng.choices(kinds, weights)[0]
 
     return pick
 
@@ -92,8 +105,14 @@ async def run_load(
     *,
     redis_offset_ms: int = 0,
     on_flow: Callable[[FlowSample], None] | None = None,
+    legacy: LegacyHttp | None = None,
 ) -> RunStats:
-    """Run the workload until ``settings.flows`` flows finished or ``duration_s`` passed."""
+    """Run the workload until ``settings.flows`` flows finished or ``duration_s`` passed;
+    ``legacy`` reaches the HTTP nodes of the legacy share."""
+    if not 0.0 <= settings.legacy_share <= 1.0:
+        raise ValueError("legacy_share must be between 0 and 1")
+    if settings.legacy_share > 0 and legacy is None:
+        raise ValueError("legacy_share > 0 needs HTTP nodes for the legacy clients")
     rng = random.Random(settings.seed)
     pick_kind = _kinds(settings, rng)
     stats = RunStats(started_s=time.monotonic())
@@ -104,9 +123,25 @@ async def run_load(
         frng = random.Random(f"{settings.seed}:{flow}")
         t = frng.randrange(settings.tenants)
         side = frng.choice("ab")
+        kind = pick_kind(flow)
+        if kind in LEGACY_KINDS:
+            assert legacy is not None
+            lenv = LegacyEnv(
+                flow=flow,
+                kind=kind,
+                http=legacy,
+                history=history,
+                rng=frng,
+                principal=f"u{t}{side}",
+                tenant=f"load{t}",
+                inbox=f"file:///load/t{t}/inbox",
+                process=2 * flow,
+            )
+            done(FlowSample(kind, intended, 0.0, await run_legacy_flow(lenv)))
+            return
         env = FlowEnv(
             flow=flow,
-            kind=pick_kind(flow),
+            kind=kind,
             client=Client(2 * flow, transport, history, frng),
             rival=Client(2 * flow + 1, transport, history, frng),
             ring=ring,
@@ -119,8 +154,10 @@ async def run_load(
             redis_offset_ms=redis_offset_ms,
             rng=frng,
         )
-        completed = await run_flow(env)
-        sample = FlowSample(env.kind, intended, time.monotonic(), completed)
+        done(FlowSample(env.kind, intended, 0.0, await run_flow(env)))
+
+    def done(sample: FlowSample) -> None:
+        sample.end_s = time.monotonic()
         stats.add(sample)
         if on_flow is not None:
             on_flow(sample)

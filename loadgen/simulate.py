@@ -1,7 +1,12 @@
 """``notes-cluster simulate``: race workload on an in-process cluster, then the checker's verdict.
 
 Layer: loadgen. Starts a cluster through ``cluster.local``, drives it through the in-process
-transport, and reads the store only after the run, to check invariants.
+transport, and reads the store only after the run, to check invariants. With a legacy share
+(``RunSettings.legacy_share`` > 0, ``--legacy-share``) it also serves the same store, configuration
+and key ring over HTTP nodes on loopback (``loadgen.legacy_clients.serve_legacy_nodes``): the
+in-process transport has no sockets, and a legacy call streams its result while its answer arrives
+on another request. Legacy flows go to those nodes only, so node and client faults (which target
+the in-process nodes and their transport) do not reach them; Redis faults reach every node.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ import json
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -19,11 +25,20 @@ import redis.cluster
 import trio
 
 from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
-from cluster.local import InProcessTransport, open_local_cluster
+from cluster.faults import (
+    FAULT_STREAM_TIMEOUT_S,
+    CustomFault,
+    FaultInjector,
+    FaultKind,
+    FaultRecord,
+    open_injector,
+)
+from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
 from loadgen.checker import CheckResult, check
 from loadgen.history import History, close_history, open_history
+from loadgen.legacy_clients import LegacyHttp, serve_legacy_nodes
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
-from loadgen.workload import load_archives, load_workspaces, with_load_scope
+from loadgen.workload import load_archives, load_tokens, load_workspaces, with_load_scope
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
@@ -53,6 +68,17 @@ class SimulateOptions:
     settings: RunSettings = field(default_factory=RunSettings)
     run_dir: Path | None = None
     keep_keys: bool = False
+    faults: frozenset[FaultKind] = frozenset()
+    """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client."""
+    fault_seed: int | None = None
+    """Seed of the fault schedule; None: the run's seed."""
+    custom_faults: tuple[CustomFault, ...] = ()
+    """Faults beyond the kinds (the failover experiment's), played by the same injector."""
+    wait_replicas: int = 0
+    """Replicas every write must reach before a node answers (``WAIT``); 0: asynchronous."""
+    stream_timeout_s: float | None = None
+    """The nodes' Redis reply timeout; None: the default, or the short fault-run one when
+    ``redis`` faults are injected."""
 
 
 @dataclass
@@ -68,6 +94,23 @@ class Simulation:
     store: str
     key_distribution: dict[str, int] | None = None
     """``"host:port" -> keys`` per master after the run, only when the store is a Redis Cluster."""
+    faults: list[FaultRecord] = field(default_factory=list)
+    """Every fault injected during the run, in the order they ended."""
+
+    def faults_json(self) -> list[dict[str, Any]]:
+        """The faults injected, by start time, with times relative to the run's start."""
+        records = sorted(self.faults, key=lambda r: r.start_mono)
+        return [r.to_json(self.stats.started_s) for r in records]
+
+    def _fault_settings(self) -> dict[str, Any]:
+        o = self.options
+        out: dict[str, Any] = {}
+        if o.faults or o.custom_faults:
+            out["faults"] = sorted(o.faults) + sorted({c.kind for c in o.custom_faults})
+            out["fault_seed"] = o.settings.seed if o.fault_seed is None else o.fault_seed
+        if o.wait_replicas:
+            out["wait_replicas"] = o.wait_replicas
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """``results.json``: verdicts, race counts, throughput and latency percentiles."""
@@ -103,8 +146,13 @@ class Simulation:
                 "concurrency": self.options.settings.concurrency,
                 "rate": self.options.settings.rate,
                 "seed": self.options.settings.seed,
-            },
-        } | ({} if self.key_distribution is None else {"key_distribution": self.key_distribution})
+                "legacy_share": self.options.settings.legacy_share,
+            }
+            | self._fault_settings(),
+        } | (
+            ({} if self.key_distribution is None else {"key_distribution": self.key_distribution})
+            | ({"faults": self.faults_json()} if self._fault_settings().get("faults") else {})
+        )
 
 
 def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
@@ -176,6 +224,8 @@ async def simulate(
     config = simulation_config(options.state_ttl_s, settings.tenants)
     prefix = "nc" if options.redis_url is None else "ncsim" + secrets.token_hex(4)
     tenants = sorted(set(load_workspaces(settings.tenants).values()))
+    if options.wait_replicas and options.redis_url is None:
+        raise ValueError("wait_replicas needs a real Redis: the embedded store has no WAIT")
     history = open_history(options.run_dir)
     dist: dict[str, int] | None = None
     try:
@@ -185,18 +235,14 @@ async def simulate(
             redis_url=options.redis_url,
             prefix=prefix,
             replay_grace_ms=SIM_REPLAY_GRACE_MS,
+            store_options=store_options(options, prefix),
         ) as cluster:
             url = cluster.redis_url
             offset = await trio.to_thread.run_sync(redis_offset_ms, url)
-            stats = await run_load(
-                InProcessTransport(cluster),
-                config.key_ring,
-                config.server_name,
-                settings,
-                history,
-                redis_offset_ms=offset,
-                on_flow=on_flow,
-            )
+            async with legacy_nodes(options, cluster) as legacy:
+                stats, faults = await _load(
+                    options, cluster, config, history, offset, on_flow, legacy
+                )
             result = await check_run(history, url, prefix, tenants, offset, SIM_REPLAY_GRACE_MS)
             if options.redis_url is not None:
                 dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
@@ -208,8 +254,89 @@ async def simulate(
     if dist is not None:
         store = "redis-cluster"
     return finish(
-        Simulation(result, stats, history, races(history), options.run_dir, options, store, dist)
+        Simulation(
+            result, stats, history, races(history), options.run_dir, options, store, dist, faults
+        )
     )
+
+
+def store_options(options: SimulateOptions, prefix: str) -> StoreOptions:
+    """How the run's nodes open the store: named connections when faults are injected (so
+    ``CLIENT KILL`` finds exactly them), a short Redis timeout under ``redis`` faults."""
+    faulty = bool(options.faults or options.custom_faults)
+    timeout = options.stream_timeout_s
+    if timeout is None:
+        short = "redis" in options.faults
+        timeout = FAULT_STREAM_TIMEOUT_S if short else StoreOptions.stream_timeout_s
+    return StoreOptions(
+        wait_replicas=options.wait_replicas,
+        stream_timeout_s=timeout,
+        client_name=prefix if faulty else None,
+    )
+
+
+async def _load(
+    options: SimulateOptions,
+    cluster: LocalCluster,
+    config: NodeConfig,
+    history: History,
+    offset_ms: int,
+    on_flow: Callable[[FlowSample], None] | None,
+    legacy: LegacyHttp | None = None,
+) -> tuple[RunStats, list[FaultRecord]]:
+    """Run the load, with the fault injector alongside when faults were asked for."""
+    settings = options.settings
+
+    async def load(transport: Any) -> RunStats:
+        return await run_load(
+            transport,
+            config.key_ring,
+            config.server_name,
+            settings,
+            history,
+            redis_offset_ms=offset_ms,
+            on_flow=on_flow,
+            legacy=legacy,
+        )
+
+    plain = InProcessTransport(cluster)
+    if not (options.faults or options.custom_faults):
+        return await load(plain), []
+    injector: FaultInjector = await open_injector(
+        cluster,
+        plain,
+        options.faults,
+        seed=settings.seed if options.fault_seed is None else options.fault_seed,
+        horizon_s=settings.duration_s,
+        client_name_prefix=f"{cluster.prefix}-node-",
+        custom=options.custom_faults,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(injector.run)
+        stats = await load(injector.transport)
+        nursery.cancel_scope.cancel()
+    return stats, injector.records
+
+
+@asynccontextmanager
+async def legacy_nodes(
+    options: SimulateOptions, cluster: LocalCluster
+) -> AsyncIterator[LegacyHttp | None]:
+    """HTTP nodes over the run's store for the legacy share (None without one)."""
+    if options.settings.legacy_share <= 0:
+        yield None
+        return
+    async with serve_legacy_nodes(
+        cluster.config,
+        cluster.redis_url,
+        embedded=cluster.embedded,
+        prefix=cluster.prefix,
+        nodes=options.nodes,
+        tokens=load_tokens(options.settings.tenants),
+        replay_grace_ms=SIM_REPLAY_GRACE_MS,
+        wait_replicas=options.wait_replicas,
+    ) as legacy:
+        yield legacy
 
 
 async def check_run(

@@ -284,6 +284,8 @@ async def confirm(
         retries -= 1
         await trio.sleep(RETRY_BACKOFF_S)
         target = c.pick_node(avoid=target)
+        if "redis_send_ms" in invoke:  # each attempt is held to its own send time
+            invoke["redis_send_ms"] = env.redis_now_ms()
 
 
 def _reasked(env: FlowEnv, out: Outcome, asked: Asked) -> Asked | None:
