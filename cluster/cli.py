@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import trio
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from loadgen.simulate import Simulation
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
@@ -51,27 +52,45 @@ def main() -> None:
     """The CLI entry point."""
 
 
+def load_options(command: F) -> F:
+    """The options every load-running command shares: size, pace, seed and output."""
+    options = [
+        click.option("--flows", default=300, show_default=True, type=click.IntRange(1, 10_000_000)),
+        click.option(
+            "--duration",
+            default=45.0,
+            show_default=True,
+            type=click.FloatRange(0.1, 3600),
+            help="Stop starting flows after this many seconds.",
+        ),
+        click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 4096)),
+        click.option(
+            "--rate",
+            default=None,
+            type=click.FloatRange(0.1, 100_000),
+            help="Open loop: start this many flows per second (latency from intended start).",
+        ),
+        click.option("--seed", default=None, type=int, help="Seed (printed; random if not given)."),
+        click.option(
+            "--out",
+            "out_dir",
+            default=None,
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Run folder (default: a new folder under runs/).",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @main.command(
     help="Throw the race workload at an in-process cluster and check the history.\n" + EXAMPLES
 )
 @click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
 @click.option("--redis", "redis_url", default=None, help="redis:// URL (default: embedded store).")
-@click.option("--flows", default=300, show_default=True, type=click.IntRange(1, 10_000_000))
-@click.option(
-    "--duration",
-    default=45.0,
-    show_default=True,
-    type=click.FloatRange(0.1, 3600),
-    help="Stop starting flows after this many seconds.",
-)
-@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 4096))
-@click.option(
-    "--rate",
-    default=None,
-    type=click.FloatRange(0.1, 100_000),
-    help="Open loop: start this many flows per second (latency from intended start).",
-)
-@click.option("--seed", default=None, type=int, help="Seed (printed; random if not given).")
+@load_options
 @click.option(
     "--state-ttl",
     default=2.0,
@@ -79,14 +98,6 @@ def main() -> None:
     type=click.FloatRange(0.5, 3600),
     help="Seconds a sealed confirmation stays valid (short, to exercise expiry).",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    default=None,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Run folder (default: runs/<timestamp>).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout.")
 @click.option(
     "--faults",
     "fault_kinds",
@@ -272,13 +283,7 @@ simulate_cmd.name = "simulate"
     metavar="PRINCIPAL=TOKEN",
     help="Bearer token of a load principal (default: the demo load tokens).",
 )
-@click.option("--flows", default=300, show_default=True, type=click.IntRange(1, 10_000_000))
-@click.option("--duration", default=45.0, show_default=True, type=click.FloatRange(0.1, 3600))
-@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 4096))
-@click.option("--rate", default=None, type=click.FloatRange(0.1, 100_000))
-@click.option("--seed", default=None, type=int)
-@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
+@load_options
 def loadgen(
     targets: tuple[str, ...],
     redis_url: str | None,
