@@ -31,7 +31,7 @@ from mcp.client import Client, ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
 from cluster.config import demo_settings
-from cluster.demo import ALICE_EVIL, ALICE_NOTES, DEMO_TENANT, TEAM
+from cluster.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, DEMO_TENANT, TEAM
 from cluster.serve import seed_demo_notes, serve_http_node
 from nodes.legacy import LEGACY_VERSION, LegacyLimits, wire
 from store.notes import NoteStore
@@ -379,6 +379,34 @@ async def test_the_sdk_in_legacy_mode_deletes_with_every_request_on_another_node
     # The SDK's DELETE on exit ended the session in the store.
     assert rotation.session_id is not None
     assert await cluster.sessions.load(rotation.session_id) is None
+
+
+async def test_the_sdk_in_legacy_mode_archives_the_picked_note_with_requests_on_other_nodes(
+    cluster: Cluster,
+) -> None:
+    before = await tps_reports(cluster.store)
+    callback = Elicitations("accept")
+    async with legacy_sdk_client(cluster.urls, elicitation_callback=callback) as (
+        client,
+        rotation,
+    ):
+        assert client.protocol_version == LEGACY_VERSION
+        result = await client.call_tool("notes_archive", DELETE_ARGS)
+
+    assert result.is_error is False, result
+    picked = next(k for k, v in before.items() if v == 1_719_835_200_000)
+    assert result.structured_content is not None
+    assert result.structured_content["archived"] is True
+    assert result.structured_content["noteId"] == picked
+    assert len(callback.shown) == 1
+    moved = await cluster.store.get(DEMO_TENANT, picked)
+    assert moved is not None
+    assert moved.workspace == ALICE_ARCHIVE
+    assert set(await tps_reports(cluster.store)) == set(before) - {picked}
+    assert await deletions(cluster.store, picked) == 0
+    call = next(h for h in rotation.hops if h.method == "tools/call")
+    answer = next(h for h in rotation.hops if h.method == "answer")
+    assert answer.node != call.node
 
 
 # --- raw HTTP: one stream, answers elsewhere -------------------------------------------------
