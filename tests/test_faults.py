@@ -50,10 +50,6 @@ from tests.conftest import require_real_redis
 from tests.harness import accept, error, make_nodes
 from tests.test_delete_flow import answer, ask, deleted, deletes_of, seed
 
-SIMULATE_BOUND_S = 90
-"""Upper bound of one short simulate with faults (the load, then the wait for expiry)."""
-
-
 # --- a private redis-server ---------------------------------------------------------------------
 
 
@@ -158,11 +154,9 @@ def test_a_script_error_is_not_mistaken_for_an_unknown_outcome() -> None:
 
 
 def _simulate(args: list[str], run_dir: Path) -> dict[str, Any]:
-    started = time.monotonic()
     out = CliRunner().invoke(
         main, ["simulate", *args, "--seed", "11", "--state-ttl", "2", "--out", str(run_dir)]
     )
-    assert time.monotonic() - started < SIMULATE_BOUND_S
     results: dict[str, Any] = json.loads((run_dir / "results.json").read_text("utf-8"))
     assert out.exit_code == 0, (out.output, [v for v in results["invariants"] if v["status"]])
     assert "Faults injected" in out.output
@@ -320,12 +314,10 @@ def test_a_failover_to_a_lagging_replica_forgets_acknowledged_confirmations_unle
         if os.environ.get("CI") == "true":
             pytest.fail("CI needs redis-server and redis-cli to start a Redis Cluster")
         pytest.skip("redis-server is not installed")
-    started = time.monotonic()
     options = FailoverOptions(
         scenarios=("kill",), duration_s=5.0, seed=3, lag_ms=700, out_dir=tmp_path
     )
     without, with_wait = run_experiment(options, echo=lambda _: None)
-    assert time.monotonic() - started < 60
 
     assert (without.wait_replicas, with_wait.wait_replicas) == (0, 1)
     assert without.confirms_forgotten >= 1, without
