@@ -214,13 +214,17 @@ def _latency(ax: Axes, buckets: Sequence[Bucket], bucket_s: float) -> None:
         ax.text(0.5, 0.5, "no flows", transform=ax.transAxes, ha="center", va="center")
 
 
+LABEL_ROWS = 4
+"""Fault labels step down through this many rows, so windows close together stay readable."""
+
+
 def _shade(ax: Axes, faults: Sequence[Fault], *, label: bool) -> None:
-    for start, end, name in faults:
+    for i, (start, end, name) in enumerate(sorted(faults)):
         ax.axvspan(start, end, color=FAULT_COLOR, alpha=0.12, linewidth=0, zorder=0)
         if label:
             ax.text(
                 start,
-                0.98,
+                0.98 - 0.07 * (i % LABEL_ROWS),
                 f" {name}",
                 transform=ax.get_xaxis_transform(),
                 va="top",
