@@ -19,7 +19,6 @@ from nodes.confirmations import (
     Answer,
     form_capable,
     log,
-    open_state,
     parse_answer,
     pick_form,
     seal_candidates,
@@ -30,8 +29,9 @@ from nodes.confirmations import (
 from nodes.results import complete, input_required, tool_error
 from nodes.scope import Workspace
 from nodes.sealing import StatePayload
-from nodes.tools.base import MAX_CANDIDATES_ERROR, Arguments, CallContext, Tool, ToolFailure
+from nodes.tools.base import MAX_CANDIDATES_ERROR, Arguments, CallContext, ToolFailure
 from nodes.tools.crud import TitleArg, WorkspaceArg
+from nodes.tools.stateful import StatefulTool
 from store.api import Confirmation, ConfirmOutcome
 
 
@@ -45,7 +45,7 @@ class ConfirmArgs(Arguments):
 C = TypeVar("C", bound=ConfirmArgs)
 
 
-class ConfirmingTool(Tool[C]):
+class ConfirmingTool(StatefulTool[C]):
     """A tool that always asks the user to pick and confirm a note, then mutates it once.
 
     Subclasses name the form key, the store operation and their words, and may bind extra values
@@ -68,31 +68,9 @@ class ConfirmingTool(Tool[C]):
         """How ``confirm.lua`` records this operation's outcome under the nonce."""
         return "deleted:" if self.op == "delete" else "moved:"
 
-    async def call(self, ctx: CallContext) -> dict[str, Any]:
-        # The capability check comes first and is a protocol error, not a tool failure.
+    def require_capabilities(self, ctx: CallContext) -> None:
         if not form_capable(ctx.capabilities):
             raise errors.missing_capability(FORM_CAPABILITY)
-        # The state binds the arguments, and it was sealed only for arguments that validated:
-        # a retry whose arguments do not validate changed them, which is the fixed state error,
-        # not an argument error. So the state is verified (once) before the arguments are parsed.
-        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
-        return await self.guard(lambda: self.answer(ctx, self.parse(ctx), payload))
-
-    def open(self, ctx: CallContext, token: str) -> StatePayload:
-        """Open the sealed state and check its bindings (the one fixed -32602 otherwise)."""
-        return open_state(
-            ctx.config.key_ring,
-            token,
-            audience=ctx.config.server_name,
-            principal=ctx.principal,
-            tool=self.name,
-            arguments=ctx.arguments,
-            node_now_ms=ctx.config.node_clock_ms(),
-        )
-
-    async def run(self, ctx: CallContext, args: C) -> dict[str, Any]:
-        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
-        return await self.answer(ctx, args, payload)
 
     def bind(self, ctx: CallContext, ws: Workspace) -> dict[str, str]:
         """Tool-specific values to seal with the candidates (raise ScopeError/ToolFailure to

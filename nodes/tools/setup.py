@@ -25,12 +25,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodes import errors
-from nodes.confirmations import log, open_state, seal_state
+from nodes.confirmations import log, seal_state
 from nodes.results import complete, input_required
 from nodes.sealing import StatePayload
 from nodes.setup_links import link_url, seal_link
-from nodes.tools.base import Arguments, CallContext, Tool, ToolFailure
+from nodes.tools.base import Arguments, CallContext, ToolFailure
 from nodes.tools.crud import WorkspaceArg
+from nodes.tools.stateful import StatefulTool
 
 SETUP_KEY = "report_service"
 """The key of our one input request; the answer comes back under the same key."""
@@ -65,7 +66,7 @@ class SetupArgs(Arguments):
     workspace_uri: WorkspaceArg
 
 
-class SetupTool(Tool[SetupArgs]):
+class SetupTool(StatefulTool[SetupArgs]):
     name = "notes_setup"
     title = "Set up the report service"
     description = (
@@ -82,29 +83,11 @@ class SetupTool(Tool[SetupArgs]):
         "required": ["configured"],
     }
 
-    async def call(self, ctx: CallContext) -> dict[str, Any]:
+    state_phase = STATE_PHASE
+
+    def require_capabilities(self, ctx: CallContext) -> None:
         if not url_capable(ctx.capabilities):
             raise errors.missing_capability(URL_CAPABILITY)
-        # As for the confirming tools: the state is verified once, before the arguments.
-        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
-        return await self.guard(lambda: self.answer(ctx, self.parse(ctx), payload))
-
-    def open(self, ctx: CallContext, token: str) -> StatePayload:
-        """Open the sealed state and check its bindings (the one fixed -32602 otherwise)."""
-        return open_state(
-            ctx.config.key_ring,
-            token,
-            audience=ctx.config.server_name,
-            principal=ctx.principal,
-            tool=self.name,
-            arguments=ctx.arguments,
-            node_now_ms=ctx.config.node_clock_ms(),
-            phase=STATE_PHASE,
-        )
-
-    async def run(self, ctx: CallContext, args: SetupArgs) -> dict[str, Any]:
-        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
-        return await self.answer(ctx, args, payload)
 
     async def answer(
         self, ctx: CallContext, args: SetupArgs, payload: StatePayload | None
