@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -66,6 +67,38 @@ async def serve_http_node(
         )
 
 
+async def start_http_nodes(
+    nursery: trio.Nursery,
+    settings: ClusterSettings,
+    redis_url: str,
+    *,
+    count: int,
+    embedded: bool,
+    host: str = "127.0.0.1",
+    base_port: int = 0,
+    prefix: str = DEFAULT_PREFIX,
+    name: str = "node",
+    legacy_limits: LegacyLimits | None = None,
+) -> list[str]:
+    """Start ``count`` HTTP nodes in ``nursery`` (node i on ``base_port + i``, or on free ports
+    when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs."""
+    urls: list[str] = []
+    for i in range(count):
+        start = partial(
+            serve_http_node,
+            settings,
+            redis_url,
+            embedded=embedded,
+            host=host,
+            port=base_port + i if base_port else 0,
+            node_id=f"{name}-{i}",
+            prefix=prefix,
+            legacy_limits=legacy_limits,
+        )
+        urls.append(await nursery.start(start))
+    return urls
+
+
 async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_PREFIX) -> None:
     """Seed the demo notes once for the whole cluster."""
     async with open_redis(redis_url, embedded=embedded) as client:
@@ -93,29 +126,25 @@ async def serve_cluster(
         if demo:
             await seed_demo_notes(url, embedded)
         async with trio.open_nursery() as nursery:
-            urls: list[str] = []
-            for i in range(nodes):
-                port = base_port + i if base_port else 0
-                if processes:
+            if processes:
+                urls: list[str] = []
+                for i in range(nodes):
+                    port = base_port + i if base_port else 0
                     urls.append(
                         await nursery.start(
                             _run_process, settings, url, embedded, host, port, i, demo, config_path
                         )
                     )
-                else:
-                    urls.append(
-                        await nursery.start(
-                            lambda task_status, i=i, port=port: serve_http_node(
-                                settings,
-                                url,
-                                embedded=embedded,
-                                host=host,
-                                port=port,
-                                node_id=f"node-{i}",
-                                task_status=task_status,
-                            )
-                        )
-                    )
+            else:
+                urls = await start_http_nodes(
+                    nursery,
+                    settings,
+                    url,
+                    count=nodes,
+                    embedded=embedded,
+                    host=host,
+                    base_port=base_port,
+                )
             if on_ready is not None:
                 on_ready(urls)
 

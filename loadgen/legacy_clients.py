@@ -43,7 +43,6 @@ import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import httpx
@@ -51,7 +50,7 @@ import trio
 
 from cluster.config import ClusterSettings
 from cluster.local import NodeDown
-from cluster.serve import serve_http_node
+from cluster.serve import start_http_nodes
 from loadgen.clients import REQUEST_TIMEOUT_S, Outcome, classify
 from loadgen.history import History, OpType
 from loadgen.workload import DELETE_TOOL, TITLES
@@ -565,19 +564,15 @@ async def serve_legacy_nodes(
     )
     limits = httpx.Limits(max_connections=HTTP_POOL, max_keepalive_connections=HTTP_POOL)
     async with trio.open_nursery() as nursery:
-        urls: list[str] = []
-        for i in range(nodes):
-            start = partial(
-                serve_http_node,
-                settings,
-                redis_url,
-                embedded=embedded,
-                host="127.0.0.1",
-                port=0,
-                node_id=f"http-node-{i}",
-                prefix=prefix,
-            )
-            urls.append(await nursery.start(start))
+        urls = await start_http_nodes(
+            nursery,
+            settings,
+            redis_url,
+            count=nodes,
+            embedded=embedded,
+            prefix=prefix,
+            name="http-node",
+        )
         async with httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S) as client:
             yield LegacyHttp(urls, {p: t for t, p in tokens.items()}, client)
         nursery.cancel_scope.cancel()

@@ -18,7 +18,6 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from cluster.config import demo_settings
 from cluster.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, DEMO_TENANT, TEAM
-from cluster.serve import seed_demo_notes, serve_http_node
+from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.legacy import LEGACY_VERSION, LegacyLimits, wire
 from store.notes import NoteStore
 from store.sessions import SessionStore
@@ -68,21 +67,15 @@ async def start_nodes(
     settings = demo_settings()
     embedded = redis_url == embedded_url
     await seed_demo_notes(redis_url, embedded, prefix=prefix)
-    urls: list[str] = []
-    for i in range(NODES):
-        start = partial(
-            serve_http_node,
-            settings,
-            redis_url,
-            embedded=embedded,
-            host="127.0.0.1",
-            port=0,
-            node_id=f"node-{i}",
-            prefix=prefix,
-            legacy_limits=limits,
-        )
-        urls.append(await nursery.start(start))
-    return urls
+    return await start_http_nodes(
+        nursery,
+        settings,
+        redis_url,
+        count=NODES,
+        embedded=embedded,
+        prefix=prefix,
+        legacy_limits=limits,
+    )
 
 
 @pytest.fixture

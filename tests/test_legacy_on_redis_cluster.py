@@ -28,7 +28,7 @@ from mcp.client import ClientRequestContext
 import store.sessions
 from cluster.config import demo_settings
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
-from cluster.serve import seed_demo_notes, serve_http_node
+from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.legacy import LEGACY_VERSION
 from store.client import open_redis
 from store.notes import NoteStore
@@ -114,25 +114,15 @@ async def cluster(
     caplog.set_level(logging.WARNING)
     settings = demo_settings()
     await seed_demo_notes(redis_url, False, prefix=key_prefix)
-    urls: list[str] = []
-    for i in range(NODES):
-
-        async def start(
-            task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED, i: int = i
-        ) -> None:
-            await serve_http_node(
-                settings,
-                redis_url,
-                embedded=False,
-                host="127.0.0.1",
-                port=0,
-                node_id=f"node-{i}",
-                prefix=key_prefix,
-                legacy_limits=LIMITS,
-                task_status=task_status,
-            )
-
-        urls.append(await nursery.start(start))
+    urls = await start_http_nodes(
+        nursery,
+        settings,
+        redis_url,
+        count=NODES,
+        embedded=False,
+        prefix=key_prefix,
+        legacy_limits=LIMITS,
+    )
     async with open_redis(redis_url) as client, httpx.AsyncClient(timeout=STEP_S) as http:
         assert isinstance(client, coredis.RedisCluster)
         notes = NoteStore(client, prefix=key_prefix, replay_grace_ms=1_000)

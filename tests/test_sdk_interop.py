@@ -28,7 +28,6 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Literal
 
 import httpx2
@@ -42,7 +41,7 @@ from mcp.shared.exceptions import MCPError
 
 from cluster.config import demo_settings
 from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
-from cluster.serve import seed_demo_notes, serve_http_node
+from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.protocol import PROTOCOL_VERSION
 from nodes.tools import DEFAULT_TOOLS
 from store.notes import NoteStore
@@ -132,20 +131,9 @@ async def node_urls(
     settings = demo_settings()
     embedded = redis_url == embedded_url
     await seed_demo_notes(redis_url, embedded, prefix=key_prefix)
-    urls: list[str] = []
-    for i in range(NODES):
-        start = partial(
-            serve_http_node,
-            settings,
-            redis_url,
-            embedded=embedded,
-            host="127.0.0.1",
-            port=0,
-            node_id=f"node-{i}",
-            prefix=key_prefix,
-        )
-        urls.append(await nursery.start(start))
-    return urls
+    return await start_http_nodes(
+        nursery, settings, redis_url, count=NODES, embedded=embedded, prefix=key_prefix
+    )
 
 
 async def tps_reports(store: NoteStore) -> dict[str, int]:
