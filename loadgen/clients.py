@@ -170,11 +170,12 @@ class Client:
         """Record invoke, send, record the outcome. ``lose_response`` drops a reply that did
         arrive, as a client whose connection broke after the node answered (recorded as info).
         ``annotate`` adds what the harness learns from an answer (ids, nonce, expiry) to the
-        outcome's history entry before it is written."""
+        outcome's value, before its history entry is written; the returned outcome carries it."""
         self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
         out = await self.send(node, principal, message, timeout_s)
         if lose_response and out.type != "info":
             out = Outcome("info", {"reason": "response lost"})
-        value = out.value if annotate is None else {**out.value, **annotate(out)}
-        self.history.record(self.process, out.type, f, flow, kind, value)
+        if annotate is not None:
+            out = Outcome(out.type, {**out.value, **annotate(out)}, out.result)
+        self.history.record(self.process, out.type, f, flow, kind, out.value)
         return out

@@ -152,16 +152,11 @@ async def create(env: FlowEnv, title: str, client: Client | None = None) -> str 
         c.pick_node(),
         env.principal,
         msg,
-        annotate=_created_id,
     )
-    return _created_id(out).get("noteId")
-
-
-def _created_id(out: Outcome) -> dict[str, Any]:
-    res = out.result or {}
-    if out.type != "ok" or res.get("isError"):
-        return {}
-    return {"noteId": res["structuredContent"]["noteId"]}
+    if out.type != "ok" or out.value["isError"]:
+        return None
+    note_id: str = out.value["noteId"]  # classify copies it from structuredContent
+    return note_id
 
 
 def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
@@ -182,11 +177,9 @@ def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
     }
 
 
-def _opened(
-    env: FlowEnv, out: Outcome, arguments: dict[str, Any], tool: str = DELETE_TOOL
-) -> Asked | None:
-    facts = _state_facts(env, out)
-    if not facts:
+def _opened(out: Outcome, arguments: dict[str, Any], tool: str = DELETE_TOOL) -> Asked | None:
+    facts = out.value  # annotated with the state's facts by Client.op (see _state_facts)
+    if "nonce" not in facts:
         return None
     token = str((out.result or {})["requestState"])
     cands = [(str(c[0]), int(c[1])) for c in facts["candidates"]]
@@ -216,7 +209,7 @@ async def ask(
         msg,
         annotate=lambda o: _state_facts(env, o),
     )
-    return _opened(env, out, args, tool)
+    return _opened(out, args, tool)
 
 
 async def confirm(
@@ -288,8 +281,8 @@ async def confirm(
             invoke["redis_send_ms"] = env.redis_now_ms()
 
 
-def _reasked(env: FlowEnv, out: Outcome, asked: Asked) -> Asked | None:
-    return _opened(env, out, asked.arguments, asked.tool)
+def _reasked(out: Outcome, asked: Asked) -> Asked | None:
+    return _opened(out, asked.arguments, asked.tool)
 
 
 async def _start(env: FlowEnv) -> tuple[Asked, str] | None:
@@ -421,7 +414,7 @@ async def flow_edit_between(env: FlowEnv, asked: Asked, note: str) -> None:
         "update", env.flow, env.kind, invoke, env.rival.pick_node(), env.principal, msg
     )
     out = await confirm(env, asked, note)
-    again = _reasked(env, out, asked)
+    again = _reasked(out, asked)
     if again is not None:
         await confirm(env, again, note)
 
