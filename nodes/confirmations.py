@@ -177,37 +177,6 @@ def open_state(
     return payload
 
 
-def seal_candidates(
-    ring: KeyRing,
-    *,
-    audience: str,
-    principal: str,
-    tool: str,
-    arguments: Mapping[str, Any],
-    workspace: str,
-    tenant: str,
-    notes: tuple[Note, ...],
-    redis_now_ms: int,
-    ttl_ms: int,
-    extra: dict[str, str] | None = None,
-) -> tuple[str, StatePayload]:
-    """Seal a fresh confirmation state; its expiry is on the Redis clock read with the notes."""
-    return seal_state(
-        ring,
-        audience=audience,
-        principal=principal,
-        tool=tool,
-        arguments=arguments,
-        workspace=workspace,
-        tenant=tenant,
-        candidates=tuple(Candidate(note_id=n.note_id, version=n.version) for n in notes),
-        phase="confirm",
-        redis_now_ms=redis_now_ms,
-        ttl_ms=ttl_ms,
-        extra=extra,
-    )
-
-
 def seal_state(
     ring: KeyRing,
     *,
@@ -223,7 +192,8 @@ def seal_state(
     ttl_ms: int,
     extra: dict[str, str] | None = None,
 ) -> tuple[str, StatePayload]:
-    """Seal a ``tools/call`` state of any phase, with a fresh nonce."""
+    """Seal a ``tools/call`` state of any phase, with a fresh nonce; its expiry counts from
+    ``redis_now_ms``, the Redis clock read in the same step as what the state shows."""
     payload = StatePayload(
         principal=principal,
         audience=audience,

@@ -21,14 +21,14 @@ from nodes.confirmations import (
     log,
     parse_answer,
     pick_form,
-    seal_candidates,
+    seal_state,
     state_before,
     transition,
     version_shown,
 )
 from nodes.results import complete, input_required, tool_error
 from nodes.scope import Workspace
-from nodes.sealing import StatePayload
+from nodes.sealing import Candidate, StatePayload
 from nodes.tools.base import MAX_CANDIDATES_ERROR, Arguments, CallContext, ToolFailure
 from nodes.tools.crud import TitleArg, WorkspaceArg
 from nodes.tools.stateful import StatefulTool
@@ -112,7 +112,7 @@ class ConfirmingTool(StatefulTool[C]):
                 "rename some first",
                 **{self.done: False},
             )
-        token, _ = seal_candidates(
+        token, _ = seal_state(
             ctx.config.key_ring,
             audience=ctx.config.server_name,
             principal=ctx.principal,
@@ -120,7 +120,8 @@ class ConfirmingTool(StatefulTool[C]):
             arguments=ctx.arguments,
             workspace=ws.uri,
             tenant=ws.tenant,
-            notes=notes,
+            candidates=tuple(Candidate(note_id=n.note_id, version=n.version) for n in notes),
+            phase=self.state_phase,
             redis_now_ms=snap.redis_now_ms,
             ttl_ms=ctx.config.state_ttl_ms,
             extra=extra,
