@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from loadgen.runner import FlowSample, RunSettings
+from loadgen.tally import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
 
 if TYPE_CHECKING:
     from loadgen.simulate import Simulation
@@ -79,10 +80,31 @@ def load_options(command: F) -> F:
             help="Run folder (default: a new folder under runs/).",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout."),
+        *exercise_options(),
     ]
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def exercise_options() -> list[Callable[[F], F]]:
+    """When a run counts as exercised: under it the verdict is UNKNOWN (exit 3)."""
+    return [
+        click.option(
+            "--min-completed",
+            default=MIN_COMPLETED_SHARE,
+            show_default=True,
+            type=click.FloatRange(0.0, 1.0),
+            help="Share of flows that must get past round 1, else the verdict is UNKNOWN.",
+        ),
+        click.option(
+            "--min-per-kind",
+            default=MIN_RUNS_PER_KIND,
+            show_default=True,
+            type=click.IntRange(0, 1_000_000),
+            help="Runs every race kind needs (fewer for tiny runs), else UNKNOWN.",
+        ),
+    ]
 
 
 @main.command(
@@ -125,6 +147,14 @@ def load_options(command: F) -> F:
     help="Share of the flows run by legacy 2025-11-25 clients, over HTTP nodes on loopback "
     "that share the store (sessions, SSE elicitation, answers POSTed to other nodes).",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Load processes, each with its own in-process nodes and --concurrency flows at once, "
+    "against one real Redis (--redis); their histories are checked together.",
+)
 def simulate_cmd(
     nodes: int,
     redis_url: str | None,
@@ -140,12 +170,16 @@ def simulate_cmd(
     fault_seed: int | None,
     wait_replicas: int,
     legacy_share: float,
+    min_completed: float,
+    min_per_kind: int,
+    workers: int,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
 
     from cluster.faults import FaultUsageError, check_kinds, parse_kinds
     from loadgen.simulate import SimulateOptions, simulate
+    from loadgen.workload import tenants_for
 
     try:
         kinds = parse_kinds(fault_kinds)
@@ -154,6 +188,10 @@ def simulate_cmd(
         raise click.UsageError(str(exc)) from None
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    if workers > 1 and redis_url is None:
+        raise click.UsageError(
+            "--workers needs a real Redis (--redis): the embedded store lives in one process"
+        )
     err = Console(stderr=True)
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
@@ -174,10 +212,13 @@ def simulate_cmd(
             rate=rate,
             seed=seed,
             legacy_share=legacy_share,
+            tenants=tenants_for(flows),
         ),
         faults=kinds,
         fault_seed=fault_seed,
         wait_replicas=wait_replicas,
+        exercise=ExerciseRule(min_completed, min_per_kind),
+        workers=workers,
     )
     with _nodes_log(run_dir / "nodes.log" if kinds else None):
         sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
@@ -284,6 +325,15 @@ simulate_cmd.name = "simulate"
     help="Bearer token of a load principal (default: the demo load tokens).",
 )
 @load_options
+@click.option(
+    "--process-id",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 9999),
+    help="This process's number when several loadgen processes (on one or several machines) "
+    "share the store: own flow ids and history indices; check them together with "
+    "`notes-cluster check --redis URL DIR1 DIR2 ...`.",
+)
 def loadgen(
     targets: tuple[str, ...],
     redis_url: str | None,
@@ -297,6 +347,9 @@ def loadgen(
     seed: int | None,
     out_dir: Path | None,
     as_json: bool,
+    min_completed: float,
+    min_per_kind: int,
+    process_id: int,
 ) -> None:
     """``notes-cluster loadgen``."""
     import os
@@ -306,6 +359,8 @@ def loadgen(
     from cluster.config import ConfigError
     from cluster.serve import STATE_KEY_ENV, settings_for
     from loadgen.remote import run_remote
+    from loadgen.simulate import INDEX_STRIDE
+    from loadgen.workers import FLOW_STRIDE
     from loadgen.workload import load_tokens
 
     urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
@@ -330,7 +385,12 @@ def loadgen(
     run_dir = out_dir or Path("runs") / time.strftime("loadgen-%Y%m%d-%H%M%S")
     Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
     run = RunSettings(
-        flows=flows, duration_s=duration, concurrency=concurrency, rate=rate, seed=seed
+        flows=flows,
+        duration_s=duration,
+        concurrency=concurrency,
+        rate=rate,
+        seed=seed,
+        first_flow=process_id * FLOW_STRIDE,
     )
     sim = _with_progress(
         flows,
@@ -343,10 +403,81 @@ def loadgen(
                 redis_url=redis_url,
                 run_dir=run_dir,
                 on_flow=advance,
+                exercise=ExerciseRule(min_completed, min_per_kind),
+                first_index=process_id * INDEX_STRIDE,
             )
         ),
     )
     _report(sim, run_dir, as_json)
+
+
+@main.command(
+    "check",
+    help="Check run folders offline: their histories against the store facts they hold "
+    "(exit 0 valid, 1 invalid, 3 unknown). Several folders (one per load process: "
+    "`loadgen --process-id K`, on any machine sharing the store) are checked as one run; with "
+    "--redis the store facts are read now, after every process ended, into the first folder.",
+)
+@click.argument(
+    "run_dirs",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option("--redis", "redis_url", default=None, help="Read the store facts from here now.")
+@click.option("--prefix", default="nc", show_default=True, help="The store's key prefix.")
+@click.option("--tenants", default=4, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--min-completed", default=None, type=click.FloatRange(0.0, 1.0))
+@click.option("--min-per-kind", default=None, type=click.IntRange(0, 1_000_000))
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def check_cmd(
+    run_dirs: tuple[Path, ...],
+    redis_url: str | None,
+    prefix: str,
+    tenants: int,
+    min_completed: float | None,
+    min_per_kind: int | None,
+    as_json: bool,
+) -> None:
+    """``notes-cluster check``."""
+    import json
+
+    from loadgen.partition import recheck
+    from loadgen.report import print_check
+    from loadgen.runfolder import STORE_DIR, dump_store_facts
+    from loadgen.simulate import SIM_REPLAY_GRACE_MS, load_tenants
+
+    first = run_dirs[0]
+    saved = _saved_settings(first)
+    if redis_url is not None:
+        grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
+        dump_store_facts(first, redis_url, prefix, load_tenants(tenants), grace)
+    facts = next((d for d in run_dirs if (d / STORE_DIR / "meta.json").exists()), None)
+    if facts is None:
+        raise click.UsageError(f"no store facts in {first}/{STORE_DIR}: give --redis URL")
+    rule = ExerciseRule(
+        saved.get("min_completed_share", MIN_COMPLETED_SHARE)
+        if min_completed is None
+        else min_completed,
+        saved.get("min_runs_per_kind", MIN_RUNS_PER_KIND) if min_per_kind is None else min_per_kind,
+    )
+    results = recheck(list(run_dirs), facts, rule, float(saved.get("legacy_share", 0.0)))
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+    else:
+        print_check(results, Console())
+    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+
+
+def _saved_settings(run_dir: Path) -> dict[str, Any]:
+    """The settings a run folder's ``results.json`` recorded ({} without one)."""
+    import json
+
+    path = run_dir / "results.json"
+    if not path.exists():
+        return {}
+    settings: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
+    return settings
 
 
 @main.command(help="Run the named benchmark scenarios; write bench.json and bench.md.\n" + EXAMPLES)

@@ -133,6 +133,8 @@ class Client:
         self.history = history
         self.rng = rng
         self.timeout_s = timeout_s
+        self.last_type: OpType | None = None
+        """The type of the last outcome this client recorded."""
 
     def pick_node(self, avoid: int | None = None) -> int:
         """A random node, different from ``avoid`` when there is a choice."""
@@ -178,4 +180,5 @@ class Client:
         if annotate is not None:
             out = Outcome(out.type, {**out.value, **annotate(out)}, out.result)
         self.history.record(self.process, out.type, f, flow, kind, out.value)
+        self.last_type = out.type
         return out

@@ -21,11 +21,16 @@ from hdrh.histogram import HdrHistogram
 from loadgen.clients import Client, Transport
 from loadgen.history import History
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
+from loadgen.tally import Tally
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
 from nodes.sealing import KeyRing
 
 LATENCY_MAX_US = 120_000_000
 """Highest latency the histogram holds (two minutes); larger values are clamped."""
+
+KEEP_SAMPLES_MAX = 200_000
+"""Runs of more flows keep no per-flow samples (memory): their picture shows throughput from the
+tally, without latency per second."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,11 @@ class RunSettings:
     tenants: int = 4
     legacy_share: float = 0.0
     """Share of the flows (0..1) run by legacy 2025-11-25 clients (needs a ``LegacyHttp``)."""
+    tag: str = "run"
+    """Put in every flow's title (``workload.flow_title``): give each run its own, so that runs
+    sharing a store never meet each other's notes."""
+    first_flow: int = 0
+    """Id of this process's first flow: processes of one run (``--workers``) get disjoint ids."""
 
 
 @dataclass
@@ -51,6 +61,7 @@ class FlowSample:
     intended_s: float
     end_s: float
     completed: bool
+    outcome: str = "completed"
 
     @property
     def latency_ms(self) -> float:
@@ -66,11 +77,17 @@ class RunStats:
     started_s: float = 0.0
     ended_s: float = 0.0
     histogram: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, LATENCY_MAX_US, 3))
+    tally: Tally = field(default_factory=Tally)
+    keep_samples: bool = True
+    """Keep every FlowSample (the pictures' latency per second); off for very long runs."""
+    started_wall_ms: int = 0
 
     def add(self, sample: FlowSample) -> None:
         """Record one flow."""
-        self.samples.append(sample)
+        if self.keep_samples:
+            self.samples.append(sample)
         self.histogram.record_value(min(LATENCY_MAX_US, max(1, int(sample.latency_ms * 1000))))
+        self.tally.add_flow(sample.kind, sample.outcome, sample.end_s - self.started_s)
 
     @property
     def elapsed_s(self) -> float:
@@ -113,9 +130,14 @@ async def run_load(
         raise ValueError("legacy_share must be between 0 and 1")
     if settings.legacy_share > 0 and legacy is None:
         raise ValueError("legacy_share > 0 needs HTTP nodes for the legacy clients")
-    rng = random.Random(settings.seed)
+    rng = random.Random(f"{settings.seed}:{settings.first_flow}")
     pick_kind = _kinds(settings, rng)
-    stats = RunStats(started_s=time.monotonic())
+    stats = RunStats(
+        started_s=time.monotonic(),
+        keep_samples=settings.flows <= KEEP_SAMPLES_MAX,
+        started_wall_ms=int(time.time() * 1000),
+    )
+    history.observer = lambda op: stats.tally.add_answer(op.time_ms, op.type == "info")
     deadline = stats.started_s + settings.duration_s
     ids = itertools.count()
 
@@ -136,8 +158,10 @@ async def run_load(
                 tenant=f"load{t}",
                 inbox=f"file:///load/t{t}/inbox",
                 process=2 * flow,
+                tag=settings.tag,
             )
-            done(FlowSample(kind, intended, 0.0, await run_legacy_flow(lenv)))
+            ok = await run_legacy_flow(lenv)
+            done(FlowSample(kind, intended, 0.0, ok, "completed" if ok else "setup_failed"))
             return
         env = FlowEnv(
             flow=flow,
@@ -153,8 +177,10 @@ async def run_load(
             archive=f"file:///load/t{t}/archive",
             redis_offset_ms=redis_offset_ms,
             rng=frng,
+            tag=settings.tag,
         )
-        done(FlowSample(env.kind, intended, 0.0, await run_flow(env)))
+        ok = await run_flow(env)
+        done(FlowSample(env.kind, intended, 0.0, ok, env.outcome))
 
     def done(sample: FlowSample) -> None:
         sample.end_s = time.monotonic()
@@ -167,20 +193,21 @@ async def run_load(
             if settings.rate is None:
 
                 async def worker() -> None:
-                    for flow in ids:
-                        if flow >= settings.flows or time.monotonic() >= deadline:
+                    for i in ids:
+                        if i >= settings.flows or time.monotonic() >= deadline:
                             return
-                        await one(flow, time.monotonic())
+                        await one(settings.first_flow + i, time.monotonic())
 
                 for _ in range(settings.concurrency):
                     nursery.start_soon(worker)
             else:
                 period = 1.0 / settings.rate
-                for flow in range(settings.flows):
-                    intended = stats.started_s + flow * period
+                for i in range(settings.flows):
+                    intended = stats.started_s + i * period
                     if intended >= deadline:
                         break
                     await trio.sleep(max(0.0, intended - time.monotonic()))
-                    nursery.start_soon(one, flow, intended)
+                    nursery.start_soon(one, settings.first_flow + i, intended)
     stats.ended_s = time.monotonic()
+    stats.tally.elapsed_s = stats.elapsed_s
     return stats
