@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from loadgen.runner import FlowSample, RunStats
+from loadgen.tally import Tally
 
 Fault = tuple[float, float, str]
 """A fault window: start and end in seconds from the run's start, and a label."""
@@ -105,6 +106,19 @@ def timeline(
     return buckets
 
 
+def tally_timeline(tally: Tally, bucket_s: float = 1.0) -> list[Bucket]:
+    """Completed flows per slice from a run's tally, for runs that kept no per-flow samples
+    (very long ones, or the merge of several processes): no latency per slice."""
+    if bucket_s <= 0:
+        raise ValueError("bucket_s must be positive")
+    slots: dict[int, int] = {}
+    for second, n in tally.completed_per_s.items():
+        slot = int(second // bucket_s)
+        slots[slot] = slots.get(slot, 0) + n
+    count = max(slots, default=-1) + 1
+    return [Bucket(i * bucket_s, slots.get(i, 0), None, None, None) for i in range(count)]
+
+
 def write_pictures(
     run_dir: Path, sim: RunLike, faults: Sequence[Fault] = (), bucket_s: float = 1.0
 ) -> tuple[Path, Path]:
@@ -116,7 +130,9 @@ def write_pictures(
     png = run_dir / "report.png"
     render_png(
         png,
-        timeline(stats.samples, stats.started_s, bucket_s),
+        timeline(stats.samples, stats.started_s, bucket_s)
+        if stats.samples
+        else tally_timeline(stats.tally, bucket_s),
         results,
         faults,
         bucket_s=bucket_s,

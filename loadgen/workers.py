@@ -144,11 +144,13 @@ def _merged_stats(
     folders: list[Path], started: float, ended: float, started_wall_ms: int
 ) -> RunStats:
     """The workers' tallies and latency histograms added up (no per-flow samples)."""
+    tally = merge(read_tally(f) for f in folders)
+    # The load's span is the longest worker's, not the parent's (which adds process start-up).
+    end = min(ended, started + tally.elapsed_s) if tally.elapsed_s else ended
     stats = RunStats(
-        started_s=started, ended_s=ended, keep_samples=False, started_wall_ms=started_wall_ms
+        started_s=started, ended_s=end, keep_samples=False, started_wall_ms=started_wall_ms
     )
-    stats.tally = merge(read_tally(f) for f in folders)
+    stats.tally = tally
     for f in folders:
         stats.histogram.add(HdrHistogram.decode((f / LATENCY_FILE).read_bytes()))
-    stats.tally.elapsed_s = stats.elapsed_s
     return stats

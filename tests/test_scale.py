@@ -1,0 +1,200 @@
+"""The load at scale: UNKNOWN when under-exercised, run folders that re-check offline (and catch
+a planted violation), ``simulate --workers`` with one merged verdict, and the 30k-flow steady
+state on the real Redis.
+
+Each test plants its cause: a weight that starves a kind, a transport that refuses round 1 (a
+test wrapper, not a production flag), an edited history line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cluster.cli import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, main
+from loadgen.clients import Transport
+from loadgen.runner import RunSettings
+from loadgen.simulate import SimulateOptions, simulate
+from loadgen.tally import ExerciseRule, Tally, exercise_verdict
+from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
+from nodes.protocol import Reply
+from tests.conftest import require_real_redis
+
+
+def _verdict(results: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in results["invariants"] if v["name"] == name)
+
+
+def test_exercise_rule_scales_for_tiny_runs() -> None:
+    rule = ExerciseRule(0.95, 3)
+    assert rule.needed_per_kind(10, 16) == 0
+    assert rule.needed_per_kind(64, 16) == 2
+    assert rule.needed_per_kind(30_000, 16) == 3
+    tally = Tally()
+    for kind in RACE_KINDS:
+        for _ in range(3):
+            tally.add_flow(kind, "completed", 0.5)
+    assert exercise_verdict(tally, [list(RACE_KINDS)], rule).status == "valid"
+    tally.add_flow("plain", "create_unknown", 0.5)
+    tally.add_flow("plain", "create_unknown", 0.5)
+    tally.add_flow("plain", "create_unknown", 0.5)
+    v = exercise_verdict(tally, [list(RACE_KINDS)], rule)
+    assert v.status == "unknown"
+    assert "48 of 51 flows" in v.summary
+
+
+async def test_a_starved_kind_makes_the_run_unknown() -> None:
+    weights = dict(DEFAULT_WEIGHTS) | {"tampered": 0.0}
+    settings = RunSettings(flows=200, concurrency=16, seed=11, weights=weights)
+    sim = await simulate(SimulateOptions(settings=settings))
+    results = sim.to_json()
+    assert results["verdict"] == "unknown"
+    exercised = _verdict(results, "exercised")
+    assert exercised["status"] == "unknown"
+    assert "tampered 0" in exercised["summary"]
+    others = [v for v in results["invariants"] if v["name"] != "exercised"]
+    assert all(v["status"] == "valid" for v in others), others
+    assert "tampered" not in results["kinds"]
+
+
+class RefuseRoundOne:
+    """A transport whose nodes answer every round 1 of ``notes_delete`` with a tool error."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.refused = 0
+
+    @property
+    def node_count(self) -> int:
+        """As the wrapped transport."""
+        return self.inner.node_count
+
+    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply:
+        """Refuse round 1 of notes_delete; pass everything else through."""
+        params = message.get("params") or {}
+        if params.get("name") == "notes_delete" and "requestState" not in params:
+            self.refused += 1
+            result = {"isError": True, "content": [{"type": "text", "text": "refused (test)"}]}
+            return Reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": result})
+        return await self.inner.send(node_index, principal, message)
+
+
+async def test_a_store_that_refuses_round_one_makes_the_run_unknown() -> None:
+    hooks: list[RefuseRoundOne] = []
+
+    def hook(inner: Transport) -> Transport:
+        hooks.append(RefuseRoundOne(inner))
+        return hooks[-1]
+
+    settings = RunSettings(flows=60, concurrency=8, seed=12)
+    sim = await simulate(SimulateOptions(settings=settings, transport_hook=hook))
+    results = sim.to_json()
+    assert hooks
+    assert hooks[0].refused > 0
+    assert results["verdict"] == "unknown"
+    assert results["flows"]["total"] == 60
+    assert results["flows"]["completed"] < 10  # only the archive flows pass round 1
+    exercised = _verdict(results, "exercised")
+    assert "got past round 1" in exercised["summary"]
+    assert results["kinds"]["plain"]["outcomes"].get("ask_refused", 0) > 0
+
+
+def _plant_told_executed(history: Path) -> int:
+    """Relabel one accept that was told it deleted (not a replay) as ``no_mutation``: a refused
+    answer that mutated. Returns the invoke's index."""
+    lines = history.read_text(encoding="utf-8").splitlines()
+    ops = [json.loads(line) for line in lines]
+    invokes: dict[tuple[int, int, str], int] = {}
+    for i, op in enumerate(ops):
+        key = (op["process"], op["flow"], op["f"])
+        if op["type"] == "invoke":
+            invokes[key] = i
+            continue
+        v = op["value"]
+        told = v.get("deleted") is True and v.get("replay") is False
+        if op["f"] == "confirm" and op["kind"] == "plain" and told and key in invokes:
+            j = invokes[key]
+            ops[j]["value"]["expect"] = "no_mutation"
+            lines[j] = json.dumps(ops[j])
+            history.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            return int(ops[j]["index"])
+    raise AssertionError("no plain accept told deleted in the history")
+
+
+def test_run_folder_rechecks_offline_and_catches_a_planted_violation(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = ["simulate", "--flows", "120", "--concurrency", "8", "--seed", "13", "--out", str(run)]
+    first = CliRunner().invoke(main, [*args, "--json"])
+    assert first.exit_code == EXIT_VALID, first.output
+    assert (run / "store" / "meta.json").exists()
+    again = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert again.exit_code == EXIT_VALID, again.output
+    results = json.loads(again.stdout)
+    saved = json.loads((run / "results.json").read_text(encoding="utf-8"))
+    assert results["verdict"] == saved["verdict"] == "valid"
+    assert results["flows"] == saved["flows"]
+    index = _plant_told_executed(run / "history.jsonl")
+    planted = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert planted.exit_code == EXIT_INVALID, planted.output
+    bad = _verdict(json.loads(planted.stdout), "no_mutation_from_refused")
+    assert bad["status"] == "invalid"
+    assert index in bad["ops"]
+
+
+def test_check_without_store_facts_is_a_usage_error(tmp_path: Path) -> None:
+    out = CliRunner().invoke(main, ["check", str(tmp_path)])
+    assert out.exit_code == 2
+    assert "no store facts" in out.output
+
+
+def test_workers_need_a_real_redis() -> None:
+    out = CliRunner().invoke(main, ["simulate", "--workers", "2", "--flows", "10"])
+    assert out.exit_code == 2
+    assert "--workers needs a real Redis" in out.output
+
+
+@pytest.mark.slow
+def test_two_workers_merge_into_one_verdict(tmp_path: Path) -> None:
+    url = require_real_redis()
+    run = tmp_path / "run"
+    args = ["simulate", "--redis", url, "--workers", "2", "--flows", "200", "--seed", "14"]
+    out = CliRunner().invoke(main, [*args, "--concurrency", "8", "--out", str(run), "--json"])
+    assert out.exit_code == EXIT_VALID, out.output
+    results = json.loads(out.stdout)
+    assert results["flows"]["total"] == 200
+    assert results["settings"]["workers"] == 2
+    for k in (0, 1):
+        assert (run / f"worker-{k}" / "history.jsonl").stat().st_size > 0
+    again = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert again.exit_code == EXIT_VALID, again.output
+    assert len(json.loads(again.stdout)["histories"]) == 2
+    index = _plant_told_executed(run / "worker-1" / "history.jsonl")
+    planted = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert planted.exit_code == EXIT_INVALID, planted.output
+    assert index in _verdict(json.loads(planted.stdout), "no_mutation_from_refused")["ops"]
+
+
+@pytest.mark.slow
+def test_thirty_thousand_flows_stay_exercised(tmp_path: Path) -> None:
+    url = require_real_redis()
+    run = tmp_path / "run"
+    args = ["simulate", "--redis", url, "--workers", "2", "--flows", "30000", "--seed", "15"]
+    args += ["--concurrency", str(ACCEPTANCE_CONCURRENCY), "--duration", "900"]
+    out = CliRunner().invoke(main, [*args, "--out", str(run), "--json"])
+    results = json.loads(out.stdout)
+    print("flows/s by tenth:", results["flows_per_s_by_tenth"], "seed 15")
+    assert out.exit_code == EXIT_VALID, results["invariants"]
+    assert results["flows"]["total"] == 30_000
+    assert results["flows"]["completed"] >= 0.99 * 30_000
+    for kind in RACE_KINDS:
+        assert results["kinds"][kind]["completed"] >= 3, kind
+
+
+ACCEPTANCE_CONCURRENCY = 64
+"""Flows at once per worker in the 30k acceptance run."""
+
+assert EXIT_UNKNOWN == 3
