@@ -445,12 +445,14 @@ def check_cmd(
     from loadgen.partition import recheck
     from loadgen.report import print_check
     from loadgen.runfolder import STORE_DIR, dump_store_facts
-    from loadgen.simulate import SIM_REPLAY_GRACE_MS, load_tenants
+    from loadgen.simulate import EXPIRY_SETTLE_S, SIM_REPLAY_GRACE_MS, load_tenants
 
     first = run_dirs[0]
     saved = _saved_settings(first)
     if redis_url is not None:
         grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
+        # Every state of the runs must have expired, plus grace, before the store is read.
+        time.sleep(float(saved.get("state_ttl_s", 0)) + grace / 1000 + EXPIRY_SETTLE_S)
         dump_store_facts(first, redis_url, prefix, load_tenants(tenants), grace)
     facts = next((d for d in run_dirs if (d / STORE_DIR / "meta.json").exists()), None)
     if facts is None:
@@ -461,7 +463,8 @@ def check_cmd(
         else min_completed,
         saved.get("min_runs_per_kind", MIN_RUNS_PER_KIND) if min_per_kind is None else min_per_kind,
     )
-    results = recheck(list(run_dirs), facts, rule, float(saved.get("legacy_share", 0.0)))
+    legacy_share = float(saved.get("legacy_share", 0.0))
+    results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"))
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:

@@ -27,6 +27,12 @@ REQUEST_TIMEOUT_S = 10.0
 CLIENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 INTERNAL_ERROR = -32603
 
+RESPONSE_LOST = "response lost"
+CUT_SHORT = "cut short"
+DELIBERATE = frozenset({RESPONSE_LOST, CUT_SHORT})
+"""Reasons of the unknown outcomes the workload causes itself (lost_response, timeout_retry):
+not counted against availability."""
+
 
 class Transport(Protocol):
     """One method to deliver a JSON-RPC message to node ``i`` as a principal."""
@@ -152,7 +158,8 @@ class Client:
             except (NodeDown, OSError) as exc:
                 return Outcome("info", {"reason": f"unreachable: {type(exc).__name__}"})
         if scope.cancelled_caught:
-            return Outcome("info", {"reason": "timeout"})
+            # A deadline the workload set on purpose (timeout_retry) is not a fault: say so.
+            return Outcome("info", {"reason": "timeout" if timeout_s is None else CUT_SHORT})
         return classify(reply)
 
     async def op(
@@ -176,7 +183,7 @@ class Client:
         self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
         out = await self.send(node, principal, message, timeout_s)
         if lose_response and out.type != "info":
-            out = Outcome("info", {"reason": "response lost"})
+            out = Outcome("info", {"reason": RESPONSE_LOST})
         if annotate is not None:
             out = Outcome(out.type, {**out.value, **annotate(out)}, out.result)
         self.history.record(self.process, out.type, f, flow, kind, out.value)

@@ -147,13 +147,17 @@ def _summed(summaries: Iterable[str]) -> str:
 
 
 def recheck(
-    run_dirs: Sequence[Path], facts_dir: Path, rule: ExerciseRule, legacy_share: float
+    run_dirs: Sequence[Path],
+    facts_dir: Path,
+    rule: ExerciseRule,
+    legacy_share: float,
+    weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """``notes-cluster check``: the verdict of run folders from their files alone (histories,
     tallies, and the store facts in ``facts_dir``), as the ``results.json`` fields it decides."""
     histories = [p for d in run_dirs for p in history_files(d)]
     tally = merge(read_tallies(d) for d in run_dirs)
-    result = judge(check_folders(histories, facts_dir), tally, legacy_share, rule)
+    result = judge(check_folders(histories, facts_dir), tally, legacy_share, rule, weights)
     return {
         "verdict": result.status,
         "invariants": [

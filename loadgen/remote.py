@@ -69,6 +69,7 @@ async def run_remote(
         settings=run,
         run_dir=run_dir,
         exercise=exercise or ExerciseRule(),
+        replay_grace_ms=settings.replay_grace_ms,
     )
     history = open_history(run_dir, keep=run_dir is None, first_index=first_index)
     limits = httpx.Limits(max_connections=HTTP_POOL, max_keepalive_connections=HTTP_POOL)
@@ -97,7 +98,7 @@ async def run_remote(
             )
     finally:
         close_history(history)
-    result = judge(result, stats.tally, run.legacy_share, options.exercise)
+    result = judge(result, stats.tally, run.legacy_share, options.exercise, run.weights)
     return finish(
         Simulation(result, stats, history, races(stats.tally), run_dir, options, "remote")
     )

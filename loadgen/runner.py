@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import trio
 from hdrh.histogram import HdrHistogram
 
-from loadgen.clients import Client, Transport
-from loadgen.history import History
+from loadgen.clients import DELIBERATE, Client, Transport
+from loadgen.history import History, Op
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
 from loadgen.tally import Tally
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
@@ -51,6 +51,8 @@ class RunSettings:
     sharing a store never meet each other's notes."""
     first_flow: int = 0
     """Id of this process's first flow: processes of one run (``--workers``) get disjoint ids."""
+    keep_samples: bool | None = None
+    """Keep every FlowSample; None: only when ``flows`` is at most ``KEEP_SAMPLES_MAX``."""
 
 
 @dataclass
@@ -134,10 +136,19 @@ async def run_load(
     pick_kind = _kinds(settings, rng)
     stats = RunStats(
         started_s=time.monotonic(),
-        keep_samples=settings.flows <= KEEP_SAMPLES_MAX,
+        keep_samples=(
+            settings.flows <= KEEP_SAMPLES_MAX
+            if settings.keep_samples is None
+            else settings.keep_samples
+        ),
         started_wall_ms=int(time.time() * 1000),
     )
-    history.observer = lambda op: stats.tally.add_answer(op.time_ms, op.type == "info")
+
+    def observe(op: Op) -> None:
+        if op.value.get("reason") not in DELIBERATE:
+            stats.tally.add_answer(op.time_ms, op.type == "info")
+
+    history.observer = observe
     deadline = stats.started_s + settings.duration_s
     ids = itertools.count()
 

@@ -104,6 +104,11 @@ class SimulateOptions:
     """Set in a worker process: its number. A worker records and does not check."""
     prefix: str | None = None
     """The store's key prefix; None: a fresh one (workers of one run share their parent's)."""
+    keep_history: bool | None = None
+    """Keep the history in memory too (``Simulation.history.ops``); None: only for runs of at
+    most ``KEEP_OPS_MAX`` flows or without a run folder."""
+    replay_grace_ms: int = SIM_REPLAY_GRACE_MS
+    """The nodes' replay grace (recorded: ``check --redis`` waits it out)."""
     transport_hook: Callable[[Transport], Transport] | None = None
     """Wraps the transport the load uses (tests plant faults of their own with it)."""
 
@@ -180,12 +185,14 @@ class Simulation:
                 "nodes": self.options.nodes,
                 "store": self.store,
                 "state_ttl_s": self.options.state_ttl_s,
+                "replay_grace_ms": self.options.replay_grace_ms,
                 "flows": self.options.settings.flows,
                 "duration_s": self.options.settings.duration_s,
                 "concurrency": self.options.settings.concurrency,
                 "rate": self.options.settings.rate,
                 "seed": self.options.settings.seed,
                 "legacy_share": self.options.settings.legacy_share,
+                "weights": self.options.settings.weights,
                 "tenants": self.options.settings.tenants,
                 "workers": self.options.workers,
                 "min_completed_share": self.options.exercise.min_completed_share,
@@ -275,6 +282,8 @@ async def simulate(
     if options.wait_replicas and options.redis_url is None:
         raise ValueError("wait_replicas needs a real Redis: the embedded store has no WAIT")
     keep = options.run_dir is None or settings.flows <= KEEP_OPS_MAX
+    if options.keep_history is not None and options.run_dir is not None:
+        keep = options.keep_history
     first_index = (options.worker or 0) * INDEX_STRIDE
     history = open_history(options.run_dir, keep=keep, first_index=first_index)
     dist: dict[str, int] | None = None
@@ -309,7 +318,7 @@ async def simulate(
     store = "embedded" if options.redis_url is None else "redis"
     if dist is not None:
         store = "redis-cluster"
-    result = judge(result, stats.tally, settings.legacy_share, options.exercise)
+    result = judge(result, stats.tally, settings.legacy_share, options.exercise, settings.weights)
     sim = Simulation(
         result, stats, history, races(stats.tally), options.run_dir, options, store, dist, faults
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +36,11 @@ class ExerciseRule:
     min_completed_share: float = MIN_COMPLETED_SHARE
     min_runs_per_kind: int = MIN_RUNS_PER_KIND
 
-    def needed_per_kind(self, flows: int, kinds: int) -> int:
-        """Runs each kind needs: the configured number, or fewer when the run is too small to
-        give every kind that many at even weights (half of an even share, rounded down)."""
-        if kinds <= 0:
-            return 0
-        return min(self.min_runs_per_kind, flows // (2 * kinds))
+    def needed_per_kind(self, flows: int, share: float) -> int:
+        """Runs a kind drawn with probability ``share`` needs among ``flows`` flows: the
+        configured number, or half of what the draw gives it on average when the run is too
+        small for that (rounded down)."""
+        return min(self.min_runs_per_kind, int(flows * share / 2))
 
 
 @dataclass
@@ -153,12 +152,17 @@ def read_tally(run_dir: Path) -> Tally:
 
 
 def exercise_verdict(
-    tally: Tally, families: Sequence[Sequence[str]], rule: ExerciseRule
+    tally: Tally,
+    families: Sequence[Sequence[str]],
+    rule: ExerciseRule,
+    weights: Mapping[str, float] | None = None,
 ) -> Verdict:
     """``exercised``: valid when at least ``rule.min_completed_share`` of the flows got past
     round 1 and every kind of each family (modern kinds; legacy kinds) completed at least
-    ``rule.needed_per_kind`` times for that family's flows; otherwise unknown, saying why: the
-    run proves nothing about what it did not exercise."""
+    ``rule.needed_per_kind`` times for its share of that family's flows (``weights``; kinds
+    without one, and families without weights, count as evenly drawn: a kind weighted zero
+    is a hole in the run's coverage); otherwise unknown, saying why: the run proves nothing
+    about what it did not exercise."""
     total, completed = tally.total, tally.completed
     reasons: list[str] = []
     if total == 0:
@@ -170,13 +174,16 @@ def exercise_verdict(
         )
     least = rule.min_runs_per_kind
     for family in families:
-        done = {k: tally.kinds.get(k, Counter())["completed"] for k in family}
         flows = sum(sum(tally.kinds.get(k, Counter()).values()) for k in family)
-        need = rule.needed_per_kind(flows, len(family))
-        least = min(least, need)
-        short = [f"{k} {n}" for k, n in done.items() if n < need]
+        short = []
+        for kind, share in _shares(family, weights or {}).items():
+            need = rule.needed_per_kind(flows, share)
+            done = tally.kinds.get(kind, Counter())["completed"]
+            least = min(least, need)
+            if done < need:
+                short.append(f"{kind} {done} (needs {need})")
         if short:
-            reasons.append(f"race kinds exercised fewer than {need} times: {', '.join(short)}")
+            reasons.append(f"race kinds exercised too rarely: {', '.join(short)}")
     if reasons:
         return Verdict("exercised", "unknown", "Under-exercised: " + "; ".join(reasons) + ".")
     return Verdict(
@@ -185,6 +192,16 @@ def exercise_verdict(
         f"{completed} of {total} flows got past round 1; every race kind ran at least "
         f"{least} times.",
     )
+
+
+def _shares(family: Sequence[str], weights: Mapping[str, float]) -> dict[str, float]:
+    """Each kind's share of its family's draws; an even share for a kind weighted zero (or
+    for every kind, when none of the family is weighted)."""
+    even = 1 / len(family) if family else 0.0
+    total = sum(weights.get(k, 0.0) for k in family)
+    if total <= 0:
+        return dict.fromkeys(family, even)
+    return {k: weights.get(k, 0.0) / total if weights.get(k, 0.0) > 0 else even for k in family}
 
 
 def expected_kinds(legacy_share: float) -> list[list[str]]:
@@ -197,10 +214,14 @@ def expected_kinds(legacy_share: float) -> list[list[str]]:
 
 
 def judge(
-    result: CheckResult, tally: Tally, legacy_share: float, rule: ExerciseRule
+    result: CheckResult,
+    tally: Tally,
+    legacy_share: float,
+    rule: ExerciseRule,
+    weights: Mapping[str, float] | None = None,
 ) -> CheckResult:
     """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
-    verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule)
+    verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
     return CheckResult((*result.verdicts, verdict), result.counts)
 
 

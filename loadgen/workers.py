@@ -132,7 +132,8 @@ async def _check_merged(
     grace = SIM_REPLAY_GRACE_MS
     await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace)
     result = await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
-    result = judge(result, stats.tally, options.settings.legacy_share, options.exercise)
+    s = options.settings
+    result = judge(result, stats.tally, s.legacy_share, options.exercise, s.weights)
     dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
     store = "redis" if dist is None else "redis-cluster"
     history = History(keep=False)  # the merged history is the workers' files

@@ -47,9 +47,10 @@ with exponential backoff from ``RETRY_BACKOFF_S``: faults cost a flow latency, n
 SETUP_BACKOFF_MAX_S = 1.0
 """Longest pause between two setup tries."""
 
-TWINS: dict[str, int] = {"duplicate": 1, "race_delete": 1, "archive": 1, "plain": 1}
+TWINS: dict[str, int] = {"duplicate": 1, "race_delete": 1}
 """Notes each kind creates beside its own under the same title, so that round 1 shows a
-candidate list to pick from (the other kinds race on a single candidate)."""
+candidate list to pick from and the race is over one pick among several (the other kinds race
+on a single candidate: a twin would only add a create and a cleanup to them)."""
 
 CLEANUP_ROUNDS = 4
 """Most notes one flow's cleanup deletes per workspace (its twins, a declined or expired note,

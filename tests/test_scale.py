@@ -15,14 +15,20 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cluster.cli import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID, main
+from cluster.cli import EXIT_INVALID, EXIT_USAGE, EXIT_VALID, main
+from loadgen.checker import CheckResult, Verdict
 from loadgen.clients import Transport
+from loadgen.partition import UNROUTED, merge_results, split_by_tenant
+from loadgen.pictures import tally_timeline
 from loadgen.runner import RunSettings
 from loadgen.simulate import SimulateOptions, simulate
 from loadgen.tally import ExerciseRule, Tally, exercise_verdict
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
 from nodes.protocol import Reply
 from tests.conftest import require_real_redis
+
+ACCEPTANCE_CONCURRENCY = 64
+"""Flows at once per worker in the 30k acceptance run (two workers)."""
 
 
 def _verdict(results: dict[str, Any], name: str) -> dict[str, Any]:
@@ -31,9 +37,10 @@ def _verdict(results: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_exercise_rule_scales_for_tiny_runs() -> None:
     rule = ExerciseRule(0.95, 3)
-    assert rule.needed_per_kind(10, 16) == 0
-    assert rule.needed_per_kind(64, 16) == 2
-    assert rule.needed_per_kind(30_000, 16) == 3
+    assert rule.needed_per_kind(10, 1 / 16) == 0
+    assert rule.needed_per_kind(64, 1 / 16) == 2
+    assert rule.needed_per_kind(30_000, 1 / 16) == 3
+    assert rule.needed_per_kind(160, 0.5 / 20) == 2
     tally = Tally()
     for kind in RACE_KINDS:
         for _ in range(3):
@@ -147,13 +154,13 @@ def test_run_folder_rechecks_offline_and_catches_a_planted_violation(tmp_path: P
 
 def test_check_without_store_facts_is_a_usage_error(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["check", str(tmp_path)])
-    assert out.exit_code == 2
+    assert out.exit_code == EXIT_USAGE
     assert "no store facts" in out.output
 
 
 def test_workers_need_a_real_redis() -> None:
     out = CliRunner().invoke(main, ["simulate", "--workers", "2", "--flows", "10"])
-    assert out.exit_code == 2
+    assert out.exit_code == EXIT_USAGE
     assert "--workers needs a real Redis" in out.output
 
 
@@ -194,7 +201,40 @@ def test_thirty_thousand_flows_stay_exercised(tmp_path: Path) -> None:
         assert results["kinds"][kind]["completed"] >= 3, kind
 
 
-ACCEPTANCE_CONCURRENCY = 64
-"""Flows at once per worker in the 30k acceptance run."""
+def test_split_by_tenant_routes_answers_to_their_invokes(tmp_path: Path) -> None:
+    def line(i: int, process: int, type_: str, tenant: str | None = None) -> str:
+        value = {"tenant": tenant} if tenant else {"noteId": f"n{i}"}
+        op = {"index": i, "time_ms": i, "process": process, "type": type_, "f": "create"}
+        return json.dumps(op | {"flow": process, "kind": "plain", "value": value})
 
-assert EXIT_UNKNOWN == 3
+    history = tmp_path / "history.jsonl"
+    rows = [line(0, 1, "invoke", "load0"), line(1, 2, "invoke", "load1"), line(2, 2, "ok")]
+    rows += [line(3, 1, "ok"), line(4, 9, "ok")]
+    history.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    parts = split_by_tenant([history], tmp_path)
+    got = {
+        t: [json.loads(x)["index"] for x in p.read_text().splitlines()] for t, p in parts.items()
+    }
+    assert got == {"load0": [0, 3], "load1": [1, 2], UNROUTED: [4]}
+
+
+def test_merged_verdicts_keep_the_worst_and_sum_valid_counts() -> None:
+    a = CheckResult((Verdict("x", "valid", "All 3 deletes hit distinct notes."),), {"ops": 3})
+    b = CheckResult((Verdict("x", "valid", "All 4 deletes hit distinct notes."),), {"ops": 4})
+    c = CheckResult((Verdict("x", "invalid", "1 violation, first: twice.", (7,)),), {"ops": 1})
+    ok = merge_results([a, b])
+    assert ok.verdicts[0].summary == "All 7 deletes hit distinct notes."
+    assert ok.counts == {"ops": 7}
+    bad = merge_results([a, c, b])
+    assert bad.status == "invalid"
+    assert bad.verdicts[0].ops == (7,)
+    assert "In 1 of 3 partitions" in bad.verdicts[0].summary
+
+
+def test_tally_timeline_counts_completed_flows_per_slice() -> None:
+    tally = Tally()
+    for end in (0.1, 0.5, 1.2, 3.9):
+        tally.add_flow("plain", "completed", end)
+    tally.add_flow("plain", "ask_unknown", 2.0)
+    assert [b.flows for b in tally_timeline(tally, 1.0)] == [2, 1, 0, 1]
+    assert [b.flows for b in tally_timeline(tally, 2.0)] == [3, 1]
