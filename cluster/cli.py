@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from loadgen.runner import FlowSample, RunSettings
 
 if TYPE_CHECKING:
-    from loadgen.simulate import Simulation
+    from cluster.experiments.simulate import Simulation
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -144,8 +144,8 @@ def simulate_cmd(
     """``notes-cluster simulate``."""
     import secrets
 
+    from cluster.experiments.simulate import SimulateOptions, simulate
     from cluster.faults import FaultUsageError, check_kinds, parse_kinds
-    from loadgen.simulate import SimulateOptions, simulate
 
     try:
         kinds = parse_kinds(fault_kinds)
@@ -304,9 +304,9 @@ def loadgen(
     from urllib.parse import urlsplit
 
     from cluster.config import ConfigError
+    from cluster.experiments.remote import run_remote
+    from cluster.load_fixture import load_tokens
     from cluster.serve import STATE_KEY_ENV, settings_for
-    from loadgen.remote import run_remote
-    from loadgen.workload import load_tokens
 
     urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
     for url in urls:
@@ -367,7 +367,7 @@ def loadgen(
 )
 def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     """``notes-cluster bench``."""
-    from loadgen.bench import BenchOptions, run_bench
+    from cluster.experiments.bench import BenchOptions, run_bench
 
     err = Console(stderr=True)
     run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
@@ -501,7 +501,7 @@ def failover_experiment(
     out_dir: Path | None,
 ) -> None:
     """``notes-cluster failover-experiment``."""
-    from cluster.failover import HEADER, FailoverOptions, run_experiment, table
+    from cluster.experiments.failover import HEADER, FailoverOptions, run_experiment, table
     from cluster.redis_cluster import RedisClusterError
 
     out = out_dir or Path("runs") / time.strftime("failover-%Y%m%d-%H%M%S")

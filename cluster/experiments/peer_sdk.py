@@ -1,8 +1,8 @@
 """The benchmark peer: ``notes_delete`` served by the official MCP Python SDK (``mcp`` 2.3.0).
 
-Layer: loadgen (benchmark only; nothing in the product imports it). Run as a process with
-``python -m loadgen.peer_sdk --redis URL --prefix P``; it prints its endpoint URL on one line once
-its socket listens, then serves until killed.
+Layer: cluster (an experiment: the benchmark's peer; nothing in the product imports it). Run as a
+process with ``python -m cluster.experiments.peer_sdk --redis URL --prefix P``; it prints its
+endpoint URL on one line once its socket listens, then serves until killed.
 
 The peer is written the way the SDK's multi-round-trip guide recommends for a hand-built flow:
 an ``@mcp.tool()`` function that returns an ``InputRequiredResult`` under our form key
@@ -44,9 +44,9 @@ from mcp_types import (
 from pydantic import BaseModel
 
 from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
-from loadgen.workload import load_tokens, with_load_scope
+from cluster.load_fixture import load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError
-from store.api import Confirmation, Note
+from store.api import Confirmation, ConfirmOutcome, Note
 from store.client import open_redis
 from store.notes import NoteStore
 
@@ -177,8 +177,9 @@ def build_server(store: NoteStore, scope: Scope, tokens: dict[str, str], key: by
             )
         except ScopeError as exc:
             raise ToolError(str(exc)) from None
-        if out.status in ("executed", "replay") and out.recorded.startswith("deleted:"):
-            return DeleteResult(deleted=True, noteId=out.recorded.removeprefix("deleted:"))
+        deleted = _deleted_note(out)
+        if out.status in ("executed", "replay") and deleted is not None:
+            return DeleteResult(deleted=True, noteId=deleted)
         if out.status in ("declined", "cancelled", "replay"):
             return DeleteResult(deleted=False)
         if out.status == "changed":
@@ -186,6 +187,16 @@ def build_server(store: NoteStore, scope: Scope, tokens: dict[str, str], key: by
         raise ToolError(f"Nothing was deleted ({out.status})")
 
     return mcp
+
+
+def _deleted_note(out: ConfirmOutcome) -> str | None:
+    """The note an executed (or replayed) confirmation deleted; None for any other outcome.
+
+    TODO(i9-node): read ``out.op == "delete"`` and ``out.note_id`` once ``store.api.ConfirmOutcome``
+    carries the typed outcome; until then this is the one place that reads the recorded string.
+    """
+    op, sep, note_id = out.recorded.partition(":")
+    return note_id if sep and op == "deleted" else None
 
 
 class _AnnouncingServer(uvicorn.Server):
@@ -215,7 +226,7 @@ async def serve_peer(redis_url: str, prefix: str, host: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve on a free loopback port; print the endpoint URL when ready."""
-    p = argparse.ArgumentParser(prog="loadgen.peer_sdk")
+    p = argparse.ArgumentParser(prog="cluster.experiments.peer_sdk")
     p.add_argument("--redis", required=True)
     p.add_argument("--prefix", required=True)
     p.add_argument("--host", default="127.0.0.1")
