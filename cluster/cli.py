@@ -1,11 +1,14 @@
 """The ``notes-cluster`` command line.
 
 Layer: cluster. Parses options (click), starts clusters and runs, prints; the work itself lives in
-``cluster.local``, ``cluster.serve`` and ``loadgen``.
+``cluster.serve`` and the experiments (``cluster.experiments``). Each command imports what it needs
+when it runs, so ``serve`` loads nothing of the load generator, and a command whose libraries are
+an extra that is not installed says which extra (exit code 2) instead of failing on an import.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,18 +18,39 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import trio
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-from loadgen.runner import FlowSample, RunSettings
 
 if TYPE_CHECKING:
     from cluster.experiments.simulate import Simulation
+    from loadgen.runner import FlowSample
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
+    "bench": ("mcp", "mcp_types", "uvicorn"),
+}
+"""Optional dependency groups (pyproject.toml) -> the modules they provide."""
+
+
+class MissingExtra(click.ClickException):
+    """A command needs libraries of an extra that is not installed."""
+
+    exit_code = EXIT_USAGE
+
+
+def require_extra(extra: str, *, only: tuple[str, ...] | None = None) -> None:
+    """Refuse to go on unless the modules of ``extra`` (or ``only`` these of them) are
+    installed, naming the extra and how to install it."""
+    missing = [m for m in only or EXTRAS[extra] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(
+            f"this command needs the '{extra}' extra (missing: {', '.join(missing)}); "
+            f"install it with: pip install 'notes-cluster[{extra}]'"
+        )
+
 
 EXAMPLES = """
 \b
@@ -144,8 +168,12 @@ def simulate_cmd(
     """``notes-cluster simulate``."""
     import secrets
 
+    require_extra("sim")
+    from rich.console import Console
+
     from cluster.experiments.simulate import SimulateOptions, simulate
     from cluster.faults import FaultUsageError, check_kinds, parse_kinds
+    from loadgen.runner import RunSettings
 
     try:
         kinds = parse_kinds(fault_kinds)
@@ -209,6 +237,9 @@ def _nodes_log(path: Path | None) -> Iterator[None]:
 
 def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
     """Run ``work`` with a progress bar on stderr (only when stderr is a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
     err = Console(stderr=True)
     progress = Progress(
         "[progress.description]{task.description}",
@@ -227,6 +258,8 @@ def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]
 def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
     """Pictures, summary (or JSON) and the exit code of a run."""
     import json
+
+    from rich.console import Console
 
     from loadgen.pictures import write_pictures
     from loadgen.report import print_summary
@@ -303,10 +336,14 @@ def loadgen(
     import secrets
     from urllib.parse import urlsplit
 
+    require_extra("sim")
+    from rich.console import Console
+
     from cluster.config import ConfigError
     from cluster.experiments.remote import run_remote
     from cluster.load_fixture import load_tokens
     from cluster.serve import STATE_KEY_ENV, settings_for
+    from loadgen.runner import RunSettings
 
     urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
     for url in urls:
@@ -367,6 +404,10 @@ def loadgen(
 )
 def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     """``notes-cluster bench``."""
+    require_extra("sim")
+    require_extra("bench")
+    from rich.console import Console
+
     from cluster.experiments.bench import BenchOptions, run_bench
 
     err = Console(stderr=True)
@@ -432,6 +473,8 @@ def serve(
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    if redis_url is None:
+        require_extra("sim", only=("fakeredis", "lupa"))  # the embedded store
     try:
         settings = settings_for(config_path, demo, state_ttl)
     except ConfigError as exc:
@@ -501,6 +544,7 @@ def failover_experiment(
     out_dir: Path | None,
 ) -> None:
     """``notes-cluster failover-experiment``."""
+    require_extra("sim")
     from cluster.experiments.failover import HEADER, FailoverOptions, run_experiment, table
     from cluster.redis_cluster import RedisClusterError
 
