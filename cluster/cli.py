@@ -21,6 +21,7 @@ import trio
 
 if TYPE_CHECKING:
     from cluster.experiments.simulate import Simulation
+    from cluster.faults import FaultKind
     from loadgen.runner import FlowSample
 
 T = TypeVar("T")
@@ -172,14 +173,9 @@ def simulate_cmd(
     from rich.console import Console
 
     from cluster.experiments.simulate import SimulateOptions, simulate
-    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
     from loadgen.runner import RunSettings
 
-    try:
-        kinds = parse_kinds(fault_kinds)
-        check_kinds(kinds, embedded=redis_url is None)
-    except FaultUsageError as exc:
-        raise click.UsageError(str(exc)) from None
+    kinds = _fault_kinds(fault_kinds, embedded=redis_url is None)
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
     err = Console(stderr=True)
@@ -210,6 +206,18 @@ def simulate_cmd(
     with _nodes_log(run_dir / "nodes.log" if kinds else None):
         sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
     _report(sim, run_dir, as_json)
+
+
+def _fault_kinds(text: str, *, embedded: bool) -> frozenset[FaultKind]:
+    """``--faults``: the kinds, or a usage error for unknown ones or ones this store cannot run."""
+    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
+
+    try:
+        kinds = parse_kinds(text)
+        check_kinds(kinds, embedded=embedded)
+    except FaultUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    return kinds
 
 
 @contextmanager
@@ -334,7 +342,6 @@ def loadgen(
     """``notes-cluster loadgen``."""
     import os
     import secrets
-    from urllib.parse import urlsplit
 
     require_extra("sim")
     from rich.console import Console
@@ -345,10 +352,7 @@ def loadgen(
     from cluster.serve import STATE_KEY_ENV, settings_for
     from loadgen.runner import RunSettings
 
-    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
-    for url in urls:
-        if not _loopback(urlsplit(url).hostname or ""):
-            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
+    urls = _loopback_targets(targets)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):
         raise click.UsageError(
             f"give --config FILE, or --demo with {STATE_KEY_ENV} set to the cluster's state key"
@@ -357,12 +361,7 @@ def loadgen(
         settings = settings_for(config_path, demo, None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    principal_tokens = {p: t for t, p in load_tokens().items()}
-    for item in tokens:
-        principal, sep, token = item.partition("=")
-        if not sep or not principal or not token:
-            raise click.UsageError(f"--token {principal or item!r}: expected PRINCIPAL=TOKEN")
-        principal_tokens[principal] = token
+    principal_tokens = {p: t for t, p in load_tokens().items()} | _token_options(tokens)
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = out_dir or Path("runs") / time.strftime("loadgen-%Y%m%d-%H%M%S")
     Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
@@ -384,6 +383,28 @@ def loadgen(
         ),
     )
     _report(sim, run_dir, as_json)
+
+
+def _loopback_targets(targets: tuple[str, ...]) -> list[str]:
+    """``--target`` values (repeated or comma-separated) as URLs; loopback ones only."""
+    from urllib.parse import urlsplit
+
+    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
+    for url in urls:
+        if not _loopback(urlsplit(url).hostname or ""):
+            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
+    return urls
+
+
+def _token_options(tokens: tuple[str, ...]) -> dict[str, str]:
+    """``--token PRINCIPAL=TOKEN`` values as principal -> token."""
+    out: dict[str, str] = {}
+    for item in tokens:
+        principal, sep, token = item.partition("=")
+        if not sep or not principal or not token:
+            raise click.UsageError(f"--token {principal or item!r}: expected PRINCIPAL=TOKEN")
+        out[principal] = token
+    return out
 
 
 @main.command(help="Run the named benchmark scenarios; write bench.json and bench.md.\n" + EXAMPLES)
