@@ -40,7 +40,7 @@ from nodes.sealing import (
     new_nonce,
     verify_bindings,
 )
-from store.api import ConfirmAction, ConfirmStatus, Note
+from store.api import ConfirmAction, ConfirmStatus, Note, RecordedDecision
 
 log = logging.getLogger("nodes.confirmations")
 
@@ -89,7 +89,7 @@ def transition(state: LifecycleState, event: LifecycleEvent) -> LifecycleState:
         raise IllegalTransition(f"{event} is not allowed from {state}") from None
 
 
-def state_before(status: ConfirmStatus, recorded: str) -> LifecycleState:
+def state_before(status: ConfirmStatus, recorded: RecordedDecision | None) -> LifecycleState:
     """The lifecycle state the store found before it decided ``status``."""
     if status in ("replay", "conflict"):
         return "declined" if recorded == "declined" else "executed"

@@ -63,11 +63,6 @@ class ConfirmingTool(StatefulTool[C]):
     confirm_title: ClassVar[str]
     """The title of the form's confirm boolean."""
 
-    @property
-    def recorded_prefix(self) -> str:
-        """How ``confirm.lua`` records this operation's outcome under the nonce."""
-        return "deleted:" if self.op == "delete" else "moved:"
-
     def require_capabilities(self, ctx: CallContext) -> None:
         if not form_capable(ctx.capabilities):
             raise errors.missing_capability(FORM_CAPABILITY)
@@ -160,15 +155,13 @@ class ConfirmingTool(StatefulTool[C]):
     ) -> dict[str, Any]:
         """Map the store's decision onto the lifecycle table and the client's result."""
         transition(state_before(out.status, out.recorded), STORE_EVENTS[out.status])
-        prefix = self.recorded_prefix
-        if out.status == "executed":
+        if out.status == "executed" and out.note_id is not None:
             ctx.counters.executions += 1
-            return complete(self.executed(payload, out.recorded.removeprefix(prefix)))
+            return complete(self.executed(payload, out.note_id))
         if out.status == "replay":
             ctx.counters.replays += 1
-            if out.recorded.startswith(prefix):
-                content = self.executed(payload, out.recorded.removeprefix(prefix))
-                return complete(content, replay=True)
+            if out.op == self.op and out.note_id is not None:
+                return complete(self.executed(payload, out.note_id), replay=True)
             return complete({self.done: False}, replay=True)
         if out.status in ("declined", "cancelled"):
             return complete({self.done: False})
