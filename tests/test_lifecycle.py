@@ -21,6 +21,8 @@ from nodes.lifecycle import (
     observed,
 )
 from nodes.results import META_REPLAY
+from nodes.tools import DEFAULT_TOOLS
+from nodes.tools.confirming import ConfirmingTool
 from nodes.tools.confirming_table import ARCHIVE, CONFIRMING_TOOLS, DELETE, ConfirmingKind
 from store.api import Confirmation, ConfirmOutcome, ConfirmStatus, Note, Snapshot
 from tests.harness import call_tool, error, make_nodes, result
@@ -146,7 +148,13 @@ def done_content(kind: ConfirmingKind) -> dict[str, Any]:
 
 def test_the_expected_table_covers_every_row() -> None:
     assert set(EXPECTED) == set(TRANSITIONS)
-    assert set(CONFIRMING_TOOLS.values()) == {DELETE, ARCHIVE}
+
+
+def test_every_served_confirming_tool_has_its_row_in_the_confirming_table() -> None:
+    served = {t.name: t.kind for t in DEFAULT_TOOLS if isinstance(t, ConfirmingTool)}
+    assert served == dict(CONFIRMING_TOOLS)
+    assert set(served.values()) == {DELETE, ARCHIVE}
+    assert len({k.form_key for k in served.values()}) == len(served), "form keys must differ"
 
 
 @pytest.mark.parametrize("kind", [DELETE, ARCHIVE], ids=lambda k: k.tool)
