@@ -46,7 +46,7 @@ from pydantic import BaseModel
 from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
 from cluster.load_fixture import load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError
-from store.api import Confirmation, ConfirmOutcome, Note
+from store.api import Confirmation, Note
 from store.client import open_redis
 from store.notes import NoteStore
 
@@ -177,9 +177,8 @@ def build_server(store: NoteStore, scope: Scope, tokens: dict[str, str], key: by
             )
         except ScopeError as exc:
             raise ToolError(str(exc)) from None
-        deleted = _deleted_note(out)
-        if out.status in ("executed", "replay") and deleted is not None:
-            return DeleteResult(deleted=True, noteId=deleted)
+        if out.status in ("executed", "replay") and out.op == "delete":
+            return DeleteResult(deleted=True, noteId=out.note_id)
         if out.status in ("declined", "cancelled", "replay"):
             return DeleteResult(deleted=False)
         if out.status == "changed":
@@ -187,16 +186,6 @@ def build_server(store: NoteStore, scope: Scope, tokens: dict[str, str], key: by
         raise ToolError(f"Nothing was deleted ({out.status})")
 
     return mcp
-
-
-def _deleted_note(out: ConfirmOutcome) -> str | None:
-    """The note an executed (or replayed) confirmation deleted; None for any other outcome.
-
-    TODO(i9-node): read ``out.op == "delete"`` and ``out.note_id`` once ``store.api.ConfirmOutcome``
-    carries the typed outcome; until then this is the one place that reads the recorded string.
-    """
-    op, sep, note_id = out.recorded.partition(":")
-    return note_id if sep and op == "deleted" else None
 
 
 class _AnnouncingServer(uvicorn.Server):
