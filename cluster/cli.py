@@ -1,11 +1,14 @@
 """The ``notes-cluster`` command line.
 
 Layer: cluster. Parses options (click), starts clusters and runs, prints; the work itself lives in
-``cluster.local``, ``cluster.serve`` and ``loadgen``.
+``cluster.serve`` and the experiments (``cluster.experiments``). Each command imports what it needs
+when it runs, so ``serve`` loads nothing of the load generator, and a command whose libraries are
+an extra that is not installed says which extra (exit code 2) instead of failing on an import.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,19 +18,41 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import trio
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-from loadgen.runner import FlowSample, RunSettings
-from loadgen.tally import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
 
 if TYPE_CHECKING:
-    from loadgen.simulate import Simulation
+    from cluster.experiments.simulate import Simulation
+    from cluster.faults import FaultKind
+    from loadgen.runner import FlowSample
+    from loadgen.tally import ExerciseRule
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
+    "bench": ("mcp", "mcp_types", "uvicorn"),
+}
+"""Optional dependency groups (pyproject.toml) -> the modules they provide."""
+
+
+class MissingExtra(click.ClickException):
+    """A command needs libraries of an extra that is not installed."""
+
+    exit_code = EXIT_USAGE
+
+
+def require_extra(extra: str, *, only: tuple[str, ...] | None = None) -> None:
+    """Refuse to go on unless the modules of ``extra`` (or ``only`` these of them) are
+    installed, naming the extra and how to install it."""
+    missing = [m for m in only or EXTRAS[extra] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(
+            f"this command needs the '{extra}' extra (missing: {', '.join(missing)}); "
+            f"install it with: pip install 'notes-cluster[{extra}]'"
+        )
+
 
 EXAMPLES = """
 \b
@@ -92,17 +117,16 @@ def exercise_options() -> list[Callable[[F], F]]:
     return [
         click.option(
             "--min-completed",
-            default=MIN_COMPLETED_SHARE,
-            show_default=True,
+            default=None,
             type=click.FloatRange(0.0, 1.0),
-            help="Share of flows that must get past round 1, else the verdict is UNKNOWN.",
+            help="Share of flows that must get past round 1, else the verdict is UNKNOWN "
+            "[default: 0.95].",
         ),
         click.option(
             "--min-per-kind",
-            default=MIN_RUNS_PER_KIND,
-            show_default=True,
+            default=None,
             type=click.IntRange(0, 1_000_000),
-            help="Runs every race kind needs (fewer for tiny runs), else UNKNOWN.",
+            help="Runs every race kind needs (fewer for small runs), else UNKNOWN [default: 3].",
         ),
     ]
 
@@ -177,15 +201,14 @@ def simulate_cmd(
     """``notes-cluster simulate``."""
     import secrets
 
-    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
-    from loadgen.simulate import SimulateOptions, simulate
+    require_extra("sim")
+    from rich.console import Console
+
+    from cluster.experiments.simulate import SimulateOptions, simulate
+    from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
 
-    try:
-        kinds = parse_kinds(fault_kinds)
-        check_kinds(kinds, embedded=redis_url is None)
-    except FaultUsageError as exc:
-        raise click.UsageError(str(exc)) from None
+    kinds = _fault_kinds(fault_kinds, embedded=redis_url is None)
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
     if workers > 1 and redis_url is None:
@@ -217,12 +240,24 @@ def simulate_cmd(
         faults=kinds,
         fault_seed=fault_seed,
         wait_replicas=wait_replicas,
-        exercise=ExerciseRule(min_completed, min_per_kind),
+        exercise=_exercise_rule(min_completed, min_per_kind),
         workers=workers,
     )
     with _nodes_log(run_dir / "nodes.log" if kinds else None):
         sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
     _report(sim, run_dir, as_json)
+
+
+def _fault_kinds(text: str, *, embedded: bool) -> frozenset[FaultKind]:
+    """``--faults``: the kinds, or a usage error for unknown ones or ones this store cannot run."""
+    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
+
+    try:
+        kinds = parse_kinds(text)
+        check_kinds(kinds, embedded=embedded)
+    except FaultUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    return kinds
 
 
 @contextmanager
@@ -250,6 +285,9 @@ def _nodes_log(path: Path | None) -> Iterator[None]:
 
 def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
     """Run ``work`` with a progress bar on stderr (only when stderr is a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
     err = Console(stderr=True)
     progress = Progress(
         "[progress.description]{task.description}",
@@ -268,6 +306,8 @@ def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]
 def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
     """Pictures, summary (or JSON) and the exit code of a run."""
     import json
+
+    from rich.console import Console
 
     from loadgen.pictures import write_pictures
     from loadgen.report import print_summary
@@ -354,19 +394,19 @@ def loadgen(
     """``notes-cluster loadgen``."""
     import os
     import secrets
-    from urllib.parse import urlsplit
+
+    require_extra("sim")
+    from rich.console import Console
 
     from cluster.config import ConfigError
+    from cluster.experiments.remote import run_remote
+    from cluster.experiments.simulate import INDEX_STRIDE
+    from cluster.experiments.workers import FLOW_STRIDE
+    from cluster.load_fixture import load_tokens
     from cluster.serve import STATE_KEY_ENV, settings_for
-    from loadgen.remote import run_remote
-    from loadgen.simulate import INDEX_STRIDE
-    from loadgen.workers import FLOW_STRIDE
-    from loadgen.workload import load_tokens
+    from loadgen.runner import RunSettings
 
-    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
-    for url in urls:
-        if not _loopback(urlsplit(url).hostname or ""):
-            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
+    urls = _loopback_targets(targets)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):
         raise click.UsageError(
             f"give --config FILE, or --demo with {STATE_KEY_ENV} set to the cluster's state key"
@@ -375,12 +415,7 @@ def loadgen(
         settings = settings_for(config_path, demo, None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    principal_tokens = {p: t for t, p in load_tokens().items()}
-    for item in tokens:
-        principal, sep, token = item.partition("=")
-        if not sep or not principal or not token:
-            raise click.UsageError(f"--token {principal or item!r}: expected PRINCIPAL=TOKEN")
-        principal_tokens[principal] = token
+    principal_tokens = {p: t for t, p in load_tokens().items()} | _token_options(tokens)
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = out_dir or Path("runs") / time.strftime("loadgen-%Y%m%d-%H%M%S")
     Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
@@ -403,7 +438,7 @@ def loadgen(
                 redis_url=redis_url,
                 run_dir=run_dir,
                 on_flow=advance,
-                exercise=ExerciseRule(min_completed, min_per_kind),
+                exercise=_exercise_rule(min_completed, min_per_kind),
                 first_index=process_id * INDEX_STRIDE,
             )
         ),
@@ -442,10 +477,13 @@ def check_cmd(
     """``notes-cluster check``."""
     import json
 
+    from rich.console import Console
+
+    from cluster.experiments.simulate import EXPIRY_SETTLE_S, SIM_REPLAY_GRACE_MS
     from loadgen.partition import recheck
     from loadgen.report import print_check
     from loadgen.runfolder import STORE_DIR, dump_store_facts
-    from loadgen.simulate import EXPIRY_SETTLE_S, SIM_REPLAY_GRACE_MS, load_tenants
+    from loadgen.tenants import tenants as tenant_names
 
     first = run_dirs[0]
     saved = _saved_settings(first)
@@ -453,15 +491,13 @@ def check_cmd(
         grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
         # Every state of the runs must have expired, plus grace, before the store is read.
         time.sleep(float(saved.get("state_ttl_s", 0)) + grace / 1000 + EXPIRY_SETTLE_S)
-        dump_store_facts(first, redis_url, prefix, load_tenants(tenants), grace)
+        dump_store_facts(first, redis_url, prefix, tenant_names(tenants), grace)
     facts = next((d for d in run_dirs if (d / STORE_DIR / "meta.json").exists()), None)
     if facts is None:
         raise click.UsageError(f"no store facts in {first}/{STORE_DIR}: give --redis URL")
-    rule = ExerciseRule(
-        saved.get("min_completed_share", MIN_COMPLETED_SHARE)
-        if min_completed is None
-        else min_completed,
-        saved.get("min_runs_per_kind", MIN_RUNS_PER_KIND) if min_per_kind is None else min_per_kind,
+    rule = _exercise_rule(
+        saved.get("min_completed_share") if min_completed is None else min_completed,
+        saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
     )
     legacy_share = float(saved.get("legacy_share", 0.0))
     results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"))
@@ -470,6 +506,16 @@ def check_cmd(
     else:
         print_check(results, Console())
     sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+
+
+def _exercise_rule(min_completed: float | None, min_per_kind: int | None) -> ExerciseRule:
+    """The exercise rule from the options given (the defaults for the others)."""
+    from loadgen.tally import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
+
+    return ExerciseRule(
+        MIN_COMPLETED_SHARE if min_completed is None else float(min_completed),
+        MIN_RUNS_PER_KIND if min_per_kind is None else int(min_per_kind),
+    )
 
 
 def _saved_settings(run_dir: Path) -> dict[str, Any]:
@@ -481,6 +527,28 @@ def _saved_settings(run_dir: Path) -> dict[str, Any]:
         return {}
     settings: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
     return settings
+
+
+def _loopback_targets(targets: tuple[str, ...]) -> list[str]:
+    """``--target`` values (repeated or comma-separated) as URLs; loopback ones only."""
+    from urllib.parse import urlsplit
+
+    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
+    for url in urls:
+        if not _loopback(urlsplit(url).hostname or ""):
+            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
+    return urls
+
+
+def _token_options(tokens: tuple[str, ...]) -> dict[str, str]:
+    """``--token PRINCIPAL=TOKEN`` values as principal -> token."""
+    out: dict[str, str] = {}
+    for item in tokens:
+        principal, sep, token = item.partition("=")
+        if not sep or not principal or not token:
+            raise click.UsageError(f"--token {principal or item!r}: expected PRINCIPAL=TOKEN")
+        out[principal] = token
+    return out
 
 
 @main.command(help="Run the named benchmark scenarios; write bench.json and bench.md.\n" + EXAMPLES)
@@ -501,7 +569,11 @@ def _saved_settings(run_dir: Path) -> dict[str, Any]:
 )
 def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     """``notes-cluster bench``."""
-    from loadgen.bench import BenchOptions, run_bench
+    require_extra("sim")
+    require_extra("bench")
+    from rich.console import Console
+
+    from cluster.experiments.bench import BenchOptions, run_bench
 
     err = Console(stderr=True)
     run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
@@ -566,6 +638,8 @@ def serve(
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    if redis_url is None:
+        require_extra("sim", only=("fakeredis", "lupa"))  # the embedded store
     try:
         settings = settings_for(config_path, demo, state_ttl)
     except ConfigError as exc:
@@ -635,7 +709,8 @@ def failover_experiment(
     out_dir: Path | None,
 ) -> None:
     """``notes-cluster failover-experiment``."""
-    from cluster.failover import HEADER, FailoverOptions, run_experiment, table
+    require_extra("sim")
+    from cluster.experiments.failover import HEADER, FailoverOptions, run_experiment, table
     from cluster.redis_cluster import RedisClusterError
 
     out = out_dir or Path("runs") / time.strftime("failover-%Y%m%d-%H%M%S")

@@ -16,15 +16,14 @@ import pytest
 from click.testing import CliRunner
 
 from cluster.cli import EXIT_INVALID, EXIT_USAGE, EXIT_VALID, main
+from cluster.experiments.simulate import SimulateOptions, simulate
 from loadgen.checker import CheckResult, Verdict
-from loadgen.clients import Transport
 from loadgen.partition import UNROUTED, merge_results, split_by_tenant
 from loadgen.pictures import tally_timeline
 from loadgen.runner import RunSettings
-from loadgen.simulate import SimulateOptions, simulate
 from loadgen.tally import ExerciseRule, Tally, exercise_verdict
+from loadgen.transport import Reply, Transport
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
-from nodes.protocol import Reply
 from tests.conftest import require_real_redis
 
 ACCEPTANCE_CONCURRENCY = 64

@@ -1,6 +1,6 @@
 """``simulate --workers N``: N load processes, one store, one merged history and verdict.
 
-Layer: loadgen. Each worker is a process of its own (multiprocessing, spawn) running
+Layer: cluster (an experiment). Each worker is a process of its own (multiprocessing, spawn) running
 ``simulate`` with its own in-process nodes against the same real Redis (or Redis Cluster) under
 one key prefix, with disjoint flow ids and history indices; it writes ``worker-<k>/`` (its
 ``history.jsonl``, ``tally.json``, ``latency.hdr``) and checks nothing. The parent then waits for
@@ -20,11 +20,7 @@ from pathlib import Path
 import trio
 from hdrh.histogram import HdrHistogram
 
-from loadgen.history import History
-from loadgen.partition import check_folders
-from loadgen.runfolder import dump_store_facts, history_files
-from loadgen.runner import RunStats
-from loadgen.simulate import (
+from cluster.experiments.simulate import (
     EXPIRY_SETTLE_S,
     LATENCY_FILE,
     SIM_REPLAY_GRACE_MS,
@@ -33,12 +29,16 @@ from loadgen.simulate import (
     drop_keys,
     finish,
     key_distribution,
-    load_tenants,
     new_prefix,
     races,
     simulate,
 )
+from loadgen.history import History
+from loadgen.partition import check_folders
+from loadgen.runfolder import dump_store_facts, history_files
+from loadgen.runner import RunStats
 from loadgen.tally import judge, merge, read_tally
+from loadgen.tenants import tenants as tenant_names
 
 FLOW_STRIDE = 10**9
 """Worker k's flow ids start at k * FLOW_STRIDE."""
@@ -128,7 +128,7 @@ async def _check_merged(
     folders = sorted(run_dir.glob("worker-*"))
     stats = _merged_stats(folders, started, ended, started_wall_ms)
     await trio.sleep(options.state_ttl_s + SIM_REPLAY_GRACE_MS / 1000 + EXPIRY_SETTLE_S)
-    tenants = load_tenants(options.settings.tenants)
+    tenants = tenant_names(options.settings.tenants)
     grace = SIM_REPLAY_GRACE_MS
     await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace)
     result = await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)

@@ -1,9 +1,9 @@
 """``notes-cluster simulate``: race workload on an in-process cluster, then the checker's verdict.
 
-Layer: loadgen. Starts a cluster through ``cluster.local``, drives it through the in-process
-transport, and reads the store only after the run, to check invariants. With a legacy share
-(``RunSettings.legacy_share`` > 0, ``--legacy-share``) it also serves the same store, configuration
-and key ring over HTTP nodes on loopback (``loadgen.legacy_clients.serve_legacy_nodes``): the
+Layer: cluster (an experiment). Starts a cluster through ``cluster.local``, drives it through the
+in-process transport, and reads the store only after the run, to check invariants. With a legacy
+share (``RunSettings.legacy_share`` > 0, ``--legacy-share``) it also serves the same store,
+configuration and key ring over HTTP nodes on loopback (``legacy_nodes.serve_legacy_nodes``): the
 in-process transport has no sockets, and a legacy call streams its result while its answer arrives
 on another request. Legacy flows go to those nodes only, so node and client faults (which target
 the in-process nodes and their transport) do not reach them; Redis faults reach every node.
@@ -24,6 +24,7 @@ import redis.cluster
 import trio
 
 from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.experiments.legacy_nodes import serve_legacy_nodes
 from cluster.faults import (
     FAULT_STREAM_TIMEOUT_S,
     CustomFault,
@@ -32,21 +33,17 @@ from cluster.faults import (
     FaultRecord,
     open_injector,
 )
+from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
 from loadgen.checker import CheckResult, Verdict, check
-from loadgen.clients import Transport
 from loadgen.history import History, close_history, open_history
-from loadgen.legacy_clients import LegacyHttp, serve_legacy_nodes
+from loadgen.legacy_clients import LegacyHttp
 from loadgen.partition import check_folders
 from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.tally import ExerciseRule, Tally, judge, write_tally
-from loadgen.workload import (
-    load_archives,
-    load_tokens,
-    load_workspaces,
-    with_load_scope,
-)
+from loadgen.tenants import tenants as tenant_names
+from loadgen.transport import Transport
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
@@ -99,7 +96,7 @@ class SimulateOptions:
     exercise: ExerciseRule = field(default_factory=ExerciseRule)
     """When the run counts as exercised (else its verdict is UNKNOWN)."""
     workers: int = 1
-    """Load processes (``loadgen.workers``), each with its own in-process nodes, one store."""
+    """Load processes (``cluster.experiments.workers``), each with its own in-process nodes, one store."""
     worker: int | None = None
     """Set in a worker process: its number. A worker records and does not check."""
     prefix: str | None = None
@@ -269,7 +266,9 @@ async def simulate(
 ) -> Simulation:
     """Run the workload on an in-process cluster and check the recorded history."""
     if options.workers > 1 and options.worker is None:
-        from loadgen.workers import simulate_workers  # the parent of several load processes
+        from cluster.experiments.workers import (
+            simulate_workers,  # the parent of several load processes
+        )
 
         return await simulate_workers(options)
     settings = options.settings
@@ -278,7 +277,7 @@ async def simulate(
         options = replace(options, settings=settings)
     config = simulation_config(options.state_ttl_s, settings.tenants)
     prefix = options.prefix or ("nc" if options.redis_url is None else new_prefix())
-    tenants = load_tenants(settings.tenants)
+    tenants = tenant_names(settings.tenants)
     if options.wait_replicas and options.redis_url is None:
         raise ValueError("wait_replicas needs a real Redis: the embedded store has no WAIT")
     keep = options.run_dir is None or settings.flows <= KEEP_OPS_MAX
@@ -328,11 +327,6 @@ async def simulate(
 def new_prefix() -> str:
     """A fresh key prefix for a run on a shared Redis."""
     return "ncsim" + secrets.token_hex(4)
-
-
-def load_tenants(n: int) -> list[str]:
-    """The load tenants' names."""
-    return sorted(set(load_workspaces(n).values()))
 
 
 def _recorded(
@@ -465,8 +459,3 @@ def finish(sim: Simulation) -> Simulation:
             json.dumps(sim.to_json(), indent=2) + "\n", encoding="utf-8"
         )
     return sim
-
-
-def with_settings(options: SimulateOptions, **changes: Any) -> SimulateOptions:
-    """A copy of ``options`` with some run settings changed."""
-    return replace(options, settings=replace(options.settings, **changes))
