@@ -31,7 +31,8 @@ true when a confirming tool says it ran (``op`` names which).
 ``kind`` is the flow's race kind (``loadgen.workload.RACE_KINDS``: ``plain``, ``duplicate``,
 ``lost_response``, ``timeout_retry``, ``race_delete``, ``race_move``, ``decline``,
 ``cancel_then_accept``, ``answer_changed``, ``changed_args``, ``tampered``, ``foreign``,
-``expired``, ``before_expiry``, ``edit_between``, ``archive``). ``expect`` on a confirm says what
+``expired``, ``before_expiry``, ``edit_between``, ``archive``), or ``cleanup`` for the ask and
+confirm with which a flow deletes what its race left behind. ``expect`` on a confirm says what
 the workload meant by it: ``execute`` (a legitimate accept), ``no_mutation`` (decline, cancel,
 tampered, foreign, changed arguments, a changed answer, past expiry): the checker holds every
 ``no_mutation`` confirm to never having mutated anything.

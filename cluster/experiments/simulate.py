@@ -96,7 +96,8 @@ class SimulateOptions:
     exercise: ExerciseRule = field(default_factory=ExerciseRule)
     """When the run counts as exercised (else its verdict is UNKNOWN)."""
     workers: int = 1
-    """Load processes (``cluster.experiments.workers``), each with its own in-process nodes, one store."""
+    """Load processes (``cluster.experiments.workers``), each with its own in-process nodes,
+    against one store."""
     worker: int | None = None
     """Set in a worker process: its number. A worker records and does not check."""
     prefix: str | None = None
