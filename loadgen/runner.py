@@ -156,6 +156,7 @@ async def run_load(
     ids = itertools.count()
 
     async def one(flow: int, intended: float) -> None:
+        stats.tally.loaded_s = max(stats.tally.loaded_s, intended - stats.started_s)
         frng = random.Random(f"{settings.seed}:{flow}")
         t = frng.randrange(settings.tenants)
         side = frng.choice(SIDES)

@@ -54,6 +54,9 @@ class Tally:
     answers_per_s: dict[int, list[int]] = field(default_factory=dict)
     """Wall-clock second -> [definite answers, answers of unknown outcome]."""
     elapsed_s: float = 0.0
+    loaded_s: float = 0.0
+    """Seconds from the run's start to its last flow's start: the span the load was on (after
+    it, the flows in flight drain)."""
 
     def add_flow(self, kind: str, outcome: str, end_s: float) -> None:
         """Count one finished flow; ``end_s`` in seconds since the run's start."""
@@ -88,15 +91,16 @@ class Tally:
         }
 
     def tenth_rates(self) -> dict[str, float]:
-        """Flows completed per second in the first and in the last tenth of the run."""
-        span = max(self.elapsed_s, 1e-9)
-        tenth = span / 10
-        if tenth < 1.0:  # too short to cut into whole seconds: one rate for the whole run
-            rate = self.completed / span
+        """Flows completed per second in the first and in the last tenth of the span the load
+        was on (``loaded_s``; the drain after the last start is left out), in whole seconds."""
+        span = int(self.loaded_s or self.elapsed_s)
+        k = max(1, round(span / 10))
+        if span < 2 * k:  # too short to cut: one rate for the whole run
+            rate = self.completed / max(self.elapsed_s, 1e-9)
             return {"first_tenth": rate, "last_tenth": rate}
-        first = sum(n for s, n in self.completed_per_s.items() if s < tenth)
-        last = sum(n for s, n in self.completed_per_s.items() if s >= span - tenth)
-        return {"first_tenth": first / tenth, "last_tenth": last / tenth}
+        first = sum(n for s, n in self.completed_per_s.items() if s < k)
+        last = sum(n for s, n in self.completed_per_s.items() if span - k <= s < span)
+        return {"first_tenth": first / k, "last_tenth": last / k}
 
     def availability(self, start_wall_ms: int, end_wall_ms: int) -> float | None:
         """Share of answers of known outcome between two wall times (None: no answer)."""
@@ -113,6 +117,7 @@ class Tally:
             "completed_per_s": {str(s): n for s, n in sorted(self.completed_per_s.items())},
             "answers_per_s": {str(s): v for s, v in sorted(self.answers_per_s.items())},
             "elapsed_s": self.elapsed_s,
+            "loaded_s": self.loaded_s,
         }
 
     @classmethod
@@ -123,6 +128,7 @@ class Tally:
             Counter({int(s): int(n) for s, n in d["completed_per_s"].items()}),
             {int(s): [int(v[0]), int(v[1])] for s, v in d["answers_per_s"].items()},
             float(d["elapsed_s"]),
+            float(d.get("loaded_s", 0.0)),
         )
 
 
@@ -137,6 +143,7 @@ def merge(tallies: Iterable[Tally]) -> Tally:
             slot = out.answers_per_s.setdefault(s, [0, 0])
             slot[0], slot[1] = slot[0] + a, slot[1] + u
         out.elapsed_s = max(out.elapsed_s, t.elapsed_s)
+        out.loaded_s = max(out.loaded_s, t.loaded_s)
     return out
 
 

@@ -237,3 +237,12 @@ def test_tally_timeline_counts_completed_flows_per_slice() -> None:
     tally.add_flow("plain", "ask_unknown", 2.0)
     assert [b.flows for b in tally_timeline(tally, 1.0)] == [2, 1, 0, 1]
     assert [b.flows for b in tally_timeline(tally, 2.0)] == [3, 1]
+
+
+def test_tenth_rates_leave_out_the_drain() -> None:
+    tally = Tally(elapsed_s=25.0, loaded_s=20.0)
+    for second in range(20):
+        for _ in range(10):
+            tally.add_flow("plain", "completed", second + 0.5)
+    tally.add_flow("plain", "completed", 23.0)  # the drain after the last start
+    assert tally.tenth_rates() == {"first_tenth": 10.0, "last_tenth": 10.0}
