@@ -12,7 +12,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -118,6 +118,89 @@ def _kinds(settings: RunSettings, rng: random.Random) -> Callable[[int], str]:
     return pick
 
 
+async def _drive(
+    settings: RunSettings, started_s: float, one: Callable[[int, float], Awaitable[None]]
+) -> None:
+    """Start flows until ``settings.flows`` ran or ``duration_s`` passed: closed loop (each of
+    ``concurrency`` workers starts its next flow when its last ended) or open loop (``rate``
+    flows per second, each at its intended time); flows still running 30 s after the duration
+    are cut off."""
+    deadline = started_s + settings.duration_s
+    ids = itertools.count()
+    with trio.move_on_at(trio.current_time() + settings.duration_s + 30):
+        async with trio.open_nursery() as nursery:
+            if settings.rate is None:
+
+                async def worker() -> None:
+                    for i in ids:
+                        if i >= settings.flows or time.monotonic() >= deadline:
+                            return
+                        await one(settings.first_flow + i, time.monotonic())
+
+                for _ in range(settings.concurrency):
+                    nursery.start_soon(worker)
+            else:
+                period = 1.0 / settings.rate
+                for i in range(settings.flows):
+                    intended = started_s + i * period
+                    if intended >= deadline:
+                        break
+                    await trio.sleep(max(0.0, intended - time.monotonic()))
+                    nursery.start_soon(one, settings.first_flow + i, intended)
+
+
+@dataclass(frozen=True)
+class _Wiring:
+    """What every flow of a run is wired to; makes each flow's environment."""
+
+    settings: RunSettings
+    transport: Transport
+    history: History
+    ring: KeyRing
+    audience: str
+    redis_offset_ms: int
+    legacy: LegacyHttp | None
+
+    def flow_env(self, flow: int, kind: str, frng: random.Random) -> FlowEnv:
+        """A modern flow's environment: a tenant and a side drawn from the flow's own rng."""
+        t = frng.randrange(self.settings.tenants)
+        side = frng.choice(SIDES)
+        return FlowEnv(
+            flow=flow,
+            kind=kind,
+            client=Client(2 * flow, self.transport, self.history, frng),
+            rival=Client(2 * flow + 1, self.transport, self.history, frng),
+            ring=self.ring,
+            audience=self.audience,
+            principal=names.principal(t, side),
+            foreigner=names.principal(t, SIDES[1 - SIDES.index(side)]),
+            tenant=names.tenant(t),
+            inbox=names.inbox(t),
+            archive=names.archive(t),
+            redis_offset_ms=self.redis_offset_ms,
+            rng=frng,
+            tag=self.settings.tag,
+        )
+
+    def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:
+        """A legacy flow's environment (the same draws as ``flow_env``)."""
+        assert self.legacy is not None
+        t = frng.randrange(self.settings.tenants)
+        side = frng.choice(SIDES)
+        return LegacyEnv(
+            flow=flow,
+            kind=kind,
+            http=self.legacy,
+            history=self.history,
+            rng=frng,
+            principal=names.principal(t, side),
+            tenant=names.tenant(t),
+            inbox=names.inbox(t),
+            process=2 * flow,
+            tag=self.settings.tag,
+        )
+
+
 async def run_load(
     transport: Transport,
     ring: KeyRing,
@@ -152,48 +235,18 @@ async def run_load(
             stats.tally.add_answer(op.time_ms, op.type == "info")
 
     history.observer = observe
-    deadline = stats.started_s + settings.duration_s
-    ids = itertools.count()
+
+    wiring = _Wiring(settings, transport, history, ring, audience, redis_offset_ms, legacy)
 
     async def one(flow: int, intended: float) -> None:
         stats.tally.loaded_s = max(stats.tally.loaded_s, intended - stats.started_s)
         frng = random.Random(f"{settings.seed}:{flow}")
-        t = frng.randrange(settings.tenants)
-        side = frng.choice(SIDES)
         kind = pick_kind(flow)
         if kind in LEGACY_KINDS:
-            assert legacy is not None
-            lenv = LegacyEnv(
-                flow=flow,
-                kind=kind,
-                http=legacy,
-                history=history,
-                rng=frng,
-                principal=names.principal(t, side),
-                tenant=names.tenant(t),
-                inbox=names.inbox(t),
-                process=2 * flow,
-                tag=settings.tag,
-            )
-            ok = await run_legacy_flow(lenv)
+            ok = await run_legacy_flow(wiring.legacy_env(flow, kind, frng))
             done(FlowSample(kind, intended, 0.0, ok, "completed" if ok else "setup_failed"))
             return
-        env = FlowEnv(
-            flow=flow,
-            kind=kind,
-            client=Client(2 * flow, transport, history, frng),
-            rival=Client(2 * flow + 1, transport, history, frng),
-            ring=ring,
-            audience=audience,
-            principal=names.principal(t, side),
-            foreigner=names.principal(t, SIDES[1 - SIDES.index(side)]),
-            tenant=names.tenant(t),
-            inbox=names.inbox(t),
-            archive=names.archive(t),
-            redis_offset_ms=redis_offset_ms,
-            rng=frng,
-            tag=settings.tag,
-        )
+        env = wiring.flow_env(flow, kind, frng)
         ok = await run_flow(env)
         done(FlowSample(env.kind, intended, 0.0, ok, env.outcome))
 
@@ -203,26 +256,7 @@ async def run_load(
         if on_flow is not None:
             on_flow(sample)
 
-    with trio.move_on_at(trio.current_time() + settings.duration_s + 30):
-        async with trio.open_nursery() as nursery:
-            if settings.rate is None:
-
-                async def worker() -> None:
-                    for i in ids:
-                        if i >= settings.flows or time.monotonic() >= deadline:
-                            return
-                        await one(settings.first_flow + i, time.monotonic())
-
-                for _ in range(settings.concurrency):
-                    nursery.start_soon(worker)
-            else:
-                period = 1.0 / settings.rate
-                for i in range(settings.flows):
-                    intended = stats.started_s + i * period
-                    if intended >= deadline:
-                        break
-                    await trio.sleep(max(0.0, intended - time.monotonic()))
-                    nursery.start_soon(one, settings.first_flow + i, intended)
+    await _drive(settings, stats.started_s, one)
     stats.ended_s = time.monotonic()
     stats.tally.elapsed_s = stats.elapsed_s
     return stats
