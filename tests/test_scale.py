@@ -19,7 +19,7 @@ from cluster.cli import EXIT_INVALID, EXIT_USAGE, EXIT_VALID, main
 from cluster.experiments.simulate import SimulateOptions, simulate
 from loadgen.checker import CheckResult, Verdict
 from loadgen.partition import UNROUTED, merge_results, split_by_tenant
-from loadgen.pictures import tally_timeline
+from loadgen.pictures import render_html, tally_timeline
 from loadgen.runner import RunSettings
 from loadgen.tally import ExerciseRule, Tally, exercise_verdict
 from loadgen.transport import Reply, Transport
@@ -246,3 +246,25 @@ def test_tenth_rates_leave_out_the_drain() -> None:
             tally.add_flow("plain", "completed", second + 0.5)
     tally.add_flow("plain", "completed", 23.0)  # the drain after the last start
     assert tally.tenth_rates() == {"first_tenth": 10.0, "last_tenth": 10.0}
+
+
+def test_the_report_page_shows_each_kind_and_each_fault_window() -> None:
+    results = {
+        "verdict": "unknown",
+        "invariants": [],
+        "kinds": {"plain": {"started": 3, "completed": 2, "outcomes": {"ask_unknown": 1}}},
+        "faults": [
+            {"kind": "redis", "action": "kill", "start_s": 1.0, "end_s": 2.0, "availability": 0.75},
+            {
+                "kind": "nodes",
+                "action": "restart",
+                "start_s": 3.0,
+                "end_s": 4.0,
+                "availability": None,
+            },
+        ],
+    }
+    page = render_html(results, b"png")
+    assert '<th>plain</th><td class="n">3 / 2 (ask_unknown 1)</td>' in page
+    assert 'redis kill 1.0–2.0 s</th><td class="n">75%</td>' in page
+    assert 'nodes restart 3.0–4.0 s</th><td class="n">-</td>' in page
