@@ -86,7 +86,7 @@ def load_options(command: F) -> F:
             "--duration",
             default=45.0,
             show_default=True,
-            type=click.FloatRange(0.1, 3600),
+            type=click.FloatRange(0.1, 86_400),
             help="Stop starting flows after this many seconds.",
         ),
         click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 4096)),
