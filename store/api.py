@@ -100,6 +100,23 @@ class StoreUnavailable(Exception):
     The caller must not claim that nothing happened."""
 
 
+class StoreFull(StoreUnavailable):
+    """Redis refused a write for lack of memory (``maxmemory`` under ``noeviction``). Redis
+    refuses a script at its first write, so nothing was written: a caller that only knows
+    ``StoreUnavailable`` still answers safely ("outcome unknown"), one that knows this can say
+    more."""
+
+
+class WorkspaceFull(Exception):
+    """A create or move was refused because the target workspace holds its maximum number of
+    notes (the count is checked and the write made in one script). Nothing was written."""
+
+    def __init__(self, workspace: str, limit: int) -> None:
+        super().__init__(f"{workspace} holds {limit} notes, its limit")
+        self.workspace = workspace
+        self.limit = limit
+
+
 class NoteStoreAPI(Protocol):
     """The async interface the node's protocol core uses."""
 

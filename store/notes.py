@@ -23,6 +23,7 @@ from store.api import (
     SetupOutcome,
     SetupStatus,
     Snapshot,
+    StoreFull,
     StoreUnavailable,
     WriteOutcome,
 )
@@ -66,8 +67,10 @@ _UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (
 timeout (the script may have run), too few replicas acknowledged (it ran, but may be lost),
 a cluster between masters (failover). The node must answer "outcome unknown", never "no"."""
 
-_UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN")
-"""Error replies of a server that is starting, busy or failing over: transient, like the above."""
+_UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN", "OOM")
+"""Error replies of a server that is starting, busy, failing over or full: transient, like the
+above. A full server (``OOM``) wrote nothing, which ``store_error`` says more precisely; callers
+that only ask ``outcome_unknown`` stay safe."""
 
 _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
 _SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
@@ -80,6 +83,16 @@ def outcome_unknown(exc: BaseException) -> bool:
     return isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith(
         _UNKNOWN_REPLY_PREFIXES
     )
+
+
+def store_error(exc: BaseException, what: str) -> StoreUnavailable | None:
+    """The store error ``exc`` amounts to (``StoreFull`` for a Redis out of memory, which wrote
+    nothing; ``StoreUnavailable`` when the outcome is unknown), or None for any other error."""
+    if isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith("OOM"):
+        return StoreFull(f"{what}: Redis is out of memory (maxmemory, noeviction)")
+    if outcome_unknown(exc):
+        return StoreUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+    return None
 
 
 def _script(name: str) -> str:
@@ -158,21 +171,23 @@ class NoteStore:
             else:
                 reply = await self._scripts[name](keys=keys, args=args)
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"{name}: {type(exc).__name__}: {exc}") from exc
+            raise self._failed(exc, name) from exc
         return list(reply)
+
+    def _failed(self, exc: Exception, what: str) -> StoreUnavailable:
+        """The store error to raise for ``exc``; re-raises ``exc`` itself when it is none."""
+        error = store_error(exc, what)
+        if error is None:
+            raise exc
+        self._stats.unavailable += 1
+        return error
 
     async def redis_time_ms(self) -> int:
         """The Redis server clock (TIME), in milliseconds since the epoch."""
         try:
             reply: Any = await self._time(keys=[], args=[])
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"time: {exc}") from exc
+            raise self._failed(exc, "time") from exc
         # Not client.time(): coredis' TIME callback divides the microseconds by 1000, so its
         # datetime keeps whole seconds only. A script reads TIME raw, as every other script does.
         sec, usec = reply
@@ -209,10 +224,7 @@ class NoteStore:
                 ["id", "title", "workspace", "version", "created_ms", "updated_ms", "body"],
             )
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"get: {type(exc).__name__}: {exc}") from exc
+            raise self._failed(exc, "get") from exc
         if fields[0] is None:
             return None
         return _note_from_fields(list(fields))
@@ -358,8 +370,5 @@ class NoteStore:
         try:
             who = await self.client.get(self.keys(tenant).setup(nonce))
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"setup status: {type(exc).__name__}: {exc}") from exc
+            raise self._failed(exc, "setup status") from exc
         return None if who is None else str(who)
