@@ -8,6 +8,9 @@ from files. Example (``notes-cluster.example.toml`` in the README):
     state_ttl_seconds = 300
     replay_grace_seconds = 60
     allowed_origins = []                # browser origins allowed to POST; others get 403
+    max_note_body_bytes = 65536         # largest note body, in UTF-8 bytes
+    max_notes_per_workspace = 10000     # a create or move into a full workspace is refused
+    list_page_size = 100                # notes per notes_list page (1..1000; then nextCursor)
 
     [state_keys]                        # key id -> env:VAR | file:/path  (base64 of 32 bytes)
     active = "k2"
@@ -44,7 +47,14 @@ from cluster.demo import (
     DEMO_WORKSPACES,
 )
 from nodes.auth import TokenTable
-from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
+from nodes.config import (
+    DEFAULT_LIST_PAGE_SIZE,
+    DEFAULT_MAX_NOTE_BODY_BYTES,
+    DEFAULT_MAX_NOTES_PER_WORKSPACE,
+    DEFAULT_STATE_TTL_MS,
+    MAX_LIST_PAGE_SIZE,
+    NodeConfig,
+)
 from nodes.scope import Scope, ScopeError, normalize_uri
 from nodes.sealing import KeyRing
 from store.notes import REPLAY_GRACE_MS
@@ -71,6 +81,12 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    # A body must fit in one request (nodes.http's 1 MiB), with room for the envelope.
+    max_note_body_bytes: int = Field(default=DEFAULT_MAX_NOTE_BODY_BYTES, ge=1, le=524_288)
+    max_notes_per_workspace: int = Field(
+        default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
+    )
+    list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,9 @@ def load_settings(path: Path) -> ClusterSettings:
         state_ttl_ms=int(parsed.state_ttl_seconds * 1000),
         archives=dict(parsed.archives),
         public_url=parsed.public_url,
+        max_note_body_bytes=parsed.max_note_body_bytes,
+        max_notes_per_workspace=parsed.max_notes_per_workspace,
+        list_page_size=parsed.list_page_size,
     )
     return ClusterSettings(
         node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)

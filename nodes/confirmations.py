@@ -11,6 +11,7 @@ the table says "deleted" for the tool's own word ("archived").
     shown      cancel                shown      complete {deleted: false}   (nothing written)
     shown      note changed          shown      input_required again, with fresh candidates
     shown      note gone / moved     shown      isError (nothing mutated, not recorded)
+    shown      target full           shown      isError (nothing mutated, not recorded)
     shown      expiry reached        expired    the fixed invalid-state error
     executed   same answer           executed   the recorded outcome again, marked as a replay
     declined   same answer           declined   the recorded outcome again, marked as a replay
@@ -40,13 +41,21 @@ from nodes.sealing import (
     new_nonce,
     verify_bindings,
 )
-from store.api import ConfirmAction, ConfirmStatus, Note
+from store.api import ConfirmAction, ConfirmStatus, NoteHead
 
 log = logging.getLogger("nodes.confirmations")
 
 LifecycleState = Literal["shown", "executed", "declined", "expired"]
 LifecycleEvent = Literal[
-    "execute", "decline", "cancel", "change", "vanish", "expire", "same_answer", "other_answer"
+    "execute",
+    "decline",
+    "cancel",
+    "change",
+    "vanish",
+    "refuse",
+    "expire",
+    "same_answer",
+    "other_answer",
 ]
 
 
@@ -60,6 +69,7 @@ TRANSITIONS: dict[tuple[LifecycleState, LifecycleEvent], LifecycleState] = {
     ("shown", "cancel"): "shown",
     ("shown", "change"): "shown",
     ("shown", "vanish"): "shown",
+    ("shown", "refuse"): "shown",
     ("shown", "expire"): "expired",
     ("executed", "same_answer"): "executed",
     ("declined", "same_answer"): "declined",
@@ -75,6 +85,7 @@ STORE_EVENTS: dict[ConfirmStatus, LifecycleEvent] = {
     "changed": "change",
     "gone": "vanish",
     "moved": "vanish",
+    "full": "refuse",
     "expired": "expire",
     "replay": "same_answer",
     "conflict": "other_answer",
@@ -212,7 +223,7 @@ def seal_state(
     return ring.seal(payload), payload
 
 
-def pick_form(message: str, notes: tuple[Note, ...], confirm_title: str) -> dict[str, Any]:
+def pick_form(message: str, notes: tuple[NoteHead, ...], confirm_title: str) -> dict[str, Any]:
     """The flat form: a titled single-select of the candidates and a required boolean."""
     options = [
         {

@@ -20,11 +20,13 @@ from store.api import (
     ConfirmOutcome,
     ConfirmStatus,
     Note,
+    NoteHead,
     SetupOutcome,
     SetupStatus,
     Snapshot,
     StoreFull,
     StoreUnavailable,
+    WorkspaceFull,
     WriteOutcome,
 )
 from store.keys import TenantKeys
@@ -99,14 +101,31 @@ def _script(name: str) -> str:
     return resources.files("store").joinpath("scripts", f"{name}.lua").read_text("utf-8")
 
 
-def _note_from_fields(f: list[Any]) -> Note:
-    return Note(
+HEAD_FIELDS = 6
+"""Fields of a ``NoteHead`` as ``read_notes.lua`` returns them: id, title, workspace, version,
+created_ms, updated_ms."""
+
+
+def _head_from_fields(f: list[Any]) -> NoteHead:
+    return NoteHead(
         note_id=str(f[0]),
         title=str(f[1]),
         workspace=str(f[2]),
         version=int(f[3]),
         created_ms=int(f[4]),
         updated_ms=int(f[5]),
+    )
+
+
+def _note_from_fields(f: list[Any]) -> Note:
+    head = _head_from_fields(f)
+    return Note(
+        head.note_id,
+        head.title,
+        head.workspace,
+        head.version,
+        head.created_ms,
+        head.updated_ms,
         body=str(f[6] or ""),
     )
 
@@ -201,50 +220,78 @@ class NoteStore:
         body: str,
         principal: str,
         created_ms: int = 0,
+        *,
+        max_notes: int = 0,
     ) -> Note:
         """Create a note with a fresh random id (retried on the astronomically rare collision).
-        ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now."""
+        ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now. WorkspaceFull
+        when the workspace already holds ``max_notes`` (0: no limit), checked in the script."""
         k = self.keys(tenant)
         for _ in range(4):
             note_id = "n" + secrets.token_hex(8)
             status, version, now = await self._run(
                 "create",
                 [k.note(note_id), k.workspace(workspace), k.title(workspace, title), k.journal],
-                [note_id, title, body, workspace, principal, self.journal_maxlen, created_ms],
+                [
+                    note_id,
+                    title,
+                    body,
+                    workspace,
+                    principal,
+                    self.journal_maxlen,
+                    created_ms,
+                    max_notes,
+                ],
             )
+            if status == "full":
+                raise WorkspaceFull(workspace, max_notes)
             if status == "created":
-                return Note(note_id, title, body, workspace, int(version), int(now), int(now))
+                return Note(note_id, title, workspace, int(version), int(now), int(now), body)
         raise StoreUnavailable("create: could not find a free note id")
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
-        """One note by id, or None."""
+        """One note by id, body included, or None."""
+        fields = await self._fields(tenant, note_id, with_body=True)
+        return None if fields is None else _note_from_fields(fields)
+
+    async def head(self, tenant: str, note_id: str) -> NoteHead | None:
+        """One note by id without its body, or None."""
+        fields = await self._fields(tenant, note_id, with_body=False)
+        return None if fields is None else _head_from_fields(fields)
+
+    async def _fields(self, tenant: str, note_id: str, *, with_body: bool) -> list[Any] | None:
+        names = ["id", "title", "workspace", "version", "created_ms", "updated_ms"]
         try:
             fields = await self.client.hmget(
-                self.keys(tenant).note(note_id),
-                ["id", "title", "workspace", "version", "created_ms", "updated_ms", "body"],
+                self.keys(tenant).note(note_id), [*names, "body"] if with_body else names
             )
         except Exception as exc:
             raise self._failed(exc, "get") from exc
-        if fields[0] is None:
-            return None
-        return _note_from_fields(list(fields))
+        return None if fields[0] is None else list(fields)
 
-    async def _read(self, tenant: str, index_key: str, limit: int) -> Snapshot:
+    async def _read(self, tenant: str, index_key: str, limit: int, after: str) -> Snapshot:
         k = self.keys(tenant)
-        reply = await self._run("read_notes", [index_key], [f"{k.base}:note:", limit])
-        now = int(reply[0])
-        notes = tuple(_note_from_fields(reply[i : i + 7]) for i in range(1, len(reply), 7))
-        return Snapshot(now, tuple(sorted(notes, key=lambda n: (n.created_ms, n.note_id))))
+        reply = await self._run("read_notes", [index_key], [f"{k.base}:note:", limit, after])
+        now, next_after = int(reply[0]), str(reply[1] or "")
+        heads = (
+            _head_from_fields(reply[i : i + HEAD_FIELDS]) for i in range(2, len(reply), HEAD_FIELDS)
+        )
+        notes = tuple(sorted(heads, key=lambda n: (n.created_ms, n.note_id)))
+        return Snapshot(now, notes, next_after)
 
     async def find(
-        self, tenant: str, workspace: str, title: str, limit: int = READ_LIMIT
+        self, tenant: str, workspace: str, title: str, limit: int = READ_LIMIT, after: str = ""
     ) -> Snapshot:
-        """Notes titled exactly ``title`` in ``workspace``, oldest first, via the title index."""
-        return await self._read(tenant, self.keys(tenant).title(workspace, title), limit)
+        """One page of the notes titled exactly ``title`` in ``workspace`` (title index): the
+        first ``limit`` in note id order after ``after``, shown oldest first; no bodies."""
+        return await self._read(tenant, self.keys(tenant).title(workspace, title), limit, after)
 
-    async def list(self, tenant: str, workspace: str, limit: int = READ_LIMIT) -> Snapshot:
-        """Notes in ``workspace``, oldest first."""
-        return await self._read(tenant, self.keys(tenant).workspace(workspace), limit)
+    async def list(
+        self, tenant: str, workspace: str, limit: int = READ_LIMIT, after: str = ""
+    ) -> Snapshot:
+        """One page of the notes in ``workspace``: the first ``limit`` in note id order after
+        ``after``, shown oldest first; no bodies."""
+        return await self._read(tenant, self.keys(tenant).workspace(workspace), limit, after)
 
     async def update(
         self, tenant: str, note: Note, title: str, body: str, principal: str
@@ -272,18 +319,26 @@ class NoteStore:
         if status != "updated":
             return WriteOutcome(str(status), None, int(now))
         new = Note(
-            note.note_id, title, body, note.workspace, int(version), note.created_ms, int(now)
+            note.note_id, title, note.workspace, int(version), note.created_ms, int(now), body
         )
         return WriteOutcome("updated", new, int(now))
 
     async def move(
-        self, tenant: str, note_id: str, source: str, target: str, principal: str
+        self,
+        tenant: str,
+        note_id: str,
+        source: str,
+        target: str,
+        principal: str,
+        *,
+        max_notes: int = 0,
     ) -> WriteOutcome:
         """Move a note from ``source`` to ``target`` (same tenant). Reads the title first to find
-        the index entries; a concurrent edit makes the script refuse and this call retry."""
+        the index entries; a concurrent edit makes the script refuse and this call retry. Status
+        ``full`` when ``target`` already holds ``max_notes`` (0: no limit)."""
         k = self.keys(tenant)
         for _ in range(8):
-            note = await self.get(tenant, note_id)
+            note = await self.head(tenant, note_id)
             if note is None:
                 return WriteOutcome("gone", None, 0)
             if note.workspace != source:
@@ -298,11 +353,11 @@ class NoteStore:
                     k.title(target, note.title),
                     k.journal,
                 ],
-                [note_id, source, target, principal, self.journal_maxlen],
+                [note_id, source, target, principal, self.journal_maxlen, max_notes],
             )
             if status == "moved":
-                moved = Note(
-                    note_id, note.title, note.body, target, int(version), note.created_ms, int(now)
+                moved = NoteHead(
+                    note_id, note.title, target, int(version), note.created_ms, int(now)
                 )
                 return WriteOutcome("moved", moved, int(now))
             if status != "elsewhere":
@@ -341,6 +396,7 @@ class NoteStore:
                 # A replay answer waits for replicas too: the script then rewrites the entry's
                 # expiry, a write whose offset covers the recorded outcome it returns.
                 1 if self.wait_replicas > 0 else 0,
+                c.max_notes,
             ],
         )
         st = str(status)

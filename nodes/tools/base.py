@@ -20,7 +20,6 @@ from store.api import NoteStoreAPI
 log = logging.getLogger("nodes.tools")
 
 TITLE_MAX = 200
-BODY_MAX = 65_536
 URI_MAX = 2048
 MAX_CANDIDATES_ERROR = 50
 """Most notes one pick list offers; more matches than this are refused with a clear error."""
@@ -32,7 +31,12 @@ class Arguments(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-Title = Field(min_length=1, max_length=TITLE_MAX, pattern=r"^[^\x00-\x1f\x7f]*$")
+Title = Field(
+    min_length=1,
+    max_length=TITLE_MAX,
+    description="NFC-normalised; no control, invisible or bidirectional characters, no "
+    "space other than U+0020, none at either end (see nodes.tools.text_rules)",
+)
 WorkspaceUri = Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")
 
 

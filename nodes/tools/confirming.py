@@ -151,6 +151,7 @@ class ConfirmingTool(StatefulTool[C]):
                 tool=self.name,
                 op=self.op,
                 target_workspace=target,
+                max_notes=ctx.config.max_notes_per_workspace if self.op == "move" else 0,
             )
         )
         return await self.result_for(ctx, args, payload, out)
@@ -179,6 +180,12 @@ class ConfirmingTool(StatefulTool[C]):
         if out.status == "changed":
             return await self.ask(
                 ctx, args, "That note changed since it was shown; please pick and confirm again."
+            )
+        if out.status == "full":
+            limit = ctx.config.max_notes_per_workspace
+            return tool_error(
+                f"The target workspace holds {limit} notes, its limit; nothing was {self.done}",
+                **{self.done: False},
             )
         if out.status == "gone":
             return tool_error(
