@@ -15,7 +15,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ids = redis.call('SMEMBERS', KEYS[1])
 table.sort(ids)
 local limit = tonumber(ARGV[2])
-local after = ARGV[3]
+local after = ARGV[3] or ''
 local out = {now, ''}
 local n = 0
 local last = ''
