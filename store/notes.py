@@ -25,6 +25,7 @@ from store.api import (
     SetupStatus,
     Snapshot,
     StoreFull,
+    StoreOp,
     StoreUnavailable,
     WorkspaceFull,
     WriteOutcome,
@@ -76,6 +77,8 @@ that only ask ``outcome_unknown`` stay safe."""
 
 _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
 _SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
+_RECORDED_OPS: dict[str, StoreOp] = {"deleted": "delete", "moved": "move"}
+"""How ``confirm.lua`` words an executed operation in its recorded outcome ``<word>:<note id>``."""
 
 
 def outcome_unknown(exc: BaseException) -> bool:
@@ -95,6 +98,23 @@ def store_error(exc: BaseException, what: str) -> StoreUnavailable | None:
     if outcome_unknown(exc):
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {exc}")
     return None
+
+
+def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
+    """``confirm.lua``'s reply ``{status, recorded outcome, now_ms}`` as a typed outcome: the one
+    place that reads the recorded strings (``deleted:<id>``, ``moved:<id>``, ``declined``, '')."""
+    status, recorded, now = reply
+    st, rec = str(status), str(recorded or "")
+    if st not in _CONFIRM_STATUSES:
+        raise StoreUnavailable(f"confirm: unexpected status {st!r}")
+    confirm_status: ConfirmStatus = st  # type: ignore[assignment]
+    if rec in ("", "declined"):
+        return ConfirmOutcome(confirm_status, None, None, int(now))
+    word, sep, note_id = rec.partition(":")
+    op = _RECORDED_OPS.get(word)
+    if op is None or not sep or not note_id:
+        raise StoreUnavailable(f"confirm: unexpected recorded outcome {rec!r}")
+    return ConfirmOutcome(confirm_status, op, note_id, int(now))
 
 
 def _script(name: str) -> str:
@@ -376,7 +396,7 @@ class NoteStore:
         ]
         if c.op == "move":
             keys += [k.workspace(c.target_workspace), k.title(c.target_workspace, c.title)]
-        status, recorded, now = await self._run(
+        reply = await self._run(
             "confirm",
             keys,
             [
@@ -399,12 +419,9 @@ class NoteStore:
                 c.max_notes,
             ],
         )
-        st = str(status)
-        if st not in _CONFIRM_STATUSES:  # pragma: no cover - the script returns only these
-            raise StoreUnavailable(f"confirm: unexpected status {st!r}")
-        self._stats.confirmations[st] = self._stats.confirmations.get(st, 0) + 1
-        confirm_status: ConfirmStatus = st  # type: ignore[assignment]
-        return ConfirmOutcome(confirm_status, str(recorded or ""), int(now))
+        out = parse_confirm_reply(reply)
+        self._stats.confirmations[out.status] = self._stats.confirmations.get(out.status, 0) + 1
+        return out
 
     async def complete_setup(
         self, tenant: str, nonce: str, principal: str, exp_ms: int

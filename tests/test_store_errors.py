@@ -83,34 +83,40 @@ def small_redis(maxmemory: str = "2mb") -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+HEADROOM = 262_144
+"""How far over its maxmemory the full Redis is kept: client buffers grow and shrink by tens of
+kilobytes as requests come and go, which must not make room for a write."""
+
+
 @contextlib.contextmanager
 def filled(url: str) -> Iterator[int]:
-    """Write filler keys until Redis refuses with OOM, large ones then small ones so that it
-    ends just over its maxmemory; yields how many fit. The filling connection stays open while
-    the Redis must stay full: closing it frees its buffers, and room for a few writes."""
+    """Write filler keys until Redis refuses with OOM, then lower its maxmemory ``HEADROOM``
+    below what it uses, so it stays full whatever its buffers do; yields how many keys fit."""
     sync = redis.Redis.from_url(url)
     count = 0
     try:
-        for size in (16_384, 64):
-            for _ in range(10_000):
-                try:
-                    sync.set(f"filler:{count}", "x" * size)
-                except redis.exceptions.OutOfMemoryError:
-                    break
-                count += 1
-            else:
-                raise AssertionError("a 2 MB Redis took 160 MB of filler")
+        for _ in range(10_000):
+            try:
+                sync.set(f"filler:{count}", "x" * 16_384)
+            except redis.exceptions.OutOfMemoryError:
+                break
+            count += 1
+        else:
+            raise AssertionError("a 2 MB Redis took 160 MB of filler")
+        used = int(sync.info("memory")["used_memory"])
+        sync.config_set("maxmemory", used - HEADROOM)
         yield count
     finally:
         sync.close()
 
 
 def empty(url: str) -> None:
-    """Delete the filler (this server is ours alone)."""
+    """Delete the filler (this server is ours alone) and restore the 2 MB maxmemory."""
     sync = redis.Redis.from_url(url)
     keys = list(sync.scan_iter("filler:*"))
     if keys:
         sync.delete(*keys)
+    sync.config_set("maxmemory", "2mb")
     sync.close()
 
 

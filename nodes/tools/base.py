@@ -5,7 +5,6 @@ Layer: node, protocol core. No I/O of its own: tools reach the store through ``N
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
@@ -16,8 +15,6 @@ from nodes.config import NodeConfig
 from nodes.results import tool_error
 from nodes.scope import ScopeError, Workspace
 from store.api import NoteStoreAPI
-
-log = logging.getLogger("nodes.tools")
 
 TITLE_MAX = 200
 URI_MAX = 2048
@@ -37,7 +34,6 @@ Title = Field(
     description="NFC-normalised; no control, invisible or bidirectional characters, no "
     "space other than U+0020, none at either end (see nodes.tools.text_rules)",
 )
-WorkspaceUri = Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")
 
 
 @dataclass

@@ -5,6 +5,7 @@ Layer: node, protocol core. Each takes ``workspaceUri`` explicitly; nothing is s
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
@@ -17,7 +18,6 @@ from nodes.tools.base import (
     Title,
     Tool,
     ToolFailure,
-    log,
 )
 from nodes.tools.cursors import (
     MAX_CURSOR_CHARS,
@@ -29,6 +29,8 @@ from nodes.tools.cursors import (
 from nodes.tools.text_rules import body_problem, normalize_title
 from store.api import NoteHead, WorkspaceFull
 from store.keys import NOTE_ID_PATTERN
+
+log = logging.getLogger("nodes.tools")
 
 WorkspaceArg = Annotated[str, Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")]
 TitleArg = Annotated[str, BeforeValidator(normalize_title), Title]
