@@ -112,6 +112,10 @@ return epoch
 _END = """
 local existed = redis.call('DEL', KEYS[1])
 if existed == 0 then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'ended', 'body', '',
   'epoch', 0)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
@@ -416,10 +420,11 @@ class SessionStore:
         return bool(await self._run("set_fields", [k.session], fields))
 
     async def end(self, session_id: str) -> bool:
-        """Delete the session and tell its stream holders; False if there was none."""
+        """Delete the session and tell its stream holders (its inbox goes at once when no call
+        is pending: nobody listens); False if there was none."""
         k = self.keys(session_id)
         ended = await self._run(
-            "end", [k.session, k.inbox], [self.inbox_max_entries, ENDED_INBOX_TTL_MS]
+            "end", [k.session, k.inbox, k.calls], [self.inbox_max_entries, ENDED_INBOX_TTL_MS]
         )
         return bool(ended)
 
