@@ -152,12 +152,20 @@ class InboxReader:
             try:
                 await self._read_once()
             except StoreUnavailable as exc:
-                self._failures += 1
                 log.warning("legacy inbox reader: %s", exc)
-                for watchers in self._watches.values():
-                    for watch in watchers:
-                        watch._fail(exc)
-                await anyio.sleep(BACKOFF_S)
+                await self._failed(exc)
+            except Exception as exc:
+                # Never let the reader die: the node would serve no legacy call again.
+                log.exception("legacy inbox reader: unexpected error")
+                await self._failed(StoreUnavailable(f"inbox reader: {type(exc).__name__}"))
+
+    async def _failed(self, failure: StoreUnavailable) -> None:
+        """Tell every waiting call (each answers "outcome unknown"), then back off."""
+        self._failures += 1
+        for watchers in self._watches.values():
+            for watch in watchers:
+                watch._fail(failure)
+        await anyio.sleep(BACKOFF_S)
 
     async def _read_once(self) -> None:
         after = {
