@@ -166,9 +166,14 @@ async def test_abandoned_calls_hold_no_redis_connection_and_another_principal_is
 
             # Another principal is served by that node meanwhile, through the store.
             listing = message("tools/call", {"name": "notes_list", "arguments": BOB_LIST})
+            started = trio.current_time()
             response = await http.post(
                 served.url, json=listing, headers=good_headers(listing, BOB_TOKEN)
             )
+            took_ms = (trio.current_time() - started) * 1000
+            opened = len(await trio.to_thread.run_sync(served.connections))
+            print(f"\nwith {CALLS} calls waiting: bob's notes_list took {took_ms:.1f} ms;")
+            print(f"the node has {opened} Redis connections, {await served.blocked()} blocked")
             assert response.status_code == 200, response.text
             notes = response.json()["result"]["structuredContent"]["notes"]
             assert [n["title"] for n in notes] == ["TPS report"]
