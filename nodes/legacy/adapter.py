@@ -368,6 +368,7 @@ class LegacyAdapter:
         prepared = self.node.prepare_call(params, request.principal, session.capabilities)
         if self._pending >= self.caps.pending_calls_per_node:
             self._counters.refused_by_cap += 1
+            log.info("legacy call refused: %d pending on this node", self._pending)
             raise _too_many("on this node", self.caps.pending_calls_per_node)
         call_id = secrets.token_urlsafe(12)
         now_ms = self.node.config.node_clock_ms()
@@ -382,6 +383,7 @@ class LegacyAdapter:
             raise _http_error(*_SESSION_NOT_FOUND)
         if not begun:
             self._counters.refused_by_cap += 1
+            log.info("legacy call refused: its session has the most pending calls allowed")
             raise _too_many("in this session", self.caps.pending_calls_per_session)
         self._counters.calls += 1
         self._pending += 1
