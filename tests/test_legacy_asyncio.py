@@ -10,6 +10,7 @@ away stops at once. The store is the embedded one and the real Redis.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import sniffio
 
 from cluster.config import demo_settings
 from cluster.demo import DEMO_TENANT
@@ -124,7 +124,7 @@ async def request(
 
 
 async def legacy_flow(url: str, embedded: bool, prefix: str) -> LegacyAdapter:
-    assert sniffio.current_async_library() == "asyncio"
+    asyncio.get_running_loop()  # raises unless this runs on asyncio
     settings = demo_settings()
     async with open_redis(url, embedded=embedded) as client:
         store = NoteStore(client, prefix=prefix)
