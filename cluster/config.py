@@ -28,6 +28,7 @@ from nodes.config import (
     DEFAULT_MAX_NOTES_PER_WORKSPACE,
     DEFAULT_STATE_TTL_MS,
     MAX_LIST_PAGE_SIZE,
+    LegacyCaps,
     NodeConfig,
 )
 from nodes.scope import Scope, ScopeError, normalize_uri
@@ -43,6 +44,20 @@ class _Principal(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     token_sha256: list[str] = Field(min_length=1)
     grants: list[str] = Field(min_length=1)
+
+
+class _Legacy(BaseModel):
+    """``[legacy]``: the fields of ``LegacyCaps``, each a positive integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sessions_per_principal: int = Field(default=LegacyCaps.sessions_per_principal, gt=0)
+    client_text_max_chars: int = Field(default=LegacyCaps.client_text_max_chars, gt=0)
+    request_id_max_chars: int = Field(default=LegacyCaps.request_id_max_chars, gt=0)
+    inbox_max_entries: int = Field(default=LegacyCaps.inbox_max_entries, gt=0)
+    answer_max_bytes: int = Field(default=LegacyCaps.answer_max_bytes, gt=0)
+    roots_max: int = Field(default=LegacyCaps.roots_max, gt=0)
+    pending_calls_per_session: int = Field(default=LegacyCaps.pending_calls_per_session, gt=0)
+    pending_calls_per_node: int = Field(default=LegacyCaps.pending_calls_per_node, gt=0)
 
 
 class _File(BaseModel):
@@ -62,6 +77,7 @@ class _File(BaseModel):
         default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
     )
     list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
+    legacy: _Legacy = Field(default_factory=_Legacy)
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,7 @@ def load_settings(path: Path) -> ClusterSettings:
         max_note_body_bytes=parsed.max_note_body_bytes,
         max_notes_per_workspace=parsed.max_notes_per_workspace,
         list_page_size=parsed.list_page_size,
+        legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     return ClusterSettings(
         node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
