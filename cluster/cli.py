@@ -85,6 +85,43 @@ def load_options(command: F) -> F:
     return command
 
 
+def ops_options(command: F) -> F:
+    """The options of a serving command: logging and metrics."""
+    from cluster.operations import DEFAULT_METRICS_HOST
+    from nodes.logging_setup import DEFAULT_LEVEL, LEVELS
+
+    options = [
+        click.option(
+            "--log-level",
+            default=DEFAULT_LEVEL,
+            show_default=True,
+            type=click.Choice(LEVELS, case_sensitive=False),
+            help="Log records at this level and above go to standard error.",
+        ),
+        click.option(
+            "--log-json",
+            is_flag=True,
+            help="Log JSON lines (time, level, logger, message and structured extras).",
+        ),
+        click.option(
+            "--metrics-port",
+            default=None,
+            type=click.IntRange(0, 65535),
+            help="Serve Prometheus metrics of node i on this port + i (0: free ports). "
+            "Default: no metrics.",
+        ),
+        click.option(
+            "--metrics-host",
+            default=DEFAULT_METRICS_HOST,
+            show_default=True,
+            help="Address the metrics listen on.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @main.command(
     help="Throw the race workload at an in-process cluster and check the history.\n" + EXAMPLES
 )
@@ -403,12 +440,13 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
 @click.option("--processes", is_flag=True, help="Run each node as its own OS process.")
 @click.option(
     "--wait-replicas",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 16),
+    default=None,
+    metavar="auto|N",
     help="Writes wait for this many replicas (WAIT) before a node answers; fewer in time is "
-    "'outcome unknown' (-32603). A real Redis only.",
+    "'outcome unknown' (-32603). Default (and config wait_replicas): auto, 1 where every "
+    "master has a replica, else 0. 0 turns waiting off.",
 )
+@ops_options
 def serve(
     nodes: int,
     base_port: int,
@@ -418,25 +456,40 @@ def serve(
     demo: bool,
     state_ttl: float | None,
     processes: bool,
-    wait_replicas: int,
+    wait_replicas: str | None,
+    log_level: str,
+    log_json: bool,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """``notes-cluster serve``."""
     from dataclasses import replace
 
     from cluster.config import ConfigError
+    from cluster.durability import parse_wait_replicas
+    from cluster.operations import OpsOptions
     from cluster.serve import serve_cluster, settings_for
+    from nodes.logging_setup import configure_logging
 
     if not _loopback(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
     if config_path is None and not demo:
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
-    if wait_replicas and redis_url is None:
+    try:
+        waits = None if wait_replicas is None else parse_wait_replicas(wait_replicas)
+    except ValueError:
+        raise click.UsageError("--wait-replicas: 'auto' or a number from 0 to 16") from None
+    if waits not in (None, "auto", 0) and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
     try:
         settings = settings_for(config_path, demo, state_ttl)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    settings = replace(settings, wait_replicas=wait_replicas)
+    if waits is not None:
+        settings = replace(settings, wait_replicas=waits)
+    configure_logging(log_level, json_lines=log_json)
+    ops = OpsOptions(metrics_host=metrics_host, metrics_port=metrics_port)
+    log_args = ["--log-level", log_level, *(["--log-json"] if log_json else [])]
 
     def ready(urls: list[str]) -> None:
         for url in urls:
@@ -455,6 +508,8 @@ def serve(
                 processes=processes,
                 config_path=config_path,
                 on_ready=ready,
+                ops=ops,
+                log_args=log_args,
             )
         )
     except* KeyboardInterrupt:  # trio wraps it in a group when it lands inside a nursery

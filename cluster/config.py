@@ -26,6 +26,8 @@ from files. Example (``notes-cluster.example.toml`` in the README):
 
     # public_url = "https://notes.example"   # optional: base of setup links (notes_setup);
                                              # default: each node's bound address
+    # wait_replicas = "auto"                 # writes WAIT for N replicas; "auto" (default): 1
+                                             # where every master has a replica; 0: never
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -43,6 +46,7 @@ from cluster.demo import (
     DEMO_TOKENS,
     DEMO_WORKSPACES,
 )
+from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
 from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
 from nodes.scope import Scope, ScopeError, normalize_uri
@@ -71,6 +75,7 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,10 @@ class ClusterSettings:
     tokens: TokenTable
     allowed_origins: frozenset[str] = frozenset()
     replay_grace_ms: int = REPLAY_GRACE_MS
-    wait_replicas: int = 0
+    wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
-    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover)."""
+    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
+    1 where every master has a replica, else 0 (``cluster.durability``)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -127,7 +133,11 @@ def load_settings(path: Path) -> ClusterSettings:
         public_url=parsed.public_url,
     )
     return ClusterSettings(
-        node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
+        node,
+        tokens,
+        frozenset(parsed.allowed_origins),
+        int(parsed.replay_grace_seconds * 1000),
+        parsed.wait_replicas,
     )
 
 

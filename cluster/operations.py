@@ -1,0 +1,85 @@
+"""What a served node adds for its operator: readiness, metrics on their own port, durability.
+
+Layer: cluster. Composes ``nodes.health``, ``nodes.metrics`` and ``cluster.durability`` around one
+node that ``cluster.serve`` starts; the node itself knows none of this.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from nodes.health import Readiness, ReadinessProbe, with_health
+from nodes.metrics import ASGIApp, LegacyLoad, NodeMetrics, serve_metrics, with_metrics
+from nodes.protocol import Node
+
+log = logging.getLogger("cluster.operations")
+
+DEFAULT_METRICS_HOST = "127.0.0.1"
+"""Metrics say how busy a node is and which tools are used: loopback unless told otherwise."""
+
+
+@dataclass(frozen=True)
+class OpsOptions:
+    """How served nodes are operated (``serve --metrics-port``, ``--metrics-host``)."""
+
+    metrics_host: str = DEFAULT_METRICS_HOST
+    metrics_port: int | None = None
+    """Node 0's metrics port, node i on ``metrics_port + i`` (0: free ports); None: no metrics."""
+
+    def for_node(self, index: int) -> OpsOptions:
+        """The options of node ``index`` (its own metrics port)."""
+        if not self.metrics_port:
+            return self
+        return replace(self, metrics_port=self.metrics_port + index)
+
+
+def legacy_load(adapter: Any) -> Callable[[], LegacyLoad | None]:
+    """Sessions and waiting calls from the legacy adapter's ``statistics()``, read by name:
+    ``open_sessions`` and ``waiting_calls`` when the adapter reports them, else nothing."""
+
+    def load() -> LegacyLoad | None:
+        stats = adapter.statistics()
+        sessions = getattr(stats, "open_sessions", None)
+        waiting = getattr(stats, "waiting_calls", None)
+        if sessions is None or waiting is None:
+            return None
+        return LegacyLoad(int(sessions), int(waiting))
+
+    return load
+
+
+@contextmanager
+def operate_node(
+    node: Node,
+    probe: ReadinessProbe,
+    metrics: NodeMetrics | None,
+    options: OpsOptions,
+    legacy: Any = None,
+) -> Iterator[Callable[[ASGIApp], ASGIApp]]:
+    """While the context lasts, serve ``metrics`` (if any) on their own port; yield the wrapper
+    that adds ``/healthz``, ``/readyz`` and the request metrics to the node's HTTP app."""
+    readiness = Readiness(probe)
+    with ExitStack() as stack:
+        if metrics is not None and options.metrics_port is not None:
+            metrics.watch_node(node)
+            if legacy is not None:
+                metrics.watch_legacy(legacy_load(legacy))
+            port = stack.enter_context(
+                serve_metrics(metrics.registry, options.metrics_host, options.metrics_port)
+            )
+            log.info(
+                "metrics of %s at http://%s:%d/metrics", node.config.node_id,
+                options.metrics_host, port,
+            )  # fmt: skip
+            node_metrics = metrics
+
+            def wrap(app: ASGIApp) -> ASGIApp:
+                return with_health(with_metrics(app, node_metrics), readiness)
+
+            yield wrap
+            return
+        yield lambda app: with_health(app, readiness)
