@@ -249,6 +249,10 @@ class SetupPages:
             log.info("setup cookie refused: issued for another principal or link")
             return _FOREIGN
         if await self.store.redis_time_ms() >= session.exp_ms:
+            # A link that cannot be completed any more says so, rather than asking to sign in.
+            closed = await self._closed(link)
+            if closed is not None:
+                return closed
             log.info("setup cookie refused: sign-in expired")
             return _sign_in("Your sign-in expired; sign in again.")
         return session
