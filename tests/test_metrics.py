@@ -7,6 +7,7 @@ its own behind prometheus-client's server on a free loopback port; the flow runs
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
@@ -18,13 +19,16 @@ import trio
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from cluster.config import demo_settings
 from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
+from cluster.operations import OpsOptions
+from cluster.serve import serve_http_node
 from nodes import http
 from nodes.auth import TokenTable
 from nodes.metrics import LegacyLoad, NodeMetrics, metered, serve_metrics, with_metrics
 from nodes.protocol import Node
 from store.notes import NoteStore
-from tests.harness import accept, make_nodes
+from tests.harness import accept, make_nodes, meta
 from tests.test_http_transport import delete_call, good_headers
 
 TOKENS = TokenTable.from_plain(DEMO_TOKENS)
@@ -148,3 +152,33 @@ async def test_legacy_gauges_come_from_the_watched_callback() -> None:
     load[0] = LegacyLoad(sessions=3, waiting_calls=2)
     assert metrics.registry.get_sample_value("notes_legacy_sessions") == 3
     assert metrics.registry.get_sample_value("notes_legacy_waiting_calls") == 2
+
+
+async def test_a_served_node_exposes_metrics_on_their_own_port_only(
+    embedded_url: str, nursery: trio.Nursery
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = int(s.getsockname()[1])
+    ops = OpsOptions(metrics_port=metrics_port)
+    url = await nursery.start(
+        partial(serve_http_node, demo_settings(), embedded_url, embedded=True, host="127.0.0.1",
+                port=0, node_id="metrics-0", prefix="ncmetrics", ops=ops)
+    )  # fmt: skip
+    msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}}
+    async with httpx.AsyncClient(timeout=10) as client:
+        assert (await client.post(url, json=msg, headers=good_headers(msg))).status_code == 200
+        assert (await client.get(url.removesuffix("/mcp") + "/readyz")).status_code == 200
+        assert (await client.get(url.removesuffix("/mcp") + "/metrics")).status_code == 404
+        scraped = await client.get(f"http://127.0.0.1:{metrics_port}/metrics")
+    assert scraped.status_code == 200
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scraped.text)
+        for s in family.samples
+    }
+    key = ("notes_requests_total", (("method", "tools/list"), ("status", "200"), ("tool", "")))
+    assert samples[key] == 1
+    assert ("notes_requests_total", (("method", "none"), ("status", "200"), ("tool", ""))) not in (
+        samples
+    ), "health probes are answered in front of the metrics"
