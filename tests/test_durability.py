@@ -59,7 +59,8 @@ def wait_until(ready: object, timeout_s: float = 10) -> None:
 
 
 async def start_node(nursery: trio.Nursery, url: str, wait: WaitReplicas, prefix: str) -> Node:
-    options = StoreOptions(wait_replicas=wait, wait_timeout_ms=200)
+    # Generous: on a loaded machine a starved replica may take a while to acknowledge.
+    options = StoreOptions(wait_replicas=wait, wait_timeout_ms=2_000)
     node: Node = await nursery.start(
         partial(serve_inprocess_node, demo_config(), url, embedded=False, prefix=prefix,
                 options=options)

@@ -34,6 +34,8 @@ ALICE = "alice-demo-token"
 BOB = "bob-demo-token"
 TOKENS = TokenTable.from_plain(DEMO_TOKENS)
 FORM = {"content-type": "application/x-www-form-urlencoded"}
+LINK_TTL_MS = 2_000
+"""Long enough to sign in and open the form on a loaded machine, then wait out."""
 CSRF_INPUT = re.compile(r"name='csrf' value='([^']+)'")
 
 
@@ -189,12 +191,12 @@ async def test_a_used_link_answers_409_and_an_expired_one_410(
     assert (await sign_in(served, url)).status_code == 409
 
     node = served.nodes[0]
-    node.config = replace(node.config, state_ttl_ms=400)
+    node.config = replace(node.config, state_ttl_ms=LINK_TTL_MS)
     _, late = await start(node)
     late = on(served, 0, late)
     cookie = cookie_of(await sign_in(served, late))
     fields = {"api_key": SECRET, "csrf": await csrf_of(served, late, cookie)}
-    await trio.sleep(0.6)  # past the link's expiry on the Redis clock
+    await trio.sleep(LINK_TTL_MS / 1000 + 0.2)  # past the link's expiry on the Redis clock
     assert (await submit(served, late, cookie, fields)).status_code == 410
     assert (await page(served, late, cookie)).status_code == 410
     assert (await sign_in(served, late)).status_code == 410
