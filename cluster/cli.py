@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from loadgen.runner import FlowSample, RunSettings
 
 if TYPE_CHECKING:
+    from cluster.durability import WaitReplicas
     from loadgen.simulate import Simulation
 
 T = TypeVar("T")
@@ -466,7 +467,6 @@ def serve(
     from dataclasses import replace
 
     from cluster.config import ConfigError
-    from cluster.durability import parse_wait_replicas
     from cluster.operations import OpsOptions
     from cluster.serve import serve_cluster, settings_for
     from nodes.logging_setup import configure_logging
@@ -475,12 +475,7 @@ def serve(
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
     if config_path is None and not demo:
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
-    try:
-        waits = None if wait_replicas is None else parse_wait_replicas(wait_replicas)
-    except ValueError:
-        raise click.UsageError("--wait-replicas: 'auto' or a number from 0 to 16") from None
-    if waits not in (None, "auto", 0) and redis_url is None:
-        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    waits = _wait_replicas(wait_replicas, redis_url)
     try:
         settings = settings_for(config_path, demo, state_ttl)
     except ConfigError as exc:
@@ -490,12 +485,6 @@ def serve(
     configure_logging(log_level, json_lines=log_json)
     ops = OpsOptions(metrics_host=metrics_host, metrics_port=metrics_port)
     log_args = ["--log-level", log_level, *(["--log-json"] if log_json else [])]
-
-    def ready(urls: list[str]) -> None:
-        for url in urls:
-            click.echo(url)
-        click.echo("serving; Ctrl-C stops", err=True)
-
     try:
         trio.run(
             lambda: serve_cluster(
@@ -507,7 +496,7 @@ def serve(
                 demo=demo,
                 processes=processes,
                 config_path=config_path,
-                on_ready=ready,
+                on_ready=_print_ready,
                 ops=ops,
                 log_args=log_args,
             )
@@ -597,6 +586,25 @@ def redis_cluster(masters: int, replicas: int) -> None:
     except RedisClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo("stopped", err=True)
+
+
+def _print_ready(urls: list[str]) -> None:
+    for url in urls:
+        click.echo(url)
+    click.echo("serving; Ctrl-C stops", err=True)
+
+
+def _wait_replicas(text: str | None, redis_url: str | None) -> WaitReplicas | None:
+    """``--wait-replicas`` parsed (None: not given, the config decides)."""
+    from cluster.durability import parse_wait_replicas
+
+    try:
+        waits = None if text is None else parse_wait_replicas(text)
+    except ValueError:
+        raise click.UsageError("--wait-replicas: 'auto' or a number from 0 to 16") from None
+    if waits not in (None, "auto", 0) and redis_url is None:
+        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    return waits
 
 
 def _loopback(host: str) -> bool:
