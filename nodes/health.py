@@ -55,8 +55,6 @@ class Readiness:
         self._lock = anyio.Lock()
         self._checked_at: float | None = None
         self._ready = False
-        self.probes = 0
-        """How many probes ran (tests assert the cache holds)."""
         self.draining = False
         """Set when the node stops taking new work (SIGTERM): it is then never ready."""
 
@@ -72,7 +70,6 @@ class Readiness:
             return self._ready
 
     async def _run_probe(self) -> bool:
-        self.probes += 1
         try:
             with anyio.fail_after(self._timeout_s):
                 await self._probe()
