@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
 
 from nodes.health import Readiness, ReadinessProbe, with_health
-from nodes.metrics import ASGIApp, LegacyLoad, NodeMetrics, serve_metrics, with_metrics
+from nodes.legacy import LegacyAdapter
+from nodes.metrics import ASGIApp, NodeMetrics, serve_metrics, with_metrics
 from nodes.protocol import Node
 
 log = logging.getLogger("cluster.operations")
@@ -37,28 +37,13 @@ class OpsOptions:
         return replace(self, metrics_port=self.metrics_port + index)
 
 
-def legacy_load(adapter: Any) -> Callable[[], LegacyLoad | None]:
-    """Sessions and waiting calls from the legacy adapter's ``statistics()``, read by name:
-    ``open_sessions`` and ``waiting_calls`` when the adapter reports them, else nothing."""
-
-    def load() -> LegacyLoad | None:
-        stats = adapter.statistics()
-        sessions = getattr(stats, "open_sessions", None)
-        waiting = getattr(stats, "waiting_calls", None)
-        if sessions is None or waiting is None:
-            return None
-        return LegacyLoad(int(sessions), int(waiting))
-
-    return load
-
-
 @contextmanager
 def operate_node(
     node: Node,
     probe: ReadinessProbe,
     metrics: NodeMetrics | None,
     options: OpsOptions,
-    legacy: Any = None,
+    legacy: LegacyAdapter | None = None,
 ) -> Iterator[Callable[[ASGIApp], ASGIApp]]:
     """While the context lasts, serve ``metrics`` (if any) on their own port; yield the wrapper
     that adds ``/healthz``, ``/readyz`` and the request metrics to the node's HTTP app."""
@@ -67,7 +52,7 @@ def operate_node(
         if metrics is not None and options.metrics_port is not None:
             metrics.watch_node(node)
             if legacy is not None:
-                metrics.watch_legacy(legacy_load(legacy))
+                metrics.watch_legacy(legacy.statistics)
             port = stack.enter_context(
                 serve_metrics(metrics.registry, options.metrics_host, options.metrics_port)
             )

@@ -25,7 +25,7 @@ from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.operations import OpsOptions, operate_node
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
-from nodes.legacy import LegacyAdapter, LegacyLimits
+from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.sealing import KeyRing
@@ -66,18 +66,19 @@ async def serve_http_node(
         metrics = None if ops.metrics_port is None else NodeMetrics()
         served = store if metrics is None else metered(store, metrics)
         node = Node(replace(settings.node, node_id=node_id), served)
-        legacy = LegacyAdapter(node, SessionStore(client, prefix=prefix), legacy_limits)
-        with operate_node(node, store.check_ready, metrics, ops, legacy) as wrap:
-            await serve_node(
-                node,
-                settings.tokens,
-                host=host,
-                port=port,
-                allowed_origins=settings.allowed_origins,
-                legacy=legacy,
-                task_status=task_status,
-                wrap=wrap,
-            )
+        sessions = SessionStore(client, prefix=prefix)
+        async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
+            with operate_node(node, store.check_ready, metrics, ops, legacy) as wrap:
+                await serve_node(
+                    node,
+                    settings.tokens,
+                    host=host,
+                    port=port,
+                    allowed_origins=settings.allowed_origins,
+                    legacy=legacy,
+                    task_status=task_status,
+                    wrap=wrap,
+                )
 
 
 async def start_http_nodes(

@@ -19,7 +19,9 @@ Metric names (all prefixed ``notes_``): ``requests_total{method,tool,status}``,
 ``requests_in_flight``, ``confirmations_total{status}``, ``setup_completions_total{status}``,
 ``store_call_seconds{call}`` (histogram), ``store_call_errors_total{call}``,
 ``node_rounds_total``, ``node_executions_total``, ``node_replays_total``,
-``node_rejections_total``, ``legacy_sessions``, ``legacy_waiting_calls``.
+``node_rejections_total``, ``legacy_waiting_calls``, ``legacy_pending_calls``,
+``legacy_sessions_opened_total``, ``legacy_sessions_ended_total``,
+``legacy_sessions_evicted_total``, ``legacy_refused_by_cap_total``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -54,12 +55,16 @@ STORE_CALLS = frozenset(n for n in vars(NoteStoreAPI) if not n.startswith("_"))
 SETUP_PATH_PREFIX = "/setup/"
 
 
-@dataclass(frozen=True)
-class LegacyLoad:
-    """What the legacy adapter holds right now."""
-
-    sessions: int
-    waiting_calls: int
+LEGACY_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("waiting_calls", "gauge", "Legacy tools/call streams waiting for their client now."),
+    ("pending_calls", "gauge", "Legacy calls open now."),
+    ("sessions_opened", "counter", "Legacy sessions opened on this node."),
+    ("sessions_ended", "counter", "Legacy sessions ended (DELETE) on this node."),
+    ("sessions_evicted", "counter", "Legacy sessions evicted by the per-principal cap."),
+    ("refused_by_cap", "counter", "Legacy requests refused by a cap."),
+)
+"""What the legacy adapter's ``statistics()`` reports, by field name. Sessions live in Redis and
+may end on another node, so they are counted where they open and end, not as a gauge."""
 
 
 class _Callbacks(Collector):
@@ -67,7 +72,7 @@ class _Callbacks(Collector):
 
     def __init__(self) -> None:
         self.node: Callable[[], Any] | None = None
-        self.legacy: Callable[[], LegacyLoad | None] | None = None
+        self.legacy: Callable[[], Any] | None = None
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         if self.node is not None:
@@ -79,16 +84,17 @@ class _Callbacks(Collector):
                 ("rejections", "Refused request states (each with its reason in the log)."),
             ):
                 yield CounterMetricFamily(f"{PREFIX}_node_{name}", text, value=getattr(stats, name))
-        load = None if self.legacy is None else self.legacy()
-        if load is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_legacy_sessions", "Open legacy sessions.", value=load.sessions
-            )
-            yield GaugeMetricFamily(
-                f"{PREFIX}_legacy_waiting_calls",
-                "Legacy tools/call streams waiting for an answer.",
-                value=load.waiting_calls,
-            )
+        if self.legacy is not None:
+            yield from _legacy_families(self.legacy())
+
+
+def _legacy_families(stats: Any) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    for field, kind, text in LEGACY_FAMILIES:
+        value = getattr(stats, field, None)
+        if value is None:  # an adapter that does not report it
+            continue
+        family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+        yield family(f"{PREFIX}_legacy_{field}", text, value=value)
 
 
 class NodeMetrics:
@@ -135,9 +141,9 @@ class NodeMetrics:
         self.tool_names = frozenset(node.tools)
         self._callbacks.node = node.statistics
 
-    def watch_legacy(self, load: Callable[[], LegacyLoad | None]) -> None:
-        """Expose the legacy adapter's sessions and waiting calls at scrape time."""
-        self._callbacks.legacy = load
+    def watch_legacy(self, statistics: Callable[[], Any]) -> None:
+        """Expose the legacy adapter's ``statistics()`` (``LEGACY_FAMILIES``) at scrape time."""
+        self._callbacks.legacy = statistics
 
     def labels_for(self, scope: Scope) -> tuple[str, str]:
         """The bounded ``(method, tool)`` labels of one HTTP request."""

@@ -25,7 +25,7 @@ from cluster.operations import OpsOptions
 from cluster.serve import serve_http_node
 from nodes import http
 from nodes.auth import TokenTable
-from nodes.metrics import LegacyLoad, NodeMetrics, metered, serve_metrics, with_metrics
+from nodes.metrics import NodeMetrics, metered, serve_metrics, with_metrics
 from nodes.protocol import Node
 from store.notes import NoteStore
 from tests.harness import accept, make_nodes, meta
@@ -144,14 +144,21 @@ async def test_each_node_has_its_own_registry_and_the_global_one_stays_empty(
     assert not [name for name in REGISTRY._names_to_collectors if name.startswith("notes_")]
 
 
-async def test_legacy_gauges_come_from_the_watched_callback() -> None:
+async def test_legacy_families_come_from_the_adapters_statistics() -> None:
+    @dataclass
+    class Stats:
+        waiting_calls: int = 2
+        pending_calls: int = 3
+        sessions_opened: int = 5
+
     metrics = NodeMetrics()
-    load: list[LegacyLoad | None] = [None]
-    metrics.watch_legacy(lambda: load[0])
-    assert metrics.registry.get_sample_value("notes_legacy_sessions") is None
-    load[0] = LegacyLoad(sessions=3, waiting_calls=2)
-    assert metrics.registry.get_sample_value("notes_legacy_sessions") == 3
-    assert metrics.registry.get_sample_value("notes_legacy_waiting_calls") == 2
+    assert metrics.registry.get_sample_value("notes_legacy_waiting_calls") is None
+    metrics.watch_legacy(Stats)
+    get = metrics.registry.get_sample_value
+    assert get("notes_legacy_waiting_calls") == 2
+    assert get("notes_legacy_pending_calls") == 3
+    assert get("notes_legacy_sessions_opened_total") == 5
+    assert get("notes_legacy_sessions_ended_total") is None, "not reported: not exposed"
 
 
 async def test_a_served_node_exposes_metrics_on_their_own_port_only(
@@ -179,6 +186,7 @@ async def test_a_served_node_exposes_metrics_on_their_own_port_only(
     }
     key = ("notes_requests_total", (("method", "tools/list"), ("status", "200"), ("tool", "")))
     assert samples[key] == 1
+    assert samples[("notes_legacy_waiting_calls", ())] == 0, "the served legacy adapter's"
     assert ("notes_requests_total", (("method", "none"), ("status", "200"), ("tool", ""))) not in (
         samples
     ), "health probes are answered in front of the metrics"
