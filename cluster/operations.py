@@ -7,7 +7,7 @@ node that ``cluster.serve`` starts; the node itself knows none of this.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 
@@ -37,6 +37,20 @@ class OpsOptions:
         return replace(self, metrics_port=self.metrics_port + index)
 
 
+@dataclass(frozen=True)
+class NodeOperations:
+    """What ``operate_node`` hands the server: the middleware, and the readiness a graceful
+    drain turns off (``readiness.draining = True``: ``/readyz`` answers 503 from then on)."""
+
+    readiness: Readiness
+    metrics: NodeMetrics | None
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """``app`` with ``/healthz``, ``/readyz`` and (with metrics) the request metrics."""
+        inner = app if self.metrics is None else with_metrics(app, self.metrics)
+        return with_health(inner, self.readiness)
+
+
 @contextmanager
 def operate_node(
     node: Node,
@@ -44,10 +58,9 @@ def operate_node(
     metrics: NodeMetrics | None,
     options: OpsOptions,
     legacy: LegacyAdapter | None = None,
-) -> Iterator[Callable[[ASGIApp], ASGIApp]]:
-    """While the context lasts, serve ``metrics`` (if any) on their own port; yield the wrapper
-    that adds ``/healthz``, ``/readyz`` and the request metrics to the node's HTTP app."""
-    readiness = Readiness(probe)
+) -> Iterator[NodeOperations]:
+    """While the context lasts, serve ``metrics`` (when ``options`` names a port) on their own
+    port; yield the node's operations (``NodeOperations.wrap`` goes around its HTTP app)."""
     with ExitStack() as stack:
         if metrics is not None and options.metrics_port is not None:
             metrics.watch_node(node)
@@ -60,11 +73,6 @@ def operate_node(
                 "metrics of %s at http://%s:%d/metrics", node.config.node_id,
                 options.metrics_host, port,
             )  # fmt: skip
-            node_metrics = metrics
-
-            def wrap(app: ASGIApp) -> ASGIApp:
-                return with_health(with_metrics(app, node_metrics), readiness)
-
-            yield wrap
-            return
-        yield lambda app: with_health(app, readiness)
+        else:
+            metrics = None
+        yield NodeOperations(Readiness(probe), metrics)

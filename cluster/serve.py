@@ -68,7 +68,7 @@ async def serve_http_node(
         node = Node(replace(settings.node, node_id=node_id), served)
         sessions = SessionStore(client, prefix=prefix)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
-            with operate_node(node, store.check_ready, metrics, ops, legacy) as wrap:
+            with operate_node(node, store.check_ready, metrics, ops, legacy) as operations:
                 await serve_node(
                     node,
                     settings.tokens,
@@ -77,7 +77,7 @@ async def serve_http_node(
                     allowed_origins=settings.allowed_origins,
                     legacy=legacy,
                     task_status=task_status,
-                    wrap=wrap,
+                    wrap=operations.wrap,
                 )
 
 
