@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +22,7 @@ from cluster.demo import (
     DEMO_TOKENS,
     DEMO_WORKSPACES,
 )
+from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
 from nodes.config import (
     DEFAULT_LIST_PAGE_SIZE,
@@ -77,6 +79,7 @@ class _File(BaseModel):
         default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
     )
     list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
+    wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
     legacy: _Legacy = Field(default_factory=_Legacy)
 
 
@@ -88,9 +91,10 @@ class ClusterSettings:
     tokens: TokenTable
     allowed_origins: frozenset[str] = frozenset()
     replay_grace_ms: int = REPLAY_GRACE_MS
-    wait_replicas: int = 0
+    wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
-    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover)."""
+    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
+    1 where every master has a replica, else 0 (``cluster.durability``)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -138,7 +142,11 @@ def load_settings(path: Path) -> ClusterSettings:
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     return ClusterSettings(
-        node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
+        node,
+        tokens,
+        frozenset(parsed.allowed_origins),
+        int(parsed.replay_grace_seconds * 1000),
+        parsed.wait_replicas,
     )
 
 
