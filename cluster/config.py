@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,8 +22,17 @@ from cluster.demo import (
     DEMO_TOKENS,
     DEMO_WORKSPACES,
 )
+from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
-from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
+from nodes.config import (
+    DEFAULT_LIST_PAGE_SIZE,
+    DEFAULT_MAX_NOTE_BODY_BYTES,
+    DEFAULT_MAX_NOTES_PER_WORKSPACE,
+    DEFAULT_STATE_TTL_MS,
+    MAX_LIST_PAGE_SIZE,
+    LegacyCaps,
+    NodeConfig,
+)
 from nodes.scope import Scope, ScopeError, normalize_uri
 from nodes.sealing import KeyRing
 from store.notes import REPLAY_GRACE_MS
@@ -38,6 +48,20 @@ class _Principal(BaseModel):
     grants: list[str] = Field(min_length=1)
 
 
+class _Legacy(BaseModel):
+    """``[legacy]``: the fields of ``LegacyCaps``, each a positive integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sessions_per_principal: int = Field(default=LegacyCaps.sessions_per_principal, gt=0)
+    client_text_max_chars: int = Field(default=LegacyCaps.client_text_max_chars, gt=0)
+    request_id_max_chars: int = Field(default=LegacyCaps.request_id_max_chars, gt=0)
+    inbox_max_entries: int = Field(default=LegacyCaps.inbox_max_entries, gt=0)
+    answer_max_bytes: int = Field(default=LegacyCaps.answer_max_bytes, gt=0)
+    roots_max: int = Field(default=LegacyCaps.roots_max, gt=0)
+    pending_calls_per_session: int = Field(default=LegacyCaps.pending_calls_per_session, gt=0)
+    pending_calls_per_node: int = Field(default=LegacyCaps.pending_calls_per_node, gt=0)
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     server_name: str = Field(min_length=1, max_length=200)
@@ -49,6 +73,14 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    # A body must fit in one request (nodes.http's 1 MiB), with room for the envelope.
+    max_note_body_bytes: int = Field(default=DEFAULT_MAX_NOTE_BODY_BYTES, ge=1, le=524_288)
+    max_notes_per_workspace: int = Field(
+        default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
+    )
+    list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
+    wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
+    legacy: _Legacy = Field(default_factory=_Legacy)
 
 
 @dataclass(frozen=True)
@@ -59,9 +91,10 @@ class ClusterSettings:
     tokens: TokenTable
     allowed_origins: frozenset[str] = frozenset()
     replay_grace_ms: int = REPLAY_GRACE_MS
-    wait_replicas: int = 0
+    wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
-    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover)."""
+    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
+    1 where every master has a replica, else 0 (``cluster.durability``)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -103,9 +136,17 @@ def load_settings(path: Path) -> ClusterSettings:
         state_ttl_ms=int(parsed.state_ttl_seconds * 1000),
         archives=dict(parsed.archives),
         public_url=parsed.public_url,
+        max_note_body_bytes=parsed.max_note_body_bytes,
+        max_notes_per_workspace=parsed.max_notes_per_workspace,
+        list_page_size=parsed.list_page_size,
+        legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     return ClusterSettings(
-        node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
+        node,
+        tokens,
+        frozenset(parsed.allowed_origins),
+        int(parsed.replay_grace_seconds * 1000),
+        parsed.wait_replicas,
     )
 
 

@@ -24,9 +24,54 @@ decides expiry; the node's early reject is only an optimisation and must never r
 Redis clock would still honour, even on a node whose clock is wrong by many minutes."""
 
 
+DEFAULT_MAX_NOTE_BODY_BYTES = 65_536
+"""Largest note body, in UTF-8 bytes (64 KiB): a note is a page of text, and every read that shows
+a body stays cheap. Counted in bytes, not characters, so four-byte characters cannot make it
+256 KiB."""
+
+DEFAULT_MAX_NOTES_PER_WORKSPACE = 10_000
+"""Most notes one workspace holds; a create or move into a full workspace is refused. Bounds what
+one principal can store and what one listing can walk."""
+
+DEFAULT_LIST_PAGE_SIZE = 100
+"""Notes per ``notes_list`` page; the rest follow through ``nextCursor``."""
+
+MAX_LIST_PAGE_SIZE = 1_000
+"""Largest page size a configuration may set: a page is read in one Redis script."""
+
+
 def wall_clock_ms() -> int:
     """This node's wall clock (not trio's, not Redis'): used only for the early reject."""
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class LegacyCaps:
+    """Bounds on what one 2025-11-25 client may make a node and the store hold (``nodes.legacy``;
+    TOML table ``[legacy]``, same names). Every default is safe for a shared node."""
+
+    sessions_per_principal: int = 16
+    """Live sessions per principal; a new ``initialize`` past it ends that principal's oldest
+    session (evict, not refuse: a client that lost its session id is not locked out for the
+    hour the lost sessions would otherwise live, and only its own sessions are touched)."""
+    client_text_max_chars: int = 128
+    """``clientInfo.name`` and ``.version`` are kept (for the log) cut to this; nothing else of
+    ``clientInfo`` is stored, and of the capabilities only what the node reads."""
+    request_id_max_chars: int = 128
+    """Longest string id a ``notifications/cancelled`` may name (an integer id must fit 64
+    bits); a longer one is refused with -32602 and stored nowhere."""
+    inbox_max_entries: int = 256
+    """Approximate cap (Redis trims whole stream nodes) of one session's inbox."""
+    answer_max_bytes: int = 65_536
+    """Largest answer to a server request the inbox takes; a larger one is refused and the call
+    it belongs to ends with an ``isError`` result."""
+    roots_max: int = 64
+    """Most roots kept from one ``roots/list`` answer (roots only narrow: dropping more is safe)."""
+    pending_calls_per_session: int = 8
+    """``tools/call`` requests of one session open at once, over all nodes."""
+    pending_calls_per_node: int = 512
+    """Legacy ``tools/call`` requests one node serves at once (each holds an open HTTP response,
+    no Redis connection)."""
 
 
 @dataclass(frozen=True)
@@ -51,3 +96,11 @@ class NodeConfig:
     public_url: str | None = None
     """Base URL (``http://host:port``) at which this node serves its setup pages, for the links
     of ``notes_setup``; set from the bound address when the node serves HTTP."""
+    max_note_body_bytes: int = DEFAULT_MAX_NOTE_BODY_BYTES
+    """Largest note body in UTF-8 bytes (``notes_create``, ``notes_update``)."""
+    max_notes_per_workspace: int = DEFAULT_MAX_NOTES_PER_WORKSPACE
+    """Most notes per workspace, checked atomically by the create and move scripts."""
+    list_page_size: int = DEFAULT_LIST_PAGE_SIZE
+    """Notes per ``notes_list`` page (1..``MAX_LIST_PAGE_SIZE``)."""
+    legacy: LegacyCaps = field(default_factory=LegacyCaps)
+    """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""

@@ -9,7 +9,8 @@ back: JSON with the Reply's status, or an empty body when the Reply has none (20
 It must not know MCP methods, params, tools, protocol versions or the store: comparing headers with
 the body and every other JSON-RPC error belong to the core (``nodes.protocol``, ``nodes.headers``).
 Besides the MCP endpoint it routes ``GET|POST /setup/<token>`` to ``nodes.setup_page`` (the page
-behind ``notes_setup``'s URL-mode elicitation), which answers HTML of its own.
+behind ``notes_setup``'s URL-mode elicitation), which answers HTML of its own and reads its body
+only once it knows the caller: no route reads a body before authentication.
 It never mints or reads ``Mcp-Session-Id`` and never answers with SSE (the core has no progress to
 stream), so ``X-Accel-Buffering`` is not needed. The one exception is an injected
 ``LegacyHandler`` (the 2025-11-25 adapter, ``nodes.legacy``, which this module does not import):
@@ -30,14 +31,14 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NoReturn, Protocol, cast
+from typing import Any, Protocol, cast
 
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.typing import Framework
 
-from nodes import errors
+from nodes import errors, json_strict
 from nodes.auth import TokenTable
 from nodes.protocol import Node, Reply, RequestContext
 from nodes.setup_page import SERVICE_UNAVAILABLE_PAGE, SetupPages
@@ -86,14 +87,6 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 """ASCII output: a lone surrogate echoed from a request cannot break the UTF-8 encoding."""
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-"""Strict JSON: NaN and Infinity are parse errors."""
-
-
 def _rpc_error(exc: errors.JsonRpcError, *headers: tuple[bytes, bytes]) -> _Answer:
     body = {"jsonrpc": "2.0", "id": None, "error": exc.to_dict()}
     return _Answer(exc.http_status, _ENCODER.encode(body).encode("ascii"), headers)
@@ -125,7 +118,6 @@ _UNSUPPORTED_MEDIA = _http_error(
     415, "Unsupported Media Type: Content-Type must be application/json"
 )
 _TOO_LARGE = _http_error(413, "Payload Too Large")
-_PARSE_ERROR = _rpc_error(errors.JsonRpcError(errors.PARSE_ERROR, "Parse error"))
 _BATCH = _rpc_error(errors.invalid_request("Invalid Request: batches are not supported"))
 _TOO_DEEP = _rpc_error(errors.invalid_request("Invalid Request: JSON nested too deeply"))
 _INTERNAL = _rpc_error(errors.JsonRpcError(errors.INTERNAL_ERROR, "Internal error"))
@@ -329,13 +321,16 @@ class _StreamableHTTPApp:
         return _from_reply(reply)
 
     async def _setup_page(self, scope: Scope, receive: Receive) -> _Answer:
-        """A setup page; its body (a small form) is read only for POST, within the same limit."""
+        """A setup page; it reads its body (a small form) only once it knows the caller."""
         headers = _header_dict(scope["headers"])
-        body = b""
-        if scope["method"] == "POST":
-            body = await self._read_body(headers.get("content-length"), receive)
+
+        async def read_body(limit: int) -> bytes:
+            return await self._read_body(headers.get("content-length"), receive, limit)
+
         try:
-            page = await self.setup.answer(scope["method"], scope["path"], headers, body)
+            page = await self.setup.answer(scope["method"], scope["path"], headers, read_body)
+        except (_Rejected, _ClientGone):
+            raise
         except Exception:
             # Not the generic handler: it would log the path, and the path holds the link.
             log.exception("setup page failed")
@@ -353,9 +348,12 @@ class _StreamableHTTPApp:
             raise _Rejected(_UNAUTHENTICATED if authorization is None else _INVALID_TOKEN)
         return principal
 
-    async def _read_body(self, declared: str | None, receive: Receive) -> bytes:
-        """The whole body, refused with 413 from Content-Length up front or while counting."""
-        limit = self.max_body_bytes
+    async def _read_body(
+        self, declared: str | None, receive: Receive, limit: int | None = None
+    ) -> bytes:
+        """The whole body, refused with 413 from Content-Length up front or while counting
+        (``limit``: at most the node's ``max_body_bytes``)."""
+        limit = self.max_body_bytes if limit is None else min(limit, self.max_body_bytes)
         # Bounded before int(): a thousand-digit Content-Length is simply too large.
         if declared is not None and declared.isdecimal():
             too_large = len(declared) > 18 or int(declared) > limit
@@ -378,13 +376,14 @@ class _StreamableHTTPApp:
     def _decode(self, body: bytes) -> object:
         """One JSON-RPC object; anything else is rejected with -32700 or -32600."""
         try:
-            message = _DECODER.decode(body.decode("utf-8"))
+            message = json_strict.decode(body)
         except RecursionError:
             # Nested deeper than the interpreter's recursion limit, so far beyond ours.
             raise _Rejected(_TOO_DEEP) from None
-        except ValueError:
-            # Bad syntax, bad UTF-8, NaN/Infinity, or an integer literal too long to convert.
-            raise _Rejected(_PARSE_ERROR) from None
+        except ValueError as exc:
+            # Bad syntax or UTF-8, duplicate keys, numbers out of range, NaN, lone surrogates.
+            parse = errors.JsonRpcError(errors.PARSE_ERROR, json_strict.parse_error_message(exc))
+            raise _Rejected(_rpc_error(parse)) from None
         if isinstance(message, list):
             raise _Rejected(_BATCH)
         # Each level of nesting needs a bracket, so few brackets cannot nest too deep.
@@ -433,14 +432,18 @@ async def serve_node(
     port: int = 0,
     endpoint: str = DEFAULT_ENDPOINT,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
     **app_kwargs: Any,
 ) -> None:
     """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled.
 
     Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
-    ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``.
+    ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``; ``wrap`` (e.g. health
+    endpoints and metrics, ``cluster.operations``) wraps the app in middleware.
     """
     app = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
+    if wrap is not None:
+        app = wrap(app)
     config = Config()
     config.bind = [_bind(host, port)]
     config.accesslog = None
