@@ -11,6 +11,7 @@ id, with one log line and no traceback.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -19,19 +20,28 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis
+import trio
 
+from cluster.config import demo_settings
+from cluster.local import seed_demo
 from nodes import errors
-from nodes.legacy import LEGACY_VERSION
-from nodes.legacy.bridge import STORE_FULL_MESSAGE
+from nodes.http import serve_node
+from nodes.legacy import LEGACY_VERSION, open_legacy_adapter
+from nodes.protocol import Node
+from store.client import open_redis
+from store.notes import NoteStore
+from store.sessions import SessionStore
+from tests.conftest import require_real_redis
 from tests.test_legacy import BOB_TOKEN, STEP_S, legacy_headers
-from tests.test_legacy_waiting import one_node, open_session
+from tests.test_legacy_waiting import LIMITS, one_node, open_session
 
 ATTACKS = 40
 CLIENT_INFO_BYTES = 900_000
@@ -204,8 +214,71 @@ def assert_store_full(response: httpx.Response, request_id: int) -> None:
     assert response.status_code == 500, response.text
     body = response.json()
     assert body["id"] == request_id
-    assert body["error"] == {
-        "code": errors.INTERNAL_ERROR,
-        "message": STORE_FULL_MESSAGE,
-        "data": {"retryable": True},
-    }
+    assert body["error"] == errors.store_full().to_dict()
+    assert body["error"]["data"] == {"retryable": True, "reason": "store_full"}
+
+
+@contextlib.asynccontextmanager
+async def notes_on(notes_url: str, prefix: str) -> AsyncIterator[str]:
+    """A served node whose notes live at ``notes_url`` and whose legacy sessions live on the
+    real Redis (under ``prefix``, deleted afterwards): a full note store, sessions that work."""
+    settings = demo_settings()
+    sessions_url = require_real_redis()
+    try:
+        async with open_redis(notes_url) as notes, open_redis(sessions_url) as shared:
+            store = NoteStore(notes, prefix=prefix)
+            await seed_demo(store)
+            node = Node(settings.node, store)
+            sessions = SessionStore(shared, prefix=prefix)
+            async with (
+                open_legacy_adapter(node, sessions, LIMITS) as adapter,
+                trio.open_nursery() as nursery,
+            ):
+                serve = partial(serve_node, node, settings.tokens, legacy=adapter)
+                yield await nursery.start(serve)
+                nursery.cancel_scope.cancel()
+    finally:
+        with redis.Redis.from_url(sessions_url) as c:
+            keys = list(c.scan_iter(match=f"{prefix}:*", count=1000))
+            if keys:
+                c.delete(*keys)
+
+
+NOTES_CREATE = {
+    "name": "notes_create",
+    "arguments": {"workspaceUri": "file:///Users/bob/Notes", "title": "refused"},
+}
+
+
+async def test_a_full_note_store_answers_a_legacy_call_store_full_as_the_modern_path(
+    redis_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The note store's own ``StoreFull`` (not the session store's) during a legacy
+    ``tools/call``: the modern answer (``reason: store_full``), not "outcome unknown"."""
+    caplog.set_level(logging.INFO)
+    async with notes_on(redis_url, key_prefix) as url, httpx.AsyncClient(timeout=STEP_S) as http:
+        session = await open_session(http, url, BOB_TOKEN)
+        filler = f"{key_prefix}:filler"
+        with redis.Redis.from_url(redis_url) as filling:
+            try:
+                fill(filling, filler)
+                caplog.clear()
+                params = NOTES_CREATE
+                call = {"jsonrpc": "2.0", "id": "c-7", "method": "tools/call", "params": params}
+                headers = legacy_headers(session, BOB_TOKEN)
+                response = await http.post(url, json=call, headers=headers)
+            finally:
+                keys = list(filling.scan_iter(match=f"{filler}:*", count=1000))
+                if keys:
+                    filling.delete(*keys)
+    # A legacy call answers on its own response (JSON here: no question was asked), HTTP 200.
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["id"] == "c-7"
+    assert body["error"] == errors.store_full().to_dict()
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in lines] == [
+        "store full, legacy call refused (tool=notes_create)"
+    ]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert "Traceback" not in caplog.text

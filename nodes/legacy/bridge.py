@@ -49,8 +49,8 @@ from nodes.legacy.inbox import InboxReader, InboxWatch
 from nodes.legacy.stream import EventStream
 from nodes.protocol import Node, PreparedCall
 from nodes.sealing import StateRejected
-from store.api import StoreUnavailable
-from store.sessions import SessionRecord, SessionStore, SessionStoreFull, new_request_id
+from store.api import StoreFull, StoreUnavailable
+from store.sessions import SessionRecord, SessionStore, new_request_id
 
 log = logging.getLogger("nodes.legacy")
 
@@ -190,8 +190,11 @@ class LegacyCall:
             return wire.response(self.request_id, wire.tool_refusal(EXPIRED))
         except errors.JsonRpcError as exc:
             return wire.error_response(self.request_id, exc)
+        except StoreFull as exc:
+            log.warning("store full, legacy call refused (tool=%s): %s", self.call.tool, exc)
+            return wire.error_response(self.request_id, store_error(exc))
         except StoreUnavailable as exc:
-            log.warning("store unavailable during a legacy call: %s", exc)
+            log.warning("store unavailable during a legacy call (tool=%s): %s", self.call.tool, exc)
             return wire.error_response(self.request_id, store_error(exc))
 
     async def _drive(self) -> dict[str, Any]:
@@ -408,13 +411,11 @@ class LegacyCall:
             await self.stream.event(wire.notification("notifications/cancelled", params))
 
 
-STORE_FULL_MESSAGE = "Store full: nothing was stored; retry later"
-
-
 def store_error(exc: StoreUnavailable) -> errors.JsonRpcError:
-    """-32603 for a store failure: full (nothing was written) or unavailable (outcome unknown)."""
-    if isinstance(exc, SessionStoreFull):
-        return errors.JsonRpcError(errors.INTERNAL_ERROR, STORE_FULL_MESSAGE, {"retryable": True})
+    """-32603 for a store failure, as the modern path answers it: full (the note store's or the
+    session store's ``StoreFull``: nothing was written) or unavailable (outcome unknown)."""
+    if isinstance(exc, StoreFull):
+        return errors.store_full()
     return errors.outcome_unknown()
 
 
