@@ -178,17 +178,22 @@ class LegacyCall:
         try:
             return wire.response(self.request_id, await self._drive())
         except _Cancelled:
+            log.info("legacy call cancelled by its client (tool=%s)", self.call.tool)
             return None
         except _SessionEnded:
+            log.info("legacy call ended: its session ended (tool=%s)", self.call.tool)
             return wire.error_response(self.request_id, errors.invalid_request("Session ended"))
         except _Refused as refused:
             log.info("legacy call refused: %s (tool=%s)", refused.message, self.call.tool)
             await self._cancel_outstanding(refused.message)
             return wire.response(self.request_id, wire.tool_refusal(refused.message))
         except errors.InvalidState:
-            # The client never saw a requestState: say what happened instead.
+            # The client never saw a requestState: say what happened instead. (Why the state
+            # was rejected is logged where it was opened.)
+            log.info("legacy call refused: %s (tool=%s)", EXPIRED, self.call.tool)
             return wire.response(self.request_id, wire.tool_refusal(EXPIRED))
         except errors.JsonRpcError as exc:
+            log.info("legacy call refused: %s (tool=%s)", refusal_reason(exc), self.call.tool)
             return wire.error_response(self.request_id, exc)
         except StoreFull as exc:
             log.warning("store full, legacy call refused (tool=%s): %s", self.call.tool, exc)
@@ -409,6 +414,15 @@ class LegacyCall:
         for rid in pending:
             params = {"requestId": rid, "reason": reason}
             await self.stream.event(wire.notification("notifications/cancelled", params))
+
+
+def refusal_reason(exc: errors.JsonRpcError) -> str:
+    """What the log says of an error answer: its message, without the client's own text that
+    two messages echo (a method's or a tool's name: neither ours to log, nor bounded in form)."""
+    for fixed in ("Method not found", "Unknown tool"):
+        if exc.message.startswith(fixed + ":"):
+            return fixed
+    return exc.message
 
 
 def store_error(exc: StoreUnavailable) -> errors.JsonRpcError:
