@@ -5,7 +5,9 @@ Layer: tests. Issue 13, finding 2, on a redis-server of this module's own (free 
 900 KB ``clientInfo``, grew Redis by 38.6 MB; now it stores a few hundred bytes a session and at
 most ``sessions_per_principal`` of them, so Redis stays small and other principals keep working.
 Then Redis is filled on purpose: every legacy request answers a JSON-RPC -32603 carrying its own
-id, with one log line and no traceback.
+id, with one log line and no traceback: ``store_full`` whether the session store or the note
+store found Redis full, as on the modern path; an unreachable note store answers "outcome
+unknown" (``store_unavailable``).
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from nodes import errors
 from nodes.http import serve_node
 from nodes.legacy import LEGACY_VERSION, open_legacy_adapter
 from nodes.protocol import Node
-from store.client import open_redis
+from store.client import open_redis, redis_client
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import require_real_redis
 from tests.test_legacy import BOB_TOKEN, STEP_S, legacy_headers
 from tests.test_legacy_waiting import LIMITS, one_node, open_session
+from tests.test_store_errors import free_port
 
 ATTACKS = 40
 CLIENT_INFO_BYTES = 900_000
@@ -219,15 +222,18 @@ def assert_store_full(response: httpx.Response, request_id: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def notes_on(notes_url: str, prefix: str) -> AsyncIterator[str]:
-    """A served node whose notes live at ``notes_url`` and whose legacy sessions live on the
-    real Redis (under ``prefix``, deleted afterwards): a full note store, sessions that work."""
+async def notes_on(notes_url: str, prefix: str, *, reachable: bool = True) -> AsyncIterator[str]:
+    """A served node whose notes live at ``notes_url`` (seeded, unless not ``reachable``) and
+    whose legacy sessions live on the real Redis (under ``prefix``, deleted afterwards): a full
+    or unreachable note store, sessions that work."""
     settings = demo_settings()
     sessions_url = require_real_redis()
+    notes_client = open_redis(notes_url) if reachable else redis_client(notes_url)
     try:
-        async with open_redis(notes_url) as notes, open_redis(sessions_url) as shared:
+        async with notes_client as notes, open_redis(sessions_url) as shared:
             store = NoteStore(notes, prefix=prefix)
-            await seed_demo(store)
+            if reachable:
+                await seed_demo(store)
             node = Node(settings.node, store)
             sessions = SessionStore(shared, prefix=prefix)
             async with (
@@ -282,3 +288,27 @@ async def test_a_full_note_store_answers_a_legacy_call_store_full_as_the_modern_
     ]
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     assert "Traceback" not in caplog.text
+
+
+async def test_an_unreachable_note_store_answers_a_legacy_call_outcome_unknown(
+    key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    async with (
+        notes_on(dead, key_prefix, reachable=False) as url,
+        httpx.AsyncClient(timeout=STEP_S) as http,
+    ):
+        session = await open_session(http, url, BOB_TOKEN)
+        caplog.clear()
+        call = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": NOTES_CREATE}
+        response = await http.post(url, json=call, headers=legacy_headers(session, BOB_TOKEN))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["id"] == 8
+    assert body["error"] == errors.outcome_unknown().to_dict()
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in lines] == [
+        "store unavailable during a legacy call (tool=notes_create)"
+    ]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
