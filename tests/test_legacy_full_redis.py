@@ -123,7 +123,7 @@ def session_bytes(url: str, prefix: str) -> int:
         return sum(int(c.memory_usage(k) or 0) for k in keys)
 
 
-def initialize_message(client_info: dict[str, Any], request_id: int = 0) -> dict[str, Any]:
+def initialize_message(client_info: dict[str, Any], request_id: int | str = 0) -> dict[str, Any]:
     params = {
         "protocolVersion": LEGACY_VERSION,
         "capabilities": {"elicitation": {}},
@@ -310,5 +310,36 @@ async def test_an_unreachable_note_store_answers_a_legacy_call_outcome_unknown(
     lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.getMessage().split(":")[0] for r in lines] == [
         "store unavailable during a legacy call (tool=notes_create)"
+    ]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_an_unreachable_session_store_answers_initialize_outcome_unknown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = demo_settings()
+    caplog.set_level(logging.INFO)
+    async with redis_client(f"redis://127.0.0.1:{free_port()}/0") as gone:
+        node = Node(settings.node, NoteStore(gone, prefix="gone"))
+        sessions = SessionStore(gone, prefix="gone")
+        async with (
+            open_legacy_adapter(node, sessions, LIMITS) as adapter,
+            trio.open_nursery() as nursery,
+            httpx.AsyncClient(timeout=STEP_S) as http,
+        ):
+            serve = partial(serve_node, node, settings.tokens, legacy=adapter)
+            url = await nursery.start(serve)
+            init = initialize_message({"name": "c"}, "i-1")
+            response = await http.post(url, json=init, headers=legacy_headers(None))
+            nursery.cancel_scope.cancel()
+    assert response.status_code == 500, response.text
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": "i-1",
+        "error": errors.outcome_unknown().to_dict(),
+    }
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in lines] == [
+        "store error answering a legacy request"
     ]
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
