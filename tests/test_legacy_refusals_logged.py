@@ -45,6 +45,20 @@ async def response_to(events: Events, request_id: int) -> dict[str, Any]:
             return message
 
 
+REASONS = (
+    "legacy initialize refused: Unsupported protocol version",
+    "legacy initialize refused: capabilities and clientInfo must be objects",
+    "legacy request refused: Method not found",
+    "legacy request refused: Unknown tool",
+    "legacy call refused: Missing required client capability (tool=notes_delete)",
+    "legacy request refused: No open request has this id",
+    "legacy call refused: its session has the most pending calls allowed",
+    "legacy call refused: No answer from the client in time",
+    "legacy call ended: its session ended (tool=notes_delete)",
+)
+"""One line each refusal of the test below must have left (the start of its message)."""
+
+
 def ours(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith(("nodes", "store"))]
 
@@ -95,18 +109,13 @@ async def test_each_refused_legacy_request_and_call_logs_why_and_no_secret(
             ended = await response_to(events, 7)
         assert ended["error"]["message"] == "Session ended"
 
+    assert_logged(caplog, session)
+
+
+def assert_logged(caplog: pytest.LogCaptureFixture, session: str) -> None:
+    """Every reason in ``REASONS`` logged; no secret, no client text, no traceback."""
     messages = [r.getMessage() for r in ours(caplog)]
-    for reason in (
-        "legacy initialize refused: Unsupported protocol version",
-        "legacy initialize refused: capabilities and clientInfo must be objects",
-        "legacy request refused: Method not found",
-        "legacy request refused: Unknown tool",
-        "legacy call refused: Missing required client capability (tool=notes_delete)",
-        "legacy request refused: No open request has this id",
-        "legacy call refused: its session has the most pending calls allowed",
-        "legacy call refused: No answer from the client in time",
-        "legacy call ended: its session ended (tool=notes_delete)",
-    ):
+    for reason in REASONS:
         assert any(m.startswith(reason) for m in messages), (reason, messages)
     text = "\n".join(f"{r.getMessage()} {r.args!r}" for r in ours(caplog))
     for secret in (ALICE_TOKEN, BOB_TOKEN, session, CLIENT_TEXT):
