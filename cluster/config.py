@@ -26,12 +26,18 @@ from files. Example (``notes-cluster.example.toml`` in the README):
 
     # public_url = "https://notes.example"   # optional: base of setup links (notes_setup);
                                              # default: each node's bound address
+
+    [timeouts]                          # optional, seconds (defaults shown)
+    headers = 10                        # a request's header block, from the connection's start
+    body = 10                           # a request's whole body, once its headers arrived
+    idle = 5                            # a keep-alive connection between requests
+    drain = 10                          # on SIGTERM: in-flight requests finish within this
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -45,6 +51,13 @@ from cluster.demo import (
 )
 from nodes.auth import TokenTable
 from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
+from nodes.http import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_HEADERS_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    ServerTimeouts,
+)
 from nodes.scope import Scope, ScopeError, normalize_uri
 from nodes.sealing import KeyRing
 from store.notes import REPLAY_GRACE_MS
@@ -60,6 +73,14 @@ class _Principal(BaseModel):
     grants: list[str] = Field(min_length=1)
 
 
+class _Timeouts(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    headers: float = Field(default=DEFAULT_HEADERS_TIMEOUT_S, gt=0, le=3600)
+    body: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600)
+    idle: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0, le=3600)
+    drain: float = Field(default=DEFAULT_DRAIN_TIMEOUT_S, gt=0, le=3600)
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     server_name: str = Field(min_length=1, max_length=200)
@@ -71,6 +92,7 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    timeouts: _Timeouts = Field(default_factory=_Timeouts)
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,8 @@ class ClusterSettings:
     wait_replicas: int = 0
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
     "outcome unknown" (-32603). 0: asynchronous replication (see README, failover)."""
+    timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
+    """Header, body, idle and drain bounds of the serving path (``[timeouts]``)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -126,8 +150,13 @@ def load_settings(path: Path) -> ClusterSettings:
         archives=dict(parsed.archives),
         public_url=parsed.public_url,
     )
+    t = parsed.timeouts
     return ClusterSettings(
-        node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
+        node,
+        tokens,
+        frozenset(parsed.allowed_origins),
+        int(parsed.replay_grace_seconds * 1000),
+        timeouts=ServerTimeouts(t.headers, t.body, t.idle, t.drain),
     )
 
 

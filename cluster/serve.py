@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
+import anyio
+import anyio.abc
 import trio
 
 from cluster.config import ClusterSettings, demo_settings, load_settings
@@ -27,6 +29,8 @@ from store.client import open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
+STOP_GRACE_S = 2.0
+"""Beyond a node's drain timeout, how long its parent waits after SIGTERM before SIGKILL."""
 STATE_KEY_ENV = "NOTES_CLUSTER_STATE_KEY"
 """Environment variable through which a parent hands a demo key ring to its node processes."""
 
@@ -41,7 +45,7 @@ async def serve_http_node(
     node_id: str,
     prefix: str = DEFAULT_PREFIX,
     legacy_limits: LegacyLimits | None = None,
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
     serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store."""
@@ -63,6 +67,8 @@ async def serve_http_node(
             port=port,
             allowed_origins=settings.allowed_origins,
             legacy=legacy,
+            body_timeout_s=settings.timeouts.body_s,
+            idle_timeout_s=settings.timeouts.idle_s,
             task_status=task_status,
         )
 
@@ -195,10 +201,20 @@ async def _run_process(
         task_status.started(line.decode().strip())
         await proc.wait()
     finally:
+        await _stop_process(proc, settings.timeouts.drain_s + STOP_GRACE_S)
+
+
+async def _stop_process(proc: trio.Process, drain_s: float) -> None:
+    """SIGTERM (the node drains), then SIGKILL if it is still running after ``drain_s``."""
+    if proc.returncode is not None:
+        return
+    proc.terminate()
+    with trio.CancelScope(shield=True):
+        with trio.move_on_after(drain_s):
+            await proc.wait()
         if proc.returncode is None:
             proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
+            await proc.wait()
 
 
 def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> ClusterSettings:

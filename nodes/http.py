@@ -1,4 +1,8 @@
-"""Streamable HTTP (MCP 2026-07-28): a plain ASGI 3 app around ``Node.handle``, served by hypercorn.
+"""Streamable HTTP (MCP 2026-07-28): a plain ASGI 3 app around ``Node.handle``.
+
+Backend-neutral (anyio): the same app runs on asyncio, where node processes serve it with uvicorn
+(httptools, uvloop: ``cluster.node_server``), and on trio, where ``serve_node`` serves it with
+hypercorn's trio worker for nodes that live inside a trio process (simulations, tests).
 
 Layer: node, transport shell. It decides only what HTTP alone can decide, in this order: path
 (404), method (405, ``Allow: POST``), Origin (403), bearer token (401), Accept (406), Content-Type
@@ -30,11 +34,12 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NoReturn, Protocol, cast
+from typing import Any, NoReturn, Protocol, cast, runtime_checkable
 
-import trio
+import anyio
+import anyio.abc
+import sniffio
 from hypercorn.config import Config
-from hypercorn.trio import serve
 from hypercorn.typing import Framework
 
 from nodes import errors
@@ -49,6 +54,35 @@ DEFAULT_MAX_BODY_BYTES = 1_048_576
 """One JSON-RPC message per POST; our largest legitimate one (a 64 KiB note body) is far below."""
 DEFAULT_MAX_JSON_DEPTH = 64
 """Our messages nest about ten deep; the cap bounds the depth walk for hostile bodies."""
+DEFAULT_BODY_TIMEOUT_S = 10.0
+"""Longest wait for a request's whole body once its headers arrived. A 1 MiB body crosses a
+slow link in well under that; a client that promises a body and goes silent (slow loris) is
+answered 408 and its connection closed, so it cannot hold a slot and buffers for long."""
+DEFAULT_HEADERS_TIMEOUT_S = 10.0
+"""Longest wait for a request's complete header block, from the connection's first byte or the
+previous response (enforced by the server: ``cluster.node_server``)."""
+DEFAULT_IDLE_TIMEOUT_S = 5.0
+"""How long a keep-alive connection may sit idle between requests before the server closes it."""
+DEFAULT_DRAIN_TIMEOUT_S = 10.0
+"""On SIGTERM: how long in-flight requests may take to finish once the node stopped accepting;
+past it they are cancelled and their clients see the connection drop (outcome unknown)."""
+
+
+@dataclass(frozen=True)
+class ServerTimeouts:
+    """The serving path's time bounds (seconds), each a setting with a safe default."""
+
+    headers_s: float = DEFAULT_HEADERS_TIMEOUT_S
+    body_s: float = DEFAULT_BODY_TIMEOUT_S
+    idle_s: float = DEFAULT_IDLE_TIMEOUT_S
+    drain_s: float = DEFAULT_DRAIN_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("headers_s", "body_s", "idle_s", "drain_s"):
+            if not 0 < getattr(self, name) <= 3600:
+                raise ValueError(f"timeouts: {name} must be in (0, 3600] seconds")
+
+
 REALM = "notes-cluster"
 """The ``realm`` of our ``WWW-Authenticate`` challenges."""
 
@@ -125,6 +159,9 @@ _UNSUPPORTED_MEDIA = _http_error(
     415, "Unsupported Media Type: Content-Type must be application/json"
 )
 _TOO_LARGE = _http_error(413, "Payload Too Large")
+_BODY_TIMEOUT = _http_error(
+    408, "Request Timeout: the body did not arrive in time", (b"connection", b"close")
+)
 _PARSE_ERROR = _rpc_error(errors.JsonRpcError(errors.PARSE_ERROR, "Parse error"))
 _BATCH = _rpc_error(errors.invalid_request("Invalid Request: batches are not supported"))
 _TOO_DEEP = _rpc_error(errors.invalid_request("Invalid Request: JSON nested too deeply"))
@@ -239,8 +276,21 @@ class LegacyHandler(Protocol):
         ...
 
 
-class _StreamableHTTPApp:
-    """The ASGI callable ``make_app`` returns."""
+@runtime_checkable
+class Drainable(Protocol):
+    """A legacy handler that can end its open streams when the node drains (SIGTERM)."""
+
+    async def shutdown(self) -> None:
+        """End every open stream cleanly and refuse new ones; return when they have ended."""
+        ...
+
+
+Route = Callable[[Scope, Receive], Awaitable["_Answer | LegacyRequest"]]
+"""One route's handler: the request's scope and receive, the whole answer back."""
+
+
+class StreamableHTTPApp:
+    """The ASGI callable ``make_app`` returns: routes, the HTTP checks, and the drain hook."""
 
     def __init__(
         self,
@@ -251,6 +301,7 @@ class _StreamableHTTPApp:
         max_body_bytes: int,
         max_json_depth: int,
         legacy: LegacyHandler | None = None,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     ) -> None:
         self.node = node
         self.legacy = legacy
@@ -259,7 +310,17 @@ class _StreamableHTTPApp:
         self.allowed_origins = allowed_origins
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
+        self.body_timeout_s = body_timeout_s
         self.setup = SetupPages(node.config, node.store, tokens)
+        self.routes: dict[str, Route] = {endpoint: self._mcp}
+        """Exact paths to handlers; add a route by adding an entry (before serving)."""
+
+    async def drain(self) -> None:
+        """Called when the node stops (SIGTERM), once it no longer accepts connections: ends
+        the legacy handler's open streams, so their connections close and in-flight requests
+        alone decide how long the drain takes."""
+        if isinstance(self.legacy, Drainable):
+            await self.legacy.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -301,10 +362,15 @@ class _StreamableHTTPApp:
                 await _send(send, _INTERNAL)
 
     async def _answer(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
+        route = self.routes.get(scope["path"])
+        if route is not None:
+            return await route(scope, receive)
         if SetupPages.handles(scope["path"]):
             return await self._setup_page(scope, receive)
-        if scope["path"] != self.endpoint:
-            return _NOT_FOUND
+        return _NOT_FOUND
+
+    async def _mcp(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
+        """The MCP endpoint: the HTTP checks in order, then the core (or the legacy handler)."""
         if scope["method"] != "POST":
             if self.legacy is not None and scope["method"] == "DELETE":
                 headers = _header_dict(scope["headers"])
@@ -354,13 +420,22 @@ class _StreamableHTTPApp:
         return principal
 
     async def _read_body(self, declared: str | None, receive: Receive) -> bytes:
-        """The whole body, refused with 413 from Content-Length up front or while counting."""
+        """The whole body, refused with 413 from Content-Length up front or while counting,
+        and with 408 (connection closed) when it takes longer than the body timeout."""
         limit = self.max_body_bytes
         # Bounded before int(): a thousand-digit Content-Length is simply too large.
         if declared is not None and declared.isdecimal():
             too_large = len(declared) > 18 or int(declared) > limit
             if too_large:
                 raise _Rejected(_TOO_LARGE)
+        try:
+            with anyio.fail_after(self.body_timeout_s):
+                return await self._receive_body(receive)
+        except TimeoutError:
+            raise _Rejected(_BODY_TIMEOUT) from None
+
+    async def _receive_body(self, receive: Receive) -> bytes:
+        limit = self.max_body_bytes
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -409,15 +484,25 @@ def make_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     legacy: LegacyHandler | None = None,
-) -> ASGIApp:
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+) -> StreamableHTTPApp:
     """The ASGI 3 app serving ``node`` at ``POST endpoint`` for the principals in ``tokens``
     (and legacy clients through ``legacy``, when given)."""
     if not endpoint.startswith("/"):
         raise ValueError("endpoint must be a path starting with '/'")
     if max_body_bytes < 1 or max_json_depth < 1:
         raise ValueError("max_body_bytes and max_json_depth must be positive")
-    return _StreamableHTTPApp(
-        node, tokens, endpoint, frozenset(allowed_origins), max_body_bytes, max_json_depth, legacy
+    if body_timeout_s <= 0:
+        raise ValueError("body_timeout_s must be positive")
+    return StreamableHTTPApp(
+        node,
+        tokens,
+        endpoint,
+        frozenset(allowed_origins),
+        max_body_bytes,
+        max_json_depth,
+        legacy,
+        body_timeout_s,
     )
 
 
@@ -432,26 +517,32 @@ async def serve_node(
     host: str = "127.0.0.1",
     port: int = 0,
     endpoint: str = DEFAULT_ENDPOINT,
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     **app_kwargs: Any,
 ) -> None:
-    """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled.
+    """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled: for
+    nodes that live inside a trio process (simulations, tests). Node processes run the same app
+    on uvicorn instead (``cluster.node_server``).
 
     Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
     ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``.
     """
+    if sniffio.current_async_library() != "trio":
+        raise RuntimeError("serve_node runs hypercorn's trio worker: serve from a trio process")
+    from hypercorn.trio import serve
+
     app = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
     config = Config()
     config.bind = [_bind(host, port)]
     config.accesslog = None
+    config.keep_alive_timeout = idle_timeout_s
     # A Logger instance, not "-": hypercorn then leaves handlers to the application's logging.
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as tg:
         # hypercorn binds, then reports ["http://host:port"] read back from getsockname().
-        binds: list[str] = await nursery.start(
-            partial(serve, cast(Framework, app), config, mode="asgi")
-        )
+        binds: list[str] = await tg.start(partial(serve, cast(Framework, app), config, mode="asgi"))
         base = binds[0]
         if node.config.public_url is None:
             # Links to this node's setup pages (notes_setup) name the address actually bound.

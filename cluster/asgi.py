@@ -1,0 +1,147 @@
+"""The production entry: one node as an ASGI app that owns its Redis client through the lifespan.
+
+Layer: cluster. ``create_app`` is the factory an ASGI server imports
+(``uvicorn --factory cluster.asgi:create_app``; ``notes-cluster node`` runs exactly that, see
+``cluster.node_server``). It reads its settings from the environment:
+
+    NOTES_CLUSTER_CONFIG      path of the TOML configuration (required)
+    NOTES_CLUSTER_REDIS       redis:// URL of the store (default redis://127.0.0.1:6379/0)
+    NOTES_CLUSTER_NODE_ID     this node's name in logs and statistics (default: host-pid)
+    NOTES_CLUSTER_PUBLIC_URL  base of setup links when the config sets no ``public_url``
+
+The app is built when the server starts it (lifespan startup: open Redis, check its eviction
+policy, build the node and its legacy adapter) and closed after the server stopped serving
+(lifespan shutdown: close Redis). Between the two, HTTP requests go to ``nodes.http``'s app.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cluster.config import ClusterSettings, load_settings
+from nodes.http import Receive, Scope, Send, StreamableHTTPApp, make_app
+from nodes.legacy import LegacyAdapter, LegacyLimits
+from nodes.protocol import Node
+from store.client import open_redis
+from store.notes import DEFAULT_PREFIX, NoteStore
+from store.sessions import SessionStore
+
+log = logging.getLogger("cluster.asgi")
+
+CONFIG_ENV = "NOTES_CLUSTER_CONFIG"
+REDIS_ENV = "NOTES_CLUSTER_REDIS"
+NODE_ID_ENV = "NOTES_CLUSTER_NODE_ID"
+PUBLIC_URL_ENV = "NOTES_CLUSTER_PUBLIC_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """Everything one node process needs besides the cluster's shared settings."""
+
+    redis_url: str
+    node_id: str
+    embedded: bool = False
+    prefix: str = DEFAULT_PREFIX
+    public_url: str | None = None
+    legacy_limits: LegacyLimits | None = None
+
+
+class NodeApp:
+    """An ASGI app serving one node; opens its store at lifespan startup, closes it at shutdown.
+    ``drain`` (called by the server on SIGTERM) ends legacy streams."""
+
+    def __init__(self, settings: ClusterSettings, options: NodeOptions) -> None:
+        self.settings = settings
+        self.options = options
+        self.http: StreamableHTTPApp | None = None
+        self._stack = AsyncExitStack()
+        self.on_build: list[Callable[[StreamableHTTPApp], None]] = []
+        """Called with the HTTP app once built (before serving): a place to add routes."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        http = self.http
+        if http is not None and scope["type"] == "http":
+            await http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif http is not None:
+            await http(scope, receive, send)
+        else:
+            # A server without lifespan support never started the node.
+            await _plain_answer(send, 503, b"node not started")
+
+    async def drain(self) -> None:
+        """End legacy streams (the server has stopped accepting)."""
+        if self.http is not None:
+            await self.http.drain()
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self._start()
+                except Exception as exc:
+                    log.exception("node failed to start")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self._stack.aclose()
+                self.http = None
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _start(self) -> None:
+        o, s = self.options, self.settings
+        client = await self._stack.enter_async_context(
+            open_redis(o.redis_url, embedded=o.embedded, client_name=o.node_id)
+        )
+        store = NoteStore(
+            client,
+            prefix=o.prefix,
+            replay_grace_ms=s.replay_grace_ms,
+            wait_replicas=s.wait_replicas,
+        )
+        config = replace(s.node, node_id=o.node_id)
+        if config.public_url is None and o.public_url is not None:
+            config = replace(config, public_url=o.public_url)
+        node = Node(config, store)
+        legacy = LegacyAdapter(node, SessionStore(client, prefix=o.prefix), o.legacy_limits)
+        http = make_app(
+            node,
+            s.tokens,
+            allowed_origins=s.allowed_origins,
+            legacy=legacy,
+            body_timeout_s=s.timeouts.body_s,
+        )
+        for hook in self.on_build:
+            hook(http)
+        self.http = http
+        log.info("node %s serving, store %s", o.node_id, "embedded" if o.embedded else "Redis")
+
+
+async def _plain_answer(send: Send, status: int, body: bytes) -> None:
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app() -> NodeApp:
+    """The ASGI app factory of the production entry: settings from the environment (above)."""
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        raise RuntimeError(f"set {CONFIG_ENV} to the node's TOML configuration file")
+    options = NodeOptions(
+        redis_url=os.environ.get(REDIS_ENV, DEFAULT_REDIS_URL),
+        node_id=os.environ.get(NODE_ID_ENV) or f"{socket.gethostname()}-{os.getpid()}",
+        public_url=os.environ.get(PUBLIC_URL_ENV) or None,
+    )
+    return NodeApp(load_settings(Path(path)), options)
