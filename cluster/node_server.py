@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import multiprocess
 
@@ -128,9 +129,11 @@ def server_config(
     timeouts: ServerTimeouts,
     workers: int = 1,
     factory: bool = False,
+    log_level: str | None = None,
 ) -> NodeServerConfig:
     """uvicorn settings of a node process: httptools, uvloop, no access log, no proxy headers
-    (a node trusts no forwarded address), the idle, drain and header timeouts."""
+    (a node trusts no forwarded address), the idle, drain and header timeouts. With
+    ``log_level``, uvicorn's own logging setup at that level (else the process's logging)."""
     config = NodeServerConfig(
         app,
         host=host,
@@ -141,7 +144,8 @@ def server_config(
         access_log=False,
         proxy_headers=False,
         server_header=False,
-        log_config=None,
+        log_config=LOGGING_CONFIG if log_level else None,
+        log_level=log_level,
         timeout_keep_alive=timeouts.idle_s,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=timeouts.drain_s,  # type: ignore[arg-type]
         workers=workers,
