@@ -16,6 +16,7 @@ from pathlib import Path
 from cluster.asgi import NodeApp, NodeOptions
 from cluster.node_server import bind_socket, run_server, server_config
 from cluster.serve import settings_for
+from nodes.http import ServerTimeouts
 from store.notes import DEFAULT_PREFIX
 
 
@@ -30,7 +31,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--state-ttl", type=float, default=None)
     p.add_argument("--wait-replicas", type=int, default=0)
+    for name in ("headers", "body", "idle", "drain"):
+        p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
     return p
+
+
+def _timeouts(a: argparse.Namespace, base: ServerTimeouts) -> ServerTimeouts:
+    """``base`` with the timeouts given on the command line."""
+    given = {
+        f"{name}_s": getattr(a, f"{name}_timeout")
+        for name in ("headers", "body", "idle", "drain")
+        if getattr(a, f"{name}_timeout") is not None
+    }
+    return replace(base, **given)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = settings_for(a.config, a.config is None, a.state_ttl)
     if a.wait_replicas:
         settings = replace(settings, wait_replicas=a.wait_replicas)
+    settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
     sock = bind_socket(a.host, a.port)
     host, port = sock.getsockname()[:2]

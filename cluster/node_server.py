@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -174,6 +176,9 @@ def run_server(
     """Serve until SIGTERM or SIGINT, on ``sockets`` when given (else uvicorn binds), with
     ``config.workers`` worker processes (uvicorn's supervisor passes SIGTERM on to each worker,
     which drains as above)."""
+    # uvicorn raises a captured SIGTERM again once it has drained, under the handler it found:
+    # this one makes a drained node exit 0, as a supervisor expects of a clean stop.
+    signal.signal(signal.SIGTERM, _exit_drained)
     if config.workers == 1:
         NodeServer(config, on_started).run(sockets=sockets)
         return
@@ -184,6 +189,10 @@ def run_server(
         multiprocess.Multiprocess(config, sockets=sockets or [config.bind_socket()]).run()
     finally:
         multiprocess.Process = original  # type: ignore[misc]
+
+
+def _exit_drained(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 class _NodeWorker(multiprocess.Process):
