@@ -38,6 +38,8 @@ CONFIG_ENV = "NOTES_CLUSTER_CONFIG"
 REDIS_ENV = "NOTES_CLUSTER_REDIS"
 NODE_ID_ENV = "NOTES_CLUSTER_NODE_ID"
 PUBLIC_URL_ENV = "NOTES_CLUSTER_PUBLIC_URL"
+SERVER_TIMES_BODIES_ENV = "NOTES_CLUSTER_SERVER_TIMES_BODIES"
+"""Set to 1 by ``notes-cluster node``, whose server bounds body reads itself."""
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -51,6 +53,9 @@ class NodeOptions:
     prefix: str = DEFAULT_PREFIX
     public_url: str | None = None
     legacy_limits: LegacyLimits | None = None
+    server_times_bodies: bool = False
+    """The ASGI server bounds each body's arrival (``cluster.node_server`` does, far cheaper);
+    when False the app does, with a deadline of its own around the read (any other server)."""
 
 
 class NodeApp:
@@ -120,7 +125,7 @@ class NodeApp:
             s.tokens,
             allowed_origins=s.allowed_origins,
             legacy=legacy,
-            body_timeout_s=s.timeouts.body_s,
+            body_timeout_s=None if o.server_times_bodies else s.timeouts.body_s,
         )
         for hook in self.on_build:
             hook(http)
@@ -143,5 +148,6 @@ def create_app() -> NodeApp:
         redis_url=os.environ.get(REDIS_ENV, DEFAULT_REDIS_URL),
         node_id=os.environ.get(NODE_ID_ENV) or f"{socket.gethostname()}-{os.getpid()}",
         public_url=os.environ.get(PUBLIC_URL_ENV) or None,
+        server_times_bodies=os.environ.get(SERVER_TIMES_BODIES_ENV) == "1",
     )
     return NodeApp(load_settings(Path(path)), options)

@@ -404,7 +404,7 @@ def node(
     """``notes-cluster node``."""
     import os
 
-    from cluster.asgi import CONFIG_ENV, PUBLIC_URL_ENV, REDIS_ENV
+    from cluster.asgi import CONFIG_ENV, PUBLIC_URL_ENV, REDIS_ENV, SERVER_TIMES_BODIES_ENV
     from cluster.config import ConfigError, load_settings
     from cluster.node_server import run_server, server_config
 
@@ -416,6 +416,7 @@ def node(
     os.environ[CONFIG_ENV] = str(config_path.resolve())
     os.environ[REDIS_ENV] = redis_url
     os.environ.setdefault(PUBLIC_URL_ENV, f"http://{host}:{port}")
+    os.environ[SERVER_TIMES_BODIES_ENV] = "1"
     config = server_config(
         "cluster.asgi:create_app",
         host=host,

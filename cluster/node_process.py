@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         embedded=a.embedded,
         prefix=a.prefix,
         public_url=base,
+        server_times_bodies=True,
     )
     app = NodeApp(settings, options)
     config = server_config(app, host=a.host, port=port, timeouts=settings.timeouts)

@@ -6,14 +6,14 @@ server"): on the same client, c=8, one worker, it spent less than half of grania
 two-request flow.
 
 What uvicorn lacks is added here, small and local:
-- a header timeout (``ServerTimeouts.headers_s``): uvicorn bounds only the idle time between
-  requests, so a client that opens a connection and sends half a header block would hold it for
-  ever; ``_HeadersTimeoutProtocol`` closes it;
+- header and body timeouts (``ServerTimeouts``): uvicorn bounds only the idle time between
+  requests, so a client that opens a connection and sends half a header block, or headers that
+  promise a body it never sends, would hold it for ever; ``_TimedHttpToolsProtocol`` closes it;
 - a drain hook: on SIGTERM uvicorn stops accepting, closes idle connections, lets in-flight
   requests finish within ``timeout_graceful_shutdown`` and then runs the lifespan shutdown;
   ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``), which would
   otherwise keep their connections open until the bound.
-The body timeout is the app's own (``nodes.http``, an anyio deadline around the body).
+(Nodes inside a trio process, on hypercorn, get the body deadline from the app instead.)
 """
 
 from __future__ import annotations
@@ -37,46 +37,71 @@ log = logging.getLogger("cluster.node_server")
 
 
 class NodeServerConfig(uvicorn.Config):
-    """uvicorn's config plus the header timeout (read by ``_HeadersTimeoutProtocol``); a module
-    level class so that worker processes can unpickle it."""
+    """uvicorn's config plus the header and body timeouts (read by ``_TimedHttpToolsProtocol``);
+    a module level class so that worker processes can unpickle it."""
 
     headers_timeout_s: float = ServerTimeouts().headers_s
+    body_timeout_s: float = ServerTimeouts().body_s
 
 
-class _HeadersTimeoutProtocol(HttpToolsProtocol):
-    """httptools' protocol, closing a connection whose header block is not complete in time
-    (counted from the connection's start, then from each request's first byte)."""
+_BODY_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+)
 
-    _headers_timer: asyncio.TimerHandle | None = None
+
+class _TimedHttpToolsProtocol(HttpToolsProtocol):
+    """httptools' protocol with two more deadlines: the header block must be complete within
+    ``headers_timeout_s`` (from the connection's start, then from each request's first byte),
+    and the body within ``body_timeout_s`` of its headers; past the first the connection is
+    closed, past the second the client gets 408 (unless a response started) and it is closed.
+    One timer per phase: far cheaper than a cancel scope around the app's body read."""
+
+    _timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_headers_timer()
+        self._arm(self.config.headers_timeout_s, self._headers_timed_out)  # type: ignore[attr-defined]
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._headers_timer is None:
-            self._arm_headers_timer()
+        if self._timer is None:
+            self._arm(self.config.headers_timeout_s, self._headers_timed_out)  # type: ignore[attr-defined]
 
     def on_headers_complete(self) -> None:
-        self._disarm_headers_timer()
+        self._disarm()
         super().on_headers_complete()
+        self._arm(self.config.body_timeout_s, self._body_timed_out)  # type: ignore[attr-defined]
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_headers_timer()
+        self._disarm()
         super().connection_lost(exc)
 
-    def _arm_headers_timer(self) -> None:
-        seconds = getattr(self.config, "headers_timeout_s", ServerTimeouts().headers_s)
-        self._headers_timer = self.loop.call_later(seconds, self._headers_timed_out)
+    def _arm(self, seconds: float, expire: Callable[[], None]) -> None:
+        self._timer = self.loop.call_later(seconds, expire)
 
-    def _disarm_headers_timer(self) -> None:
-        if self._headers_timer is not None:
-            self._headers_timer.cancel()
-            self._headers_timer = None
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _headers_timed_out(self) -> None:
-        self._headers_timer = None
+        self._timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def _body_timed_out(self) -> None:
+        self._timer = None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if not cycle.response_started and not self.transport.is_closing():
+                self.transport.write(_BODY_TIMEOUT_RESPONSE)
+            # The app's receive() now answers http.disconnect; its sends are dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -140,7 +165,7 @@ def server_config(
         app,
         host=host,
         port=port,
-        http=_HeadersTimeoutProtocol,
+        http=_TimedHttpToolsProtocol,
         loop="uvloop",
         lifespan="on",
         access_log=False,
@@ -154,6 +179,7 @@ def server_config(
         factory=factory,
     )
     config.headers_timeout_s = timeouts.headers_s
+    config.body_timeout_s = timeouts.body_s
     return config
 
 

@@ -301,7 +301,7 @@ class StreamableHTTPApp:
         max_body_bytes: int,
         max_json_depth: int,
         legacy: LegacyHandler | None = None,
-        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+        body_timeout_s: float | None = DEFAULT_BODY_TIMEOUT_S,
     ) -> None:
         self.node = node
         self.legacy = legacy
@@ -428,6 +428,8 @@ class StreamableHTTPApp:
             too_large = len(declared) > 18 or int(declared) > limit
             if too_large:
                 raise _Rejected(_TOO_LARGE)
+        if self.body_timeout_s is None:  # the server enforces it (cluster.node_server)
+            return await self._receive_body(receive)
         try:
             with anyio.fail_after(self.body_timeout_s):
                 return await self._receive_body(receive)
@@ -484,15 +486,16 @@ def make_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     legacy: LegacyHandler | None = None,
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    body_timeout_s: float | None = DEFAULT_BODY_TIMEOUT_S,
 ) -> StreamableHTTPApp:
     """The ASGI 3 app serving ``node`` at ``POST endpoint`` for the principals in ``tokens``
-    (and legacy clients through ``legacy``, when given)."""
+    (and legacy clients through ``legacy``, when given). ``body_timeout_s`` bounds each body
+    read with a deadline of the app's own; None when the server enforces it."""
     if not endpoint.startswith("/"):
         raise ValueError("endpoint must be a path starting with '/'")
     if max_body_bytes < 1 or max_json_depth < 1:
         raise ValueError("max_body_bytes and max_json_depth must be positive")
-    if body_timeout_s <= 0:
+    if body_timeout_s is not None and body_timeout_s <= 0:
         raise ValueError("body_timeout_s must be positive")
     return StreamableHTTPApp(
         node,

@@ -9,7 +9,10 @@ acknowledged is in the store, and the clients, refused or cut off, carry on on t
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
 import secrets
 import signal
 import socket
@@ -20,11 +23,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis
+import trio
 
 from cluster.config import demo_settings
 from cluster.demo import ALICE_NOTES, DEMO_TENANT
@@ -40,7 +45,8 @@ SHORT_TIMEOUT_S = 1.0
 """The header and body timeouts the slow-client tests give their node."""
 DRAIN_S = 5.0
 CLIENTS = 4
-CREATES_PER_CLIENT = 40
+MAX_CREATES = 2000
+"""Per client: the bound on its loop (it normally stops long before, when the test is done)."""
 SIGTERM_AFTER = 30
 """Acknowledged creates (all clients) before node A gets SIGTERM: the load is well under way."""
 REQUEST_TIMEOUT_S = 10.0
@@ -205,34 +211,25 @@ def test_sigterm_finishes_a_request_already_in_flight_and_refuses_new_connection
 
 @dataclass
 class _Client:
-    """One load client: creates notes on node A until it fails, then on node B."""
+    """One load client: creates notes on node A until A fails it, then on node B, until told to
+    stop (at most MAX_CREATES)."""
 
     index: int
     urls: list[str]
+    stop: threading.Event
     acknowledged: list[str] = field(default_factory=list)
-    moved_after: str | None = None
+    moved: threading.Event = field(default_factory=threading.Event)
     hangs: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def run(self, ack_count: list[int], lock: threading.Lock) -> None:
-        target = 0
         with httpx.Client(timeout=REQUEST_TIMEOUT_S) as http:
-            for i in range(CREATES_PER_CLIENT):
-                body = _create_body(f"drain {self.index}-{i}", i + 1)
-                while True:
-                    try:
-                        reply = http.post(self.urls[target], content=body, headers=_headers())
-                    except httpx.TimeoutException as exc:
-                        self.hangs.append(repr(exc))
-                        return
-                    except httpx.TransportError as exc:
-                        if target == 1:
-                            self.errors.append(repr(exc))
-                            return
-                        self.moved_after = repr(exc)
-                        target = 1  # retry the same create elsewhere
-                        continue
-                    break
+            for i in range(MAX_CREATES):
+                if self.stop.is_set():
+                    return
+                reply = self._create(http, _create_body(f"drain {self.index}-{i}", i + 1))
+                if reply is None:
+                    return
                 result: dict[str, Any] = reply.json().get("result") or {}
                 if reply.status_code != 200 or result.get("isError"):
                     self.errors.append(reply.text[:200])
@@ -241,30 +238,51 @@ class _Client:
                 with lock:
                     ack_count[0] += 1
 
+    def _create(self, http: httpx.Client, body: bytes) -> httpx.Response | None:
+        """One create, retried on node B when node A refuses or drops the connection."""
+        while True:
+            target = 1 if self.moved.is_set() else 0
+            try:
+                return http.post(self.urls[target], content=body, headers=_headers())
+            except httpx.TimeoutException as exc:
+                self.hangs.append(repr(exc))
+                return None
+            except httpx.TransportError as exc:
+                if target == 1:
+                    self.errors.append(repr(exc))
+                    return None
+                self.moved.set()  # retry the same create elsewhere
+
 
 def test_sigterm_under_load_loses_no_acknowledged_create_and_clients_move_on(
     prefix: str,
 ) -> None:
     drain = ("--drain-timeout", str(DRAIN_S))
+    stop = threading.Event()
     with node_process(prefix, *drain) as a, node_process(prefix, *drain) as b:
-        clients = [_Client(i, [a.url, b.url]) for i in range(CLIENTS)]
+        clients = [_Client(i, [a.url, b.url], stop) for i in range(CLIENTS)]
         acks, lock = [0], threading.Lock()
         threads = [threading.Thread(target=c.run, args=(acks, lock)) for c in clients]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 60
-        while acks[0] < SIGTERM_AFTER and time.monotonic() < deadline:
-            time.sleep(0.01)
-        a.proc.send_signal(signal.SIGTERM)
-        for t in threads:
-            t.join(timeout=90)
-        assert a.proc.wait(timeout=2 * DRAIN_S) == 0
+        try:
+            deadline = time.monotonic() + 60
+            while acks[0] < SIGTERM_AFTER and time.monotonic() < deadline:
+                time.sleep(0.01)
+            a.proc.send_signal(signal.SIGTERM)
+            assert a.proc.wait(timeout=2 * DRAIN_S) == 0
+            for c in clients:
+                c.moved.wait(timeout=30)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=60)
     for c in clients:
         assert c.hangs == [], f"client {c.index} waited on a hung request: {c.hangs}"
         assert c.errors == [], f"client {c.index}: {c.errors}"
-        assert len(c.acknowledged) == CREATES_PER_CLIENT
-        assert c.moved_after is not None, f"client {c.index} never had to leave node A"
+        assert c.moved.is_set(), f"client {c.index} never had to leave node A"
     lost = [n for c in clients for n in c.acknowledged if not _note_exists(prefix, n)]
+    assert sum(len(c.acknowledged) for c in clients) > SIGTERM_AFTER
     assert lost == []
 
 
@@ -286,3 +304,96 @@ async def test_drain_asks_the_legacy_handler_to_end_its_streams() -> None:
     app = make_app(Node(settings.node, None), settings.tokens, legacy=legacy)  # type: ignore[arg-type]
     await app.drain()
     assert legacy.ended == 1
+
+
+async def test_the_app_answers_408_itself_when_no_server_bounds_the_body() -> None:
+    settings = demo_settings()
+    app = make_app(Node(settings.node, None), settings.tokens, body_timeout_s=0.05)  # type: ignore[arg-type]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [(k.encode(), v.encode()) for k, v in _headers().items()],
+    }
+
+    async def silent_client() -> dict[str, Any]:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    with trio.fail_after(5):
+        await app(scope, silent_client, send)
+    assert sent[0]["status"] == 408
+    assert (b"connection", b"close") in sent[0]["headers"]
+
+
+def _write_config(tmp: Path) -> Path:
+    key = tmp / "k1.key"
+    key.write_text(base64.b64encode(os.urandom(32)).decode())
+    digest = hashlib.sha256(ALICE_TOKEN.encode()).hexdigest()
+    path = tmp / "cluster.toml"
+    path.write_text(
+        f"""server_name = "serving-test"
+[state_keys]
+active = "k1"
+k1 = "file:{key}"
+[workspaces]
+"{ALICE_NOTES}" = "{DEMO_TENANT}"
+[principals.alice]
+token_sha256 = ["{digest}"]
+grants = ["{ALICE_NOTES}"]
+[timeouts]
+drain = 3
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_production_entry_serves_with_two_workers_and_stops_cleanly_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    require_real_redis()
+    port = _free_port()
+    exe = Path(sys.executable).with_name("notes-cluster")
+    args = ["node", "--config", str(_write_config(tmp_path)), "--port", str(port)]
+    args += ["--workers", "2", "--redis", REAL_REDIS_URL, "--log-level", "warning"]
+    proc = subprocess.Popen([str(exe), *args])
+    try:
+        reply = _post_when_up(f"http://127.0.0.1:{port}/mcp", _create_body("from production"))
+        assert reply.status_code == 200
+        note_id = reply.json()["result"]["structuredContent"]["noteId"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    client = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        key = TenantKeys("nc", DEMO_TENANT).note(note_id)
+        assert client.exists(key)
+        client.delete(key)
+    finally:
+        client.close()
+
+
+def _post_when_up(url: str, body: bytes) -> httpx.Response:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            return httpx.post(url, content=body, headers=_headers(), timeout=REQUEST_TIMEOUT_S)
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
