@@ -33,11 +33,12 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, NoReturn, Protocol, cast, runtime_checkable
 
 import anyio
 import anyio.abc
+import orjson
 import sniffio
 from hypercorn.config import Config
 from hypercorn.typing import Framework
@@ -83,6 +84,8 @@ class ServerTimeouts:
                 raise ValueError(f"timeouts: {name} must be in (0, 3600] seconds")
 
 
+ACCEPT_CACHE_SIZE = 64
+"""Distinct Accept values remembered with their answer (a client could send many: bounded)."""
 REALM = "notes-cluster"
 """The ``realm`` of our ``WWW-Authenticate`` challenges."""
 
@@ -191,8 +194,10 @@ def _zero_quality(params: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=ACCEPT_CACHE_SIZE)
 def accepts_json_and_sse(accept: str) -> bool:
-    """Whether an Accept value covers both ``application/json`` and ``text/event-stream``."""
+    """Whether an Accept value covers both ``application/json`` and ``text/event-stream``.
+    Cached: clients send the same few values on every request."""
     json_ok = sse_ok = False
     for item in accept.split(","):
         media, _, params = item.partition(";")
@@ -474,7 +479,18 @@ class StreamableHTTPApp:
 def _from_reply(reply: Reply) -> _Answer:
     if reply.body is None:
         return _Answer(reply.status, b"")
-    return _Answer(reply.status, _ENCODER.encode(reply.body).encode("ascii"))
+    return _Answer(reply.status, encode_json(reply.body))
+
+
+def encode_json(value: object) -> bytes:
+    """Compact JSON bytes: orjson (UTF-8) on the hot path; the ASCII encoder for what orjson
+    refuses (a lone surrogate echoed from a request, an integer beyond 64 bits), so a reply is
+    always valid UTF-8 and never an error. Non-finite floats never reach a reply: the decoder
+    refuses them in requests and the core makes none."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return _ENCODER.encode(value).encode("ascii")
 
 
 def make_app(
