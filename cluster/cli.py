@@ -31,7 +31,7 @@ EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
-    "bench": ("mcp", "mcp_types", "uvicorn"),
+    "bench": ("mcp", "mcp_types"),
 }
 """Optional dependency groups (pyproject.toml) -> the modules they provide."""
 
