@@ -10,7 +10,8 @@ Layer: cluster. ``create_app`` is the factory an ASGI server imports
     NOTES_CLUSTER_PUBLIC_URL  base of setup links when the config sets no ``public_url``
 
 The app is built when the server starts it (lifespan startup: open Redis, check its eviction
-policy, build the node and its legacy adapter) and closed after the server stopped serving
+policy, resolve the durability mode, build the node, its legacy adapter and the operator's
+middleware: ``/healthz``, ``/readyz``, metrics) and closed after the server stopped serving
 (lifespan shutdown: close Redis). Between the two, HTTP requests go to ``nodes.http``'s app.
 """
 
@@ -21,12 +22,15 @@ import os
 import socket
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cluster.config import ClusterSettings, load_settings
-from nodes.http import Receive, Scope, Send, StreamableHTTPApp, make_app
-from nodes.legacy import LegacyAdapter, LegacyLimits
+from cluster.durability import resolve_wait_replicas
+from cluster.operations import NodeOperations, OpsOptions, operate_node
+from nodes.http import ASGIApp, Receive, Scope, Send, StreamableHTTPApp, make_app
+from nodes.legacy import LegacyLimits, open_legacy_adapter
+from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from store.client import open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
@@ -53,6 +57,8 @@ class NodeOptions:
     prefix: str = DEFAULT_PREFIX
     public_url: str | None = None
     legacy_limits: LegacyLimits | None = None
+    ops: OpsOptions = field(default_factory=OpsOptions)
+    """Metrics (their own port) of this node."""
     server_times_bodies: bool = False
     """The ASGI server bounds each body's arrival (``cluster.node_server`` does, far cheaper);
     when False the app does, with a deadline of its own around the read (any other server)."""
@@ -66,24 +72,31 @@ class NodeApp:
         self.settings = settings
         self.options = options
         self.http: StreamableHTTPApp | None = None
+        """The node's HTTP app, once started."""
+        self.served: ASGIApp | None = None
+        """What requests go to: ``http`` inside the operator's middleware (health, metrics)."""
+        self.operations: NodeOperations | None = None
         self._stack = AsyncExitStack()
         self.on_build: list[Callable[[StreamableHTTPApp], None]] = []
         """Called with the HTTP app once built (before serving): a place to add routes."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        http = self.http
-        if http is not None and scope["type"] == "http":
-            await http(scope, receive, send)
+        served = self.served
+        if served is not None and scope["type"] == "http":
+            await served(scope, receive, send)
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-        elif http is not None:
-            await http(scope, receive, send)
+        elif served is not None:
+            await served(scope, receive, send)
         else:
             # A server without lifespan support never started the node.
             await _plain_answer(send, 503, b"node not started")
 
     async def drain(self) -> None:
-        """End legacy streams (the server has stopped accepting)."""
+        """The server has stopped accepting: ``/readyz`` answers 503 from now on, and legacy
+        streams end."""
+        if self.operations is not None:
+            self.operations.readiness.draining = True
         if self.http is not None:
             await self.http.drain()
 
@@ -99,27 +112,36 @@ class NodeApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self.served = self.http = self.operations = None
                 await self._stack.aclose()
-                self.http = None
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
     async def _start(self) -> None:
         o, s = self.options, self.settings
-        client = await self._stack.enter_async_context(
+        stack = self._stack
+        client = await stack.enter_async_context(
             open_redis(o.redis_url, embedded=o.embedded, client_name=o.node_id)
         )
         store = NoteStore(
             client,
             prefix=o.prefix,
             replay_grace_ms=s.replay_grace_ms,
-            wait_replicas=s.wait_replicas,
+            wait_replicas=await resolve_wait_replicas(client, s.wait_replicas),
         )
+        metrics = None if o.ops.metrics_port is None else NodeMetrics()
+        served = store if metrics is None else metered(store, metrics)
         config = replace(s.node, node_id=o.node_id)
         if config.public_url is None and o.public_url is not None:
             config = replace(config, public_url=o.public_url)
-        node = Node(config, store)
-        legacy = LegacyAdapter(node, SessionStore(client, prefix=o.prefix), o.legacy_limits)
+        node = Node(config, served)
+        sessions = SessionStore(client, prefix=o.prefix)
+        legacy = await stack.enter_async_context(
+            open_legacy_adapter(node, sessions, o.legacy_limits)
+        )
+        operations = stack.enter_context(
+            operate_node(node, store.check_ready, metrics, o.ops, legacy)
+        )
         http = make_app(
             node,
             s.tokens,
@@ -129,7 +151,9 @@ class NodeApp:
         )
         for hook in self.on_build:
             hook(http)
+        self.operations = operations
         self.http = http
+        self.served = operations.wrap(http)
         log.info("node %s serving, store %s", o.node_id, "embedded" if o.embedded else "Redis")
 
 

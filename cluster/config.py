@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,8 +22,9 @@ from cluster.demo import (
     DEMO_TOKENS,
     DEMO_WORKSPACES,
 )
+from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
-from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
+from nodes.config import DEFAULT_STATE_TTL_MS, LegacyCaps, NodeConfig
 from nodes.http import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_DRAIN_TIMEOUT_S,
@@ -53,6 +55,20 @@ class _Timeouts(BaseModel):
     drain: float = Field(default=DEFAULT_DRAIN_TIMEOUT_S, gt=0, le=3600)
 
 
+class _Legacy(BaseModel):
+    """``[legacy]``: the fields of ``LegacyCaps``, each a positive integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sessions_per_principal: int = Field(default=LegacyCaps.sessions_per_principal, gt=0)
+    client_text_max_chars: int = Field(default=LegacyCaps.client_text_max_chars, gt=0)
+    request_id_max_chars: int = Field(default=LegacyCaps.request_id_max_chars, gt=0)
+    inbox_max_entries: int = Field(default=LegacyCaps.inbox_max_entries, gt=0)
+    answer_max_bytes: int = Field(default=LegacyCaps.answer_max_bytes, gt=0)
+    roots_max: int = Field(default=LegacyCaps.roots_max, gt=0)
+    pending_calls_per_session: int = Field(default=LegacyCaps.pending_calls_per_session, gt=0)
+    pending_calls_per_node: int = Field(default=LegacyCaps.pending_calls_per_node, gt=0)
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     server_name: str = Field(min_length=1, max_length=200)
@@ -64,6 +80,8 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
+    legacy: _Legacy = Field(default_factory=_Legacy)
     timeouts: _Timeouts = Field(default_factory=_Timeouts)
 
 
@@ -75,9 +93,10 @@ class ClusterSettings:
     tokens: TokenTable
     allowed_origins: frozenset[str] = frozenset()
     replay_grace_ms: int = REPLAY_GRACE_MS
-    wait_replicas: int = 0
+    wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
-    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover)."""
+    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
+    1 where every master has a replica, else 0 (``cluster.durability``)."""
     timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
     """Header, body, idle and drain bounds of the serving path (``[timeouts]``)."""
 
@@ -121,6 +140,7 @@ def load_settings(path: Path) -> ClusterSettings:
         state_ttl_ms=int(parsed.state_ttl_seconds * 1000),
         archives=dict(parsed.archives),
         public_url=parsed.public_url,
+        legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     t = parsed.timeouts
     return ClusterSettings(
@@ -128,6 +148,7 @@ def load_settings(path: Path) -> ClusterSettings:
         tokens,
         frozenset(parsed.allowed_origins),
         int(parsed.replay_grace_seconds * 1000),
+        parsed.wait_replicas,
         timeouts=ServerTimeouts(t.headers, t.body, t.idle, t.drain),
     )
 

@@ -14,10 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from cluster.asgi import NodeApp, NodeOptions
+from cluster.durability import parse_wait_replicas
 from cluster.node_server import bind_socket, run_server, server_config
+from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions
 from cluster.serve import settings_for
 from nodes.http import ServerTimeouts
+from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
 from store.notes import DEFAULT_PREFIX
+
+TIMEOUTS = ("headers", "body", "idle", "drain")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,8 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default=DEFAULT_PREFIX)
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--state-ttl", type=float, default=None)
-    p.add_argument("--wait-replicas", type=int, default=0)
-    for name in ("headers", "body", "idle", "drain"):
+    p.add_argument("--wait-replicas", type=parse_wait_replicas, default=None)
+    p.add_argument("--metrics-host", default=DEFAULT_METRICS_HOST)
+    p.add_argument("--metrics-port", type=int, default=None)
+    p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
+    p.add_argument("--log-json", action="store_true")
+    for name in TIMEOUTS:
         p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
     return p
 
@@ -40,7 +49,7 @@ def _timeouts(a: argparse.Namespace, base: ServerTimeouts) -> ServerTimeouts:
     """``base`` with the timeouts given on the command line."""
     given = {
         f"{name}_s": getattr(a, f"{name}_timeout")
-        for name in ("headers", "body", "idle", "drain")
+        for name in TIMEOUTS
         if getattr(a, f"{name}_timeout") is not None
     }
     return replace(base, **given)
@@ -49,8 +58,9 @@ def _timeouts(a: argparse.Namespace, base: ServerTimeouts) -> ServerTimeouts:
 def main(argv: list[str] | None = None) -> None:
     """Parse the parent's arguments and serve."""
     a = _parser().parse_args(argv)
+    configure_logging(a.log_level, json_lines=a.log_json)
     settings = settings_for(a.config, a.config is None, a.state_ttl)
-    if a.wait_replicas:
+    if a.wait_replicas is not None:
         settings = replace(settings, wait_replicas=a.wait_replicas)
     settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
@@ -63,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         embedded=a.embedded,
         prefix=a.prefix,
         public_url=base,
+        ops=OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port),
         server_times_bodies=True,
     )
     app = NodeApp(settings, options)

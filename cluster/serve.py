@@ -13,7 +13,7 @@ import base64
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,10 +23,13 @@ import anyio.abc
 import trio
 
 from cluster.config import ClusterSettings, demo_settings, load_settings
+from cluster.durability import resolve_wait_replicas
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
+from cluster.operations import OpsOptions, operate_node
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
-from nodes.legacy import LegacyAdapter, LegacyLimits
+from nodes.legacy import LegacyLimits, open_legacy_adapter
+from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.sealing import KeyRing
 from store.client import open_redis
@@ -49,32 +52,40 @@ async def serve_http_node(
     node_id: str,
     prefix: str = DEFAULT_PREFIX,
     legacy_limits: LegacyLimits | None = None,
+    ops: OpsOptions | None = None,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
-    serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store."""
+    serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store, and
+    ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``cluster.operations``)."""
     from dataclasses import replace
 
+    ops = ops or OpsOptions()
     async with open_redis(redis_url, embedded=embedded) as client:
         store = NoteStore(
             client,
             prefix=prefix,
             replay_grace_ms=settings.replay_grace_ms,
-            wait_replicas=settings.wait_replicas,
+            wait_replicas=await resolve_wait_replicas(client, settings.wait_replicas),
         )
-        node = Node(replace(settings.node, node_id=node_id), store)
-        legacy = LegacyAdapter(node, SessionStore(client, prefix=prefix), legacy_limits)
-        await serve_node(
-            node,
-            settings.tokens,
-            host=host,
-            port=port,
-            allowed_origins=settings.allowed_origins,
-            legacy=legacy,
-            body_timeout_s=settings.timeouts.body_s,
-            idle_timeout_s=settings.timeouts.idle_s,
-            task_status=task_status,
-        )
+        metrics = None if ops.metrics_port is None else NodeMetrics()
+        served = store if metrics is None else metered(store, metrics)
+        node = Node(replace(settings.node, node_id=node_id), served)
+        sessions = SessionStore(client, prefix=prefix)
+        async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
+            with operate_node(node, store.check_ready, metrics, ops, legacy) as operations:
+                await serve_node(
+                    node,
+                    settings.tokens,
+                    host=host,
+                    port=port,
+                    allowed_origins=settings.allowed_origins,
+                    legacy=legacy,
+                    body_timeout_s=settings.timeouts.body_s,
+                    idle_timeout_s=settings.timeouts.idle_s,
+                    task_status=task_status,
+                    wrap=operations.wrap,
+                )
 
 
 async def start_http_nodes(
@@ -89,6 +100,7 @@ async def start_http_nodes(
     prefix: str = DEFAULT_PREFIX,
     name: str = "node",
     legacy_limits: LegacyLimits | None = None,
+    ops: OpsOptions | None = None,
 ) -> list[str]:
     """Start ``count`` HTTP nodes in ``nursery`` (node i on ``base_port + i``, or on free ports
     when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs."""
@@ -104,6 +116,7 @@ async def start_http_nodes(
             node_id=f"{name}-{i}",
             prefix=prefix,
             legacy_limits=legacy_limits,
+            ops=(ops or OpsOptions()).for_node(i),
         )
         urls.append(await nursery.start(start))
     return urls
@@ -126,8 +139,12 @@ async def serve_cluster(
     processes: bool = False,
     config_path: Path | None = None,
     on_ready: Callable[[list[str]], None] | None = None,
+    ops: OpsOptions | None = None,
+    log_args: Sequence[str] = (),
 ) -> None:
-    """Serve ``nodes`` HTTP nodes on ``base_port + i`` until cancelled."""
+    """Serve ``nodes`` HTTP nodes on ``base_port + i`` until cancelled (with ``processes``, each
+    child gets ``log_args``: the parent's ``--log-level`` / ``--log-json``)."""
+    ops = ops or OpsOptions()
     with store_url(redis_url) as (url, embedded):
         if demo:
             await seed_demo_notes(url, embedded)
@@ -142,6 +159,8 @@ async def serve_cluster(
                     host=host,
                     base_port=base_port,
                     config_path=config_path,
+                    ops=ops,
+                    log_args=log_args,
                 )
             else:
                 urls = await start_http_nodes(
@@ -152,6 +171,7 @@ async def serve_cluster(
                     embedded=embedded,
                     host=host,
                     base_port=base_port,
+                    ops=ops,
                 )
             if on_ready is not None:
                 on_ready(urls)
@@ -169,6 +189,8 @@ class ProcessNode:
     node_id: str
     prefix: str
     config_path: Path | None
+    extra_args: Sequence[str] = ()
+    """Passed on as they are: the parent's logging and this node's metrics options."""
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The child's command line and environment."""
@@ -179,6 +201,7 @@ class ProcessNode:
         t = self.settings.timeouts
         args += ["--headers-timeout", str(t.headers_s), "--body-timeout", str(t.body_s)]
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
+        args += self.extra_args
         env = dict(os.environ)
         if self.embedded:
             args.append("--embedded")
@@ -202,16 +225,21 @@ async def start_process_nodes(
     prefix: str = DEFAULT_PREFIX,
     name: str = "node",
     config_path: Path | None = None,
+    ops: OpsOptions | None = None,
+    log_args: Sequence[str] = (),
 ) -> list[str]:
     """Start ``count`` node processes in ``nursery``, all at once (node i on ``base_port + i``,
     or on free ports when ``base_port`` is 0); return their endpoint URLs once all are ready.
-    Cancelling the nursery stops each with SIGTERM (a drain), then SIGKILL past its bound."""
+    Cancelling the nursery stops each with SIGTERM (a drain), then SIGKILL past its bound.
+    Each child gets ``log_args`` and its own metrics options from ``ops``."""
+    ops = ops or OpsOptions()
     urls: list[str] = [""] * count
 
     async def start(i: int) -> None:
         port = base_port + i if base_port else 0
+        extra = [*log_args, *_ops_args(ops.for_node(i))]
         node = ProcessNode(
-            settings, redis_url, embedded, host, port, f"{name}-{i}", prefix, config_path
+            settings, redis_url, embedded, host, port, f"{name}-{i}", prefix, config_path, extra
         )
         urls[i] = await nursery.start(_run_process, node, i)
 
@@ -252,6 +280,12 @@ async def _stop_process(proc: trio.Process, drain_s: float) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def _ops_args(ops: OpsOptions) -> list[str]:
+    if ops.metrics_port is None:
+        return []
+    return ["--metrics-host", ops.metrics_host, "--metrics-port", str(ops.metrics_port)]
 
 
 def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> ClusterSettings:
