@@ -27,17 +27,24 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import mcp_types as types
 import pytest
 import redis
 import trio
+from mcp.client import ClientRequestContext
 
 from cluster.config import demo_settings
 from cluster.demo import ALICE_NOTES, DEMO_TENANT
+from cluster.serve import seed_demo_notes, start_process_nodes
 from nodes.http import make_app
 from nodes.protocol import Node
+from store.client import open_redis
 from store.keys import TenantKeys
+from store.notes import NoteStore
 from tests.conftest import REAL_REDIS_URL, require_real_redis
 from tests.harness import meta
+from tests.test_legacy import ALICE_DOCS, deletions, legacy_sdk_client
+from tests.test_sdk_interop import DELETE_ARGS, Elicitations, tps_reports
 
 ALICE_TOKEN = "alice-demo-token"
 START_TIMEOUT_S = 30.0
@@ -397,3 +404,33 @@ def _post_when_up(url: str, body: bytes) -> httpx.Response:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+async def test_the_sdk_in_legacy_mode_deletes_across_node_processes(prefix: str) -> None:
+    """The 2025-11-25 adapter on the production serving path: its stream on one uvicorn node
+    process, the client's answers posted to the others."""
+    url = require_real_redis()
+    await seed_demo_notes(url, False, prefix=prefix)
+    async with open_redis(url) as client, trio.open_nursery() as nursery:
+        store = NoteStore(client, prefix=prefix)
+        urls = await start_process_nodes(
+            nursery, demo_settings(), url, count=3, embedded=False, prefix=prefix
+        )
+        before = await tps_reports(store)
+
+        async def list_roots(context: ClientRequestContext) -> types.ListRootsResult:
+            return types.ListRootsResult(roots=[types.Root(uri=ALICE_DOCS)])  # type: ignore[arg-type]
+
+        callback = Elicitations("accept")
+        async with legacy_sdk_client(
+            urls, elicitation_callback=callback, list_roots_callback=list_roots
+        ) as (sdk, rotation):
+            result = await sdk.call_tool("notes_delete", DELETE_ARGS)
+        picked = next(k for k, v in before.items() if v == 1_719_835_200_000)
+        assert result.structured_content == {"deleted": True, "noteId": picked}
+        assert await deletions(store, picked) == 1
+        call = next(h for h in rotation.hops if h.method == "tools/call")
+        answers = [h for h in rotation.hops if h.method == "answer"]
+        assert answers
+        assert all(h.node != call.node for h in answers)
+        nursery.cancel_scope.cancel()
