@@ -8,6 +8,8 @@ Layer: cluster. ``create_app`` is the factory an ASGI server imports
     NOTES_CLUSTER_REDIS       redis:// URL of the store (default redis://127.0.0.1:6379/0)
     NOTES_CLUSTER_NODE_ID     this node's name in logs and statistics (default: host-pid)
     NOTES_CLUSTER_PUBLIC_URL  base of setup links when the config sets no ``public_url``
+    NOTES_CLUSTER_LOG_LEVEL   when set, logging at this level (``nodes.logging_setup``)
+    NOTES_CLUSTER_LOG_JSON    1: log JSON lines
 
 The app is built when the server starts it (lifespan startup: open Redis, check its eviction
 policy, resolve the durability mode, build the node, its legacy adapter and the operator's
@@ -30,6 +32,7 @@ from cluster.durability import resolve_wait_replicas
 from cluster.operations import NodeOperations, OpsOptions, operate_node
 from nodes.http import ASGIApp, Receive, Scope, Send, StreamableHTTPApp, make_app
 from nodes.legacy import LegacyLimits, open_legacy_adapter
+from nodes.logging_setup import configure_logging
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from store.client import open_redis
@@ -42,6 +45,8 @@ CONFIG_ENV = "NOTES_CLUSTER_CONFIG"
 REDIS_ENV = "NOTES_CLUSTER_REDIS"
 NODE_ID_ENV = "NOTES_CLUSTER_NODE_ID"
 PUBLIC_URL_ENV = "NOTES_CLUSTER_PUBLIC_URL"
+LOG_LEVEL_ENV = "NOTES_CLUSTER_LOG_LEVEL"
+LOG_JSON_ENV = "NOTES_CLUSTER_LOG_JSON"
 SERVER_TIMES_BODIES_ENV = "NOTES_CLUSTER_SERVER_TIMES_BODIES"
 """Set to 1 by ``notes-cluster node``, whose server bounds body reads itself."""
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -165,6 +170,9 @@ async def _plain_answer(send: Send, status: int, body: bytes) -> None:
 
 def create_app() -> NodeApp:
     """The ASGI app factory of the production entry: settings from the environment (above)."""
+    level = os.environ.get(LOG_LEVEL_ENV)
+    if level:
+        configure_logging(level, json_lines=os.environ.get(LOG_JSON_ENV) == "1")
     path = os.environ.get(CONFIG_ENV)
     if not path:
         raise RuntimeError(f"set {CONFIG_ENV} to the node's TOML configuration file")

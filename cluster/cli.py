@@ -497,26 +497,43 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     show_default=True,
     help="redis:// URL of the store (a Redis Cluster node is detected).",
 )
-@click.option("--log-level", default="info", show_default=True)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(("DEBUG", "INFO", "WARNING", "ERROR"), case_sensitive=False),
+)
+@click.option("--log-json", is_flag=True, help="Log JSON lines.")
 def node(
-    config_path: Path, host: str, port: int, workers: int, redis_url: str, log_level: str
+    config_path: Path,
+    host: str,
+    port: int,
+    workers: int,
+    redis_url: str,
+    log_level: str,
+    log_json: bool,
 ) -> None:
     """``notes-cluster node``."""
     import os
 
-    from cluster.asgi import CONFIG_ENV, PUBLIC_URL_ENV, REDIS_ENV, SERVER_TIMES_BODIES_ENV
+    from cluster import asgi
     from cluster.config import ConfigError, load_settings
     from cluster.node_server import run_server, server_config
+    from nodes.logging_setup import configure_logging
+
+    configure_logging(log_level.upper(), json_lines=log_json)
 
     try:
         settings = load_settings(config_path)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     # The factory runs in each worker and reads these (a worker is a fresh interpreter).
-    os.environ[CONFIG_ENV] = str(config_path.resolve())
-    os.environ[REDIS_ENV] = redis_url
-    os.environ.setdefault(PUBLIC_URL_ENV, f"http://{host}:{port}")
-    os.environ[SERVER_TIMES_BODIES_ENV] = "1"
+    os.environ[asgi.CONFIG_ENV] = str(config_path.resolve())
+    os.environ[asgi.REDIS_ENV] = redis_url
+    os.environ.setdefault(asgi.PUBLIC_URL_ENV, f"http://{host}:{port}")
+    os.environ[asgi.SERVER_TIMES_BODIES_ENV] = "1"
+    os.environ[asgi.LOG_LEVEL_ENV] = log_level.upper()
+    os.environ[asgi.LOG_JSON_ENV] = "1" if log_json else "0"
     config = server_config(
         "cluster.asgi:create_app",
         host=host,
@@ -524,7 +541,6 @@ def node(
         timeouts=settings.timeouts,
         workers=workers,
         factory=True,
-        log_level=log_level,
     )
     run_server(config)
 

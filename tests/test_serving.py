@@ -374,7 +374,7 @@ def test_the_production_entry_serves_with_two_workers_and_stops_cleanly_on_sigte
     port = _free_port()
     exe = Path(sys.executable).with_name("notes-cluster")
     args = ["node", "--config", str(_write_config(tmp_path)), "--port", str(port)]
-    args += ["--workers", "2", "--redis", REAL_REDIS_URL, "--log-level", "warning"]
+    args += ["--workers", "2", "--redis", REAL_REDIS_URL, "--log-level", "WARNING"]
     proc = subprocess.Popen([str(exe), *args])
     try:
         reply = _post_when_up(f"http://127.0.0.1:{port}/mcp", _create_body("from production"))
