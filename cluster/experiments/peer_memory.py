@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.api import Confirmation, ConfirmOutcome, Note, Snapshot, StoreOp
+from store.api import Confirmation, ConfirmOutcome, NoteHead, Snapshot, StoreOp
 
 
 def _now_ms() -> int:
@@ -25,7 +25,7 @@ def _now_ms() -> int:
 class MemoryNotes:
     """Notes and replay entries in dictionaries."""
 
-    notes: dict[str, Note] = field(default_factory=dict)
+    notes: dict[str, NoteHead] = field(default_factory=dict)
     titles: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     """(tenant, workspace, title) -> note ids."""
     tenants: dict[str, str] = field(default_factory=dict)
@@ -36,7 +36,7 @@ class MemoryNotes:
     def add(self, tenant: str, workspace: str, title: str, note_id: str) -> None:
         """Store one note (version 1)."""
         now = _now_ms()
-        self.notes[note_id] = Note(note_id, title, "bench", workspace, 1, now, now)
+        self.notes[note_id] = NoteHead(note_id, title, workspace, 1, now, now)
         self.titles.setdefault((tenant, workspace, title), []).append(note_id)
         self.tenants[note_id] = tenant
 

@@ -53,7 +53,7 @@ from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
 from cluster.experiments.peer_memory import load_targets
 from cluster.load_fixture import load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError
-from store.api import Confirmation, ConfirmOutcome, Note, Snapshot
+from store.api import Confirmation, ConfirmOutcome, NoteHead, Snapshot
 from store.client import open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
 
@@ -86,7 +86,7 @@ class StaticTokens:
         return AccessToken(token=token, client_id=principal, scopes=[], subject=principal)
 
 
-def _form(notes: tuple[Note, ...]) -> ElicitRequest:
+def _form(notes: tuple[NoteHead, ...]) -> ElicitRequest:
     options = [{"const": n.note_id, "title": f"{n.title} ({n.uri})"} for n in notes]
     pick: dict[str, Any] = {"type": "string", "title": "Note", "oneOf": options}
     if len(notes) == 1:
