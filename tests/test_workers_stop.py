@@ -2,8 +2,9 @@
 
 Each test starts a real run (two worker processes on the real Redis, far more flows than it
 will finish) as a subprocess, waits until both workers are in their run, then plants the cause:
-SIGKILL of the parent (nobody left to stop the workers: they must notice themselves), SIGTERM
-of the parent (it stops them and says so), SIGKILL of one worker (the parent fails at once).
+SIGKILL of the parent (nobody left to stop the workers: they must notice themselves); SIGTERM
+of the parent or Ctrl-C to its group (it stops them and says so); SIGKILL of one worker (the
+parent fails at once).
 Every loop is bounded by ``GIVE_UP_S``, far below the run's own ``--duration``, so a worker that
 ignored its parent's end would fail the test instead of ending with the run.
 """
@@ -50,6 +51,7 @@ class Run:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # a process group of its own, as a shell gives a command
         )
         self.pids: dict[str, Any] = {}
         self.stderr: str | None = None
@@ -137,12 +139,22 @@ def test_workers_stop_by_themselves_when_the_parent_is_killed(run: Run) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_workers_and_says_so(run: Run) -> None:
+@pytest.mark.parametrize(
+    ("send", "name"),
+    [
+        (lambda pid: os.kill(pid, signal.SIGTERM), "SIGTERM"),  # a supervisor stops the parent
+        (lambda pid: os.killpg(pid, signal.SIGINT), "SIGINT"),  # Ctrl-C: the whole group
+    ],
+    ids=["sigterm-parent", "ctrl-c-group"],
+)
+def test_a_stop_signal_stops_the_workers_and_says_so(
+    run: Run, send: Callable[[int], None], name: str
+) -> None:
     workers = run.wait_for_workers()
-    run.parent.send_signal(signal.SIGTERM)
+    send(run.parent.pid)
     err = run.output()
-    assert run.parent.returncode == 128 + signal.SIGTERM, err
-    assert "stopped by SIGTERM: workers stopped, no verdict" in err
+    assert run.parent.returncode == 128 + signal.Signals[name], err
+    assert f"stopped by {name}: workers stopped, no verdict" in err
     assert "Traceback" not in err
     assert not any(_running(pid) for pid in workers)
     assert _keys(run.url, run.pids["prefix"]) == []  # the parent dropped the run's keys
