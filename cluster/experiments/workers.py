@@ -103,8 +103,9 @@ def _worker_main(options: SimulateOptions, parent: Connection, parent_pid: int) 
     """A worker process: its share of the load, unless its parent goes away first."""
     # Ctrl-C reaches the whole process group: the parent alone decides, and stops its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if not trio.run(_run_unless_orphaned, options, parent):
-        sys.stderr.write(_orphaned(options.worker, parent_pid))
+    message = _orphaned(options.worker, parent_pid)
+    if not trio.run(_run_unless_orphaned, options, parent, message):
+        sys.stderr.write(message)
         sys.exit(ORPHAN_EXIT)
 
 
@@ -112,7 +113,7 @@ def _orphaned(worker: int | None, parent_pid: int) -> str:
     return f"worker {worker}: its parent process {parent_pid} is gone: run stopped, no verdict\n"
 
 
-async def _run_unless_orphaned(options: SimulateOptions, parent: Connection) -> bool:
+async def _run_unless_orphaned(options: SimulateOptions, parent: Connection, message: str) -> bool:
     """Run ``simulate``; False when the parent went away first (the run is then cancelled).
 
     The parent holds the only write end of ``parent``'s pipe and never writes: the read end
@@ -125,7 +126,7 @@ async def _run_unless_orphaned(options: SimulateOptions, parent: Connection) -> 
             nonlocal orphaned
             await trio.lowlevel.wait_readable(parent.fileno())
             orphaned = True
-            _exit_hard_after(ORPHAN_STOP_S, _orphaned(options.worker, os.getppid()))
+            _exit_hard_after(ORPHAN_STOP_S, message)
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch)
