@@ -281,9 +281,25 @@ def simulate_cmd(
         exercise=_exercise_rule(min_completed, min_per_kind),
         workers=workers,
     )
-    with _nodes_log(run_dir / "nodes.log" if kinds else None):
+    with _nodes_log(run_dir / "nodes.log" if kinds else None), _no_verdict_on_workers_error():
         sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
     _report(sim, run_dir, as_json)
+
+
+@contextmanager
+def _no_verdict_on_workers_error() -> Iterator[None]:
+    """``--workers``: a failed worker is a clear error (exit 3, no verdict), not a traceback;
+    SIGTERM/SIGINT exit 128 + the signal's number, as a shell expects."""
+    from cluster.experiments.workers import WorkersError, WorkersStopped
+
+    try:
+        yield
+    except WorkersStopped as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(128 + exc.signum)
+    except WorkersError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(EXIT_UNKNOWN)
 
 
 def _fault_kinds(text: str, *, embedded: bool) -> frozenset[FaultKind]:

@@ -11,10 +11,17 @@ several ``loadgen`` processes. The embedded store is refused: it lives inside on
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import trio
@@ -47,8 +54,30 @@ WORKER_GRACE_S = 120.0
 """How long past the run's duration the parent waits for a worker before giving up on it."""
 
 
+PIDS_FILE = "workers.json"
+"""In the run folder: the parent's and the workers' pids and the run's key prefix."""
+
+STOP_GRACE_S = 5.0
+"""How long a worker gets to end on SIGTERM before SIGKILL."""
+
+ORPHAN_STOP_S = 10.0
+"""How long an orphaned worker's cancelled run may take to end before the worker exits hard."""
+
+ORPHAN_EXIT = 70
+"""A worker's exit code when it stopped because its parent went away."""
+
+
 class WorkersError(RuntimeError):
-    """A worker process failed: the run has no verdict."""
+    """A worker process failed (or ran too long): the run has no verdict."""
+
+
+class WorkersStopped(WorkersError):
+    """SIGTERM or SIGINT stopped the run: the workers are stopped, the keys dropped."""
+
+    def __init__(self, signum: int, run_dir: Path | None) -> None:
+        self.signum = signum
+        name = signal.Signals(signum).name
+        super().__init__(f"stopped by {name}: workers stopped, no verdict (run folder {run_dir})")
 
 
 def worker_options(options: SimulateOptions, k: int, prefix: str) -> SimulateOptions:
@@ -70,12 +99,60 @@ def worker_options(options: SimulateOptions, k: int, prefix: str) -> SimulateOpt
     )
 
 
-def _worker_main(options: SimulateOptions) -> None:
-    trio.run(simulate, options)
+def _worker_main(options: SimulateOptions, parent: Connection, parent_pid: int) -> None:
+    """A worker process: its share of the load, unless its parent goes away first."""
+    # Ctrl-C reaches the whole process group: the parent alone decides, and stops its workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    message = _orphaned(options.worker, parent_pid)
+    if not trio.run(_run_unless_orphaned, options, parent, message):
+        sys.stderr.write(message)
+        sys.exit(ORPHAN_EXIT)
+
+
+def _orphaned(worker: int | None, parent_pid: int) -> str:
+    return f"worker {worker}: its parent process {parent_pid} is gone: run stopped, no verdict\n"
+
+
+async def _run_unless_orphaned(options: SimulateOptions, parent: Connection, message: str) -> bool:
+    """Run ``simulate``; False when the parent went away first (the run is then cancelled).
+
+    The parent holds the only write end of ``parent``'s pipe and never writes: the read end
+    turns readable (EOF) exactly when the parent is gone, however it ended (SIGKILL included).
+    """
+    orphaned = False
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            nonlocal orphaned
+            await trio.lowlevel.wait_readable(parent.fileno())
+            orphaned = True
+            _exit_hard_after(ORPHAN_STOP_S, message)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        await simulate(options)
+        nursery.cancel_scope.cancel()
+    return not orphaned
+
+
+def _exit_hard_after(seconds: float, message: str) -> None:
+    """If the cancelled run has not ended within ``seconds`` (a thread stuck on Redis), exit."""
+
+    def exit_now() -> None:
+        sys.stderr.write(message)
+        os._exit(ORPHAN_EXIT)
+
+    timer = threading.Timer(seconds, exit_now)
+    timer.daemon = True
+    timer.start()
 
 
 async def simulate_workers(options: SimulateOptions) -> Simulation:
-    """Run ``options.workers`` load processes and check their merged history."""
+    """Run ``options.workers`` load processes and check their merged history.
+
+    SIGTERM or SIGINT (Ctrl-C) stops the workers and drops the run's keys, then raises
+    ``WorkersStopped``; a worker that fails stops the others and raises ``WorkersError``.
+    """
     if options.redis_url is None:
         raise ValueError("--workers needs a real Redis (--redis): the embedded store is private")
     if options.run_dir is None:
@@ -84,39 +161,108 @@ async def simulate_workers(options: SimulateOptions) -> Simulation:
         import secrets
 
         options = replace(options, settings=replace(options.settings, tag=secrets.token_hex(3)))
-    prefix = options.prefix or new_prefix()
+    signals_seen: list[int] = []
+    sims: list[Simulation] = []
+    failed: list[WorkersError] = []
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    signals_seen.append(signum)
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            try:
+                sims.append(await _run_and_check(options, options.prefix or new_prefix()))
+            except WorkersError as exc:
+                failed.append(exc)  # raised below, not wrapped in the nursery's exception group
+            nursery.cancel_scope.cancel()
+    if signals_seen:
+        raise WorkersStopped(signals_seen[0], options.run_dir)
+    if failed:
+        raise failed[0]
+    return sims[0]
+
+
+async def _run_and_check(options: SimulateOptions, prefix: str) -> Simulation:
+    """Start the workers, wait for them all, check; whatever happens, no worker outlives it."""
+    assert options.run_dir is not None
+    assert options.redis_url is not None
+    url = options.redis_url
     ctx = multiprocessing.get_context("spawn")
+    reader, parent_alive = ctx.Pipe(duplex=False)  # this process holds the only write end
     procs = [
-        ctx.Process(target=_worker_main, args=(worker_options(options, k, prefix),))
+        ctx.Process(
+            target=_worker_main,
+            args=(worker_options(options, k, prefix), reader, os.getpid()),
+            name=f"worker-{k}",
+        )
         for k in range(options.workers)
     ]
     started = time.monotonic()
     started_wall_ms = int(time.time() * 1000)
-    for p in procs:
-        p.start()
-    limit = options.settings.duration_s + WORKER_GRACE_S + options.state_ttl_s
-    await trio.to_thread.run_sync(_join, procs, started + limit)
-    ended = time.monotonic()
-    url = options.redis_url
-    assert url is not None
     try:
+        for p in procs:
+            p.start()
+        reader.close()
+        _write_pids(options.run_dir, prefix, procs)
+        limit = options.settings.duration_s + WORKER_GRACE_S + options.state_ttl_s
+        await _supervise(procs, limit)
+        ended = time.monotonic()
         return await _check_merged(options, prefix, started, ended, started_wall_ms)
     finally:
+        _stop(procs)
+        parent_alive.close()
         if not options.keep_keys:
-            await trio.to_thread.run_sync(drop_keys, url, prefix)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(drop_keys, url, prefix)
 
 
-def _join(procs: Sequence[multiprocessing.process.BaseProcess], deadline: float) -> None:
-    failed = []
+def _write_pids(run_dir: Path, prefix: str, procs: Sequence[BaseProcess]) -> None:
+    """``workers.json``: who runs this run (to watch or stop it from outside) and its key prefix."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pids = {"parent": os.getpid(), "workers": [p.pid for p in procs], "prefix": prefix}
+    (run_dir / PIDS_FILE).write_text(json.dumps(pids) + "\n", encoding="utf-8")
+
+
+async def _supervise(procs: Sequence[BaseProcess], limit_s: float) -> None:
+    """Wait for every worker; the first that fails, or the time limit, fails the run at once."""
+    failures: list[str] = []
+    with trio.move_on_after(limit_s) as timer:
+        async with trio.open_nursery() as nursery:
+            for p in procs:
+                nursery.start_soon(_wait_exit, p, failures, nursery.cancel_scope)
+    if failures:
+        raise WorkersError(f"{failures[0]}: the other workers were stopped; no verdict")
+    if timer.cancelled_caught:
+        raise WorkersError(f"workers still running {limit_s:.0f} s after the start: stopped")
+
+
+async def _wait_exit(p: BaseProcess, failures: list[str], scope: trio.CancelScope) -> None:
+    await trio.lowlevel.wait_readable(p.sentinel)  # readable once the process has ended
+    p.join()
+    code = p.exitcode
+    if code != 0:
+        how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit {code}"
+        failures.append(f"{p.name} (pid {p.pid}) failed: {how}")
+        scope.cancel()
+
+
+def _stop(procs: Sequence[BaseProcess]) -> None:
+    """End every worker still running: SIGTERM, then SIGKILL after ``STOP_GRACE_S``."""
     for p in procs:
+        if p.pid is not None and p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        if p.pid is None:
+            continue
         p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             p.kill()
             p.join()
-        if p.exitcode != 0:
-            failed.append(f"{p.name} exit {p.exitcode}")
-    if failed:
-        raise WorkersError("worker processes failed: " + ", ".join(failed))
 
 
 async def _check_merged(
