@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from loadgen.conformance import ModelReport, check_answers
 from loadgen.history import Op
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ class CheckResult:
 
     verdicts: tuple[Verdict, ...]
     counts: dict[str, int] = field(default_factory=dict)
+    model: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per race kind: each answer's legal replies under the model and the replies seen."""
 
     @property
     def status(self) -> Status:
@@ -365,7 +368,7 @@ def _told_executed(ctx: Context) -> Iterable[tuple[str, Call]]:
     for nonce, cs in ctx.confirms.items():
         for c in cs:
             r = c.result
-            told = c.outcome == "ok" and r.get("deleted") is True and r.get("replay") is not True
+            told = c.outcome == "ok" and told_done(r) and r.get("replay") is not True
             if told and c.v.get("expect") == "no_mutation":
                 yield nonce, c
 
@@ -388,16 +391,23 @@ def check_no_mutation_from_refused(ctx: Context) -> Verdict:
     return verdict("no_mutation_from_refused", ok, bad, undecided)
 
 
+def told_done(r: Mapping[str, Any]) -> bool:
+    """An answer saying its confirmation executed: ``deleted`` or ``archived`` true."""
+    return r.get("deleted") is True or r.get("archived") is True
+
+
 def _delete_index(ctx: Context) -> dict[tuple[str, str, str], list[JournalEntry]]:
+    """(tenant, nonce, note) -> executions: deletes and archive moves alike."""
     out: dict[tuple[str, str, str], list[JournalEntry]] = defaultdict(list)
     for e in ctx.journal:
-        if e.op == "delete":
+        if is_execution(e):
             out[(e.tenant, e.nonce, e.note)].append(e)
     return out
 
 
 def check_ok_deletes_match_journal(ctx: Context) -> Verdict:
-    """5. Every ok deleted:true matches exactly one journal delete (tenant, nonce, note), and at
+    """5. Every ok deleted:true (archived:true) matches exactly one journal execution (tenant,
+    nonce, note: a delete, or an archive's move), and at
     most one of a nonce's answers says it executed without being a replay (a second one means
     the store forgot the first: a replica promoted without it, say); a legit accept answered ok
     without deleted:true and without a re-ask (isError, deleted:false) has no journal delete of
@@ -409,10 +419,11 @@ def check_ok_deletes_match_journal(ctx: Context) -> Verdict:
         r = c.result
         tenant, note = str(c.v.get("tenant", "")), str(r.get("noteId") or c.v.get("noteId"))
         found = index.get((tenant, c.nonce, note), [])
-        if r.get("deleted") is True:
+        if told_done(r):
             told += 1
             if len(found) != 1:
-                text = f"confirm at {c.invoke.index} told deleted {note}; journal has {len(found)}"
+                word = "archived" if r.get("archived") is True else "deleted"
+                text = f"confirm at {c.invoke.index} told {word} {note}; journal has {len(found)}"
                 bad.append(Finding(text, c.indices, [e.id for e in found]))
         elif c.is_accept and c.v.get("expect") == "execute" and not r.get("reask") and found:
             text = f"confirm at {c.invoke.index} told not deleted, but {note} was, by its nonce"
@@ -422,7 +433,7 @@ def check_ok_deletes_match_journal(ctx: Context) -> Verdict:
             at = ", ".join(str(c.invoke.index) for c in cs)
             text = f"nonce {nonce} of {tenant} told {len(cs)} answers it executed afresh ({at})"
             bad.append(Finding(text, [i for c in cs for i in c.indices]))
-    ok = f"All {told} deleted:true answers match exactly one journal delete."
+    ok = f"All {told} deleted/archived:true answers match exactly one journal execution."
     return verdict("ok_deletes_match_journal", ok, bad)
 
 
@@ -432,7 +443,7 @@ def _told_executed_fresh(ctx: Context) -> dict[tuple[str, str], list[Call]]:
     for cs in ctx.confirms.values():
         for c in cs:
             r = c.result
-            if c.outcome == "ok" and r.get("deleted") is True and r.get("replay") is not True:
+            if c.outcome == "ok" and told_done(r) and r.get("replay") is not True:
                 out[(str(c.v.get("tenant", "")), c.nonce)].append(c)
     return out
 
@@ -444,12 +455,13 @@ def _forgotten(ctx: Context) -> dict[str, int]:
     index = _delete_index(ctx)
     lost: set[tuple[str, str]] = set()
     for cs in ctx.confirms.values():
-        for c in (c for c in cs if c.outcome == "ok" and c.result.get("deleted") is True):
+        for c in (c for c in cs if c.outcome == "ok" and told_done(c.result)):
             tenant = str(c.v.get("tenant", ""))
             note = str(c.result.get("noteId") or c.v.get("noteId"))
             if not index.get((tenant, c.nonce, note)):
                 lost.add((tenant, c.nonce))
     lost |= {key for key, cs in _told_executed_fresh(ctx).items() if len(cs) > 1}
+    archives = sum(1 for _, n in lost if n in ctx.states and ctx.states[n].tool == "notes_archive")
     journaled = {(e.tenant, e.note) for e in ctx.journal if e.op == "create"}
     creates = sum(
         1
@@ -459,7 +471,11 @@ def _forgotten(ctx: Context) -> dict[str, int]:
         and isinstance(c.result.get("noteId"), str)
         and (str(c.v.get("tenant", "")), c.result["noteId"]) not in journaled
     )
-    return {"confirms_forgotten": len(lost), "creates_forgotten": creates}
+    return {
+        "confirms_forgotten": len(lost),
+        "archive_confirms_forgotten": archives,
+        "creates_forgotten": creates,
+    }
 
 
 def _info_fate(ctx: Context, c: Call) -> str:
@@ -652,4 +668,28 @@ def check(
         check_no_lost_note(ctx),
         check_before_expiry_honoured(ctx, counts),
     )
-    return CheckResult(verdicts, counts)
+    report = check_answers(ctx)  # the sequential model of each state: loadgen.conformance
+    counts |= report.counts
+    return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
+
+
+def model_verdicts(report: ModelReport) -> tuple[Verdict, Verdict]:
+    """The model's findings as two verdicts: replies the model never gives (conformance) and
+    refusals or errors where it owed progress (liveness); the summary names the race kinds."""
+    out = []
+    for name, severity, ok in (
+        ("answers_conform_to_model", "conformance", "Every reply is one the model allows."),
+        ("answers_make_progress", "liveness", "No answer owed progress got a refusal or error."),
+    ):
+        bad = [f for f in report.findings if f.severity == severity]
+        undecided = [f for f in report.findings if f.severity == "undecided"]
+        kinds = sorted({f.kind for f in bad or undecided})
+        v = verdict(
+            name,
+            ok,
+            [Finding(f.text, f.ops, f.journal) for f in bad],
+            [Finding(f.text, f.ops, f.journal) for f in undecided if severity == "conformance"],
+        )
+        summary = f"{v.summary} Kinds: {', '.join(kinds)}." if kinds else v.summary
+        out.append(Verdict(v.name, v.status, summary, v.ops, v.journal))
+    return out[0], out[1]

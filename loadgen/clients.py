@@ -106,6 +106,8 @@ def classify(reply: Reply) -> Outcome:
             "reask": res.get("resultType") == "input_required",
             "replay": bool((res.get("_meta") or {}).get("dev.notes-cluster/replay", False)),
         }
+        if "archived" in sc:
+            value["archived"] = bool(sc["archived"])
         if "noteId" in sc:
             value["noteId"] = sc["noteId"]
         return Outcome("ok", value, res)

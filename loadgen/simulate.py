@@ -130,6 +130,7 @@ class Simulation:
             ],
             "counts": dict(self.result.counts),
             "races": self.races,
+            "model": self.result.model,
             "flows": {"total": len(self.stats.samples), "completed": completed},
             "throughput_flows_per_s": completed / self.stats.elapsed_s,
             "elapsed_s": self.stats.elapsed_s,

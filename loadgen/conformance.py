@@ -1,0 +1,646 @@
+"""Every answer held to the model: per confirmation state, is there an order of the concurrent
+operations that explains the replies the clients saw and the journal?
+
+Layer: loadgen. Pure module: no I/O, no node code. Reads the checker's paired history
+(``loadgen.checker.Context``) and returns findings; the checker folds them into two verdicts.
+
+How (porcupine's and Knossos' question, shaped by what this store guarantees):
+
+- **Partition** (P-compositionality). States and notes are joined when an answer under the
+  state names the note or the state executed on it; each group is checked alone. A group is a
+  flow's state, its re-asks and the rival states that raced it on the same note.
+- **The journal fixes the order of every change.** ``confirm.lua`` and the other scripts journal
+  each mutation inside the atomic step that makes it, so within a group the sequence of changes
+  is known: journal entries, and each state's expiry (``exp``) and replay-entry expiry (``exp``
+  plus grace) placed among them by the Redis clock. What is left to find is (1) which of the
+  concurrent answers made each decision (an execution or a decline), and (2) for every other
+  answer, a point in that sequence where the model (``loadgen.model``) allows the reply it got,
+  consistent with real time: the history's invoke/complete order between operations, and the
+  Redis-clock bounds of ``loadgen.timeline``.
+- **Search.** Depth first over the attributions of decisions (a handful of duplicates at most),
+  each leaf placing the other answers greedily at their earliest legal point in invoke order
+  (exact: every constraint between them is "no earlier than"); model steps are memoised on
+  (state, answer, world). A leaf with no unexplained answer ends the search; past
+  ``MAX_LEAVES`` without one the group is undecided.
+
+An answer with an unknown outcome (info) constrains nothing, but may be the one that executed.
+A finding names the race kind and the operations that prove it: a *liveness* finding when the
+client got a refusal or an error where the model owed it progress at every point it could have
+run; a *conformance* finding otherwise (a reply the model never gives there, an acknowledged
+execution missing from the journal, a decision no answer explains, replays that disagree).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from loadgen.model import (
+    CANCELLED,
+    DECLINED,
+    EXECUTED,
+    INIT,
+    INVALID_PARAMS,
+    PROGRESS,
+    REFUSAL,
+    REPLAY_DECLINED,
+    REPLAY_EXECUTED,
+    Answer,
+    NoteView,
+    Recorded,
+    Reply,
+    State,
+    Step,
+    World,
+    expire,
+    forget,
+    step,
+)
+from loadgen.timeline import Bounds, Clock, Titles, anchors, note_after, precedes
+
+if TYPE_CHECKING:
+    from loadgen.checker import Call, Context
+    from loadgen.checker import State as Shown
+    from store.journal import JournalEntry
+
+INVALID_STATE_CODE = -32602
+INVALID_STATE_MESSAGE = "Invalid or expired requestState"
+REFUSAL_STATUS = 400
+LEGACY_STREAM_STATUS = 200
+"""A legacy call's error arrives on its SSE stream, whose HTTP status was 200 from the start."""
+
+MAX_LEAVES = 4096
+"""Attributions tried per group before it is left undecided (a group holds one flow's answers
+and its rivals': a few duplicates, so a few dozen leaves at most in practice)."""
+
+Severity = Literal["conformance", "liveness", "undecided"]
+
+
+@dataclass(frozen=True)
+class ModelFinding:
+    """One answer (or decision) no legal order explains."""
+
+    severity: Severity
+    kind: str
+    text: str
+    ops: tuple[int, ...] = ()
+    journal: tuple[str, ...] = ()
+
+
+@dataclass
+class ModelReport:
+    """Findings, the per-kind table of replies seen against legal sets, and counters."""
+
+    findings: list[ModelFinding] = field(default_factory=list)
+    table: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One confirm in the search."""
+
+    call: Call
+    nonce: str
+    answer: Answer
+    observed: Reply | None
+    """None: outcome unknown (info)."""
+    bounds: Bounds
+    workspace: str
+    shown_version: int | None
+    reask: frozenset[str]
+
+    @property
+    def index(self) -> int:
+        """History index of the invoke."""
+        return self.call.invoke.index
+
+    @property
+    def kind(self) -> str:
+        """The flow's race kind."""
+        return self.call.invoke.kind
+
+    def before(self, other: Call) -> bool:
+        """Completed before ``other`` was invoked (real time)."""
+        return precedes(self.call, other)
+
+    def after(self, other: Call) -> bool:
+        """Invoked after ``other`` completed."""
+        return precedes(other, self.call)
+
+    def world(self, note: NoteView) -> World:
+        """The world this answer meets where its note is ``note``."""
+        return World(self.workspace, self.shown_version, note, self.reask)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One change in a group's sequence: a journal entry, an expiry, a replay entry's expiry."""
+
+    what: Literal["journal", "expire", "forget"]
+    nonce: str
+    entry: JournalEntry | None
+    before_max: int
+    """An answer placed before this event took effect no later than this (Redis ms)."""
+    after_min: int
+    """An answer placed after it took effect no earlier than this."""
+    cause: Call | None = None
+
+    @property
+    def decision(self) -> bool:
+        """An execution or a decline of one of the group's states."""
+        e = self.entry
+        return e is not None and bool(e.nonce) and e.op in ("delete", "move", "decline")
+
+
+# --- reading the history --------------------------------------------------------------------
+
+
+def observed(c: Call, tool: str, answer: Answer) -> Reply | None:
+    """The reply a confirm got, in the model's words (None: unknown outcome)."""
+    if c.outcome == "info":
+        return None
+    r = c.result
+    if c.outcome == "fail":
+        return _error(r, legacy="stream_node" in c.v)
+    if r.get("reask"):
+        return Reply("reask")
+    if r.get("isError"):
+        return Reply("error_result")
+    word, other = ("archived", "deleted") if tool == "notes_archive" else ("deleted", "archived")
+    if r.get(other) is True:
+        return Reply(f"told {other} by a {tool}")
+    note = str(r.get("noteId") or "")
+    if r.get(word) is True:
+        return Reply(REPLAY_EXECUTED if r.get("replay") else EXECUTED, note)
+    if r.get("replay"):
+        return Reply(REPLAY_DECLINED)
+    return Reply(
+        {"cancel": CANCELLED, "decline": DECLINED, "accept_no": DECLINED}.get(
+            answer.kind, "not_done"
+        )
+    )
+
+
+def _error(r: Mapping[str, Any], *, legacy: bool) -> Reply:
+    code, status = r.get("code"), r.get("status")
+    statuses = {REFUSAL_STATUS, LEGACY_STREAM_STATUS} if legacy else {REFUSAL_STATUS}
+    if code == INVALID_STATE_CODE and r.get("message") == INVALID_STATE_MESSAGE:
+        return Reply(REFUSAL) if status in statuses else Reply(f"refusal with HTTP {status}")
+    if code == INVALID_STATE_CODE and status in statuses:
+        return Reply(INVALID_PARAMS)
+    return Reply(f"error {code} (HTTP {status})")
+
+
+def answer_of(c: Call, shown: Shown) -> Answer:
+    """What the confirm sent, as the model sees it."""
+    v = c.v
+    if v.get("altered") or (v.get("principal"), v.get("tenant")) != (shown.principal, shown.tenant):
+        return Answer("altered")
+    action = v.get("action")
+    if action in ("silence", "cancel", "decline"):
+        return Answer(action)
+    note = str(v.get("noteId") or "")
+    if note not in shown.candidates:
+        return Answer("off_list", note)
+    return Answer("accept" if v.get("confirm") is not False else "accept_no", note)
+
+
+def titles_of(calls: Sequence[Call]) -> dict[str, tuple[str, str]]:
+    """nonce -> (workspace, title) its form was asked for (a re-ask inherits its parent's)."""
+    out: dict[str, tuple[str, str]] = {}
+    for c in calls:
+        nonce = c.result.get("nonce") if c.outcome == "ok" else None
+        if not isinstance(nonce, str):
+            continue
+        if c.invoke.f == "ask":
+            out[nonce] = (str(c.v.get("workspace", "")), str(c.v.get("title", "")))
+        elif c.nonce in out:
+            out[nonce] = out[c.nonce]
+    return out
+
+
+# --- groups ---------------------------------------------------------------------------------
+
+
+class _Groups:
+    """Union-find over ("k", nonce) and ("n", tenant, note)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def find(self, x: tuple[str, ...]) -> tuple[str, ...]:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def join(self, a: tuple[str, ...], b: tuple[str, ...]) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+    def members(self) -> list[list[tuple[str, ...]]]:
+        out: dict[tuple[str, ...], list[tuple[str, ...]]] = defaultdict(list)
+        for x in list(self.parent):
+            out[self.find(x)].append(x)
+        return list(out.values())
+
+
+def groups(
+    ops: Sequence[Op], shown: Mapping[str, Shown], journal: Sequence[JournalEntry]
+) -> list[tuple[set[str], set[tuple[str, str]]]]:
+    """(nonces, notes) per group."""
+    g = _Groups()
+    for op in ops:
+        g.find(("k", op.nonce))
+        if op.answer.note:
+            g.join(("k", op.nonce), ("n", shown[op.nonce].tenant, op.answer.note))
+    for e in journal:
+        if e.nonce and e.note and e.nonce in shown:
+            g.join(("k", e.nonce), ("n", e.tenant, e.note))
+    out = []
+    for members in g.members():
+        nonces = {m[1] for m in members if m[0] == "k"}
+        notes = {(m[1], m[2]) for m in members if m[0] == "n"}
+        if nonces:
+            out.append((nonces, notes))
+    return out
+
+
+def events_of(
+    nonces: set[str],
+    notes: set[tuple[str, str]],
+    shown: Mapping[str, Shown],
+    journal: Sequence[JournalEntry],
+    causes: Mapping[str, Call],
+    grace_ms: int,
+) -> list[Event]:
+    """The group's changes in order: its journal entries, expiries and replay-entry expiries.
+    An expiry falls before every entry at or after ``exp`` (``now >= exp`` is expired); a
+    replay entry set to expire at ``t`` may still be read at ``t`` (and by some stores not):
+    both are allowed there."""
+    timed: list[tuple[tuple[int, int, int], Event]] = []
+    for i, e in enumerate(journal):
+        mine = e.nonce in nonces if e.nonce else False
+        if mine or ((e.tenant, e.note) in notes and e.op in ("create", "update", "move", "delete")):
+            ev = Event("journal", e.nonce, e, e.at_ms, e.at_ms, causes.get(e.id))
+            timed.append(((e.at_ms, 1, i), ev))
+    for k in nonces:
+        exp = shown[k].exp_ms
+        if exp is None:
+            continue
+        timed.append(((exp, 0, 0), Event("expire", k, None, exp - 1, exp)))
+        keep = exp + grace_ms
+        timed.append(((keep + 1, 0, 1), Event("forget", k, None, keep + 1, keep)))
+    timed.sort(key=lambda t: t[0])
+    return [ev for _, ev in timed]
+
+
+# --- the search -----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=65_536)
+def legal(state: State, answer: Answer, world: World) -> dict[Reply, Step]:
+    """The model's step, memoised (the same state, answer and world recur across leaves)."""
+    return step(state, answer, world)
+
+
+@dataclass
+class Timeline:
+    """The group's model states at each point 0..m (point p: after the first p events)."""
+
+    states: list[dict[str, State]]
+    notes: list[dict[tuple[str, str], NoteView]]
+    findings: list[ModelFinding]
+
+
+class Group:
+    """One group's answers and changes, and the search for an order that explains them."""
+
+    def __init__(self, ops: list[Op], events: list[Event], shown: Mapping[str, Shown]) -> None:
+        self.ops = sorted(ops, key=lambda o: o.index)
+        self.events = events
+        self.shown = shown
+        self.decisions = [k for k, ev in enumerate(events, 1) if ev.decision]
+        self.leaves = 0
+
+    # -- the states along the sequence, for one attribution --
+
+    def timeline(self, chosen: Mapping[int, Op | None]) -> Timeline:
+        """Apply every event in order; a decision goes through the model as its chosen op's
+        answer (findings when no op, or one the model does not allow there)."""
+        states: dict[str, State] = {op.nonce: INIT for op in self.ops}
+        notes: dict[tuple[str, str], NoteView] = {}
+        for ev in self.events:
+            e = ev.entry
+            if e is not None and (e.tenant, e.note) not in notes:
+                # Known from the start only if the journal saw the note created.
+                notes[(e.tenant, e.note)] = NoteView(e.op == "create", False)
+        out = Timeline([dict(states)], [dict(notes)], [])
+        for k, ev in enumerate(self.events, 1):
+            if ev.what == "expire":
+                states[ev.nonce] = expire(states.get(ev.nonce, INIT))
+            elif ev.what == "forget":
+                states[ev.nonce] = forget(states.get(ev.nonce, INIT))
+            else:
+                assert ev.entry is not None
+                e = ev.entry
+                if ev.decision:
+                    states[e.nonce] = self._decide(ev, chosen.get(k), states, notes, out.findings)
+                if e.note:
+                    key = (e.tenant, e.note)
+                    notes[key] = note_after(notes.get(key, NoteView()), e)
+            out.states.append(dict(states))
+            out.notes.append(dict(notes))
+        return out
+
+    def _decide(
+        self,
+        ev: Event,
+        op: Op | None,
+        states: dict[str, State],
+        notes: dict[tuple[str, str], NoteView],
+        findings: list[ModelFinding],
+    ) -> State:
+        e = ev.entry
+        assert e is not None
+        before = states.get(e.nonce, INIT)
+        outcome: Literal["executed", "declined"] = "declined" if e.op == "decline" else "executed"
+        want = Reply(DECLINED) if e.op == "decline" else Reply(EXECUTED, e.note)
+        if op is None:
+            text = f"{e.op} {e.note or ''} under nonce {e.nonce} that no answer explains"
+            findings.append(self._finding("conformance", self._kind(e.nonce), text, (), (e.id,)))
+            return State(Recorded(None, outcome, e.note), before.expired, before.forgotten)
+        view = notes.get((e.tenant, op.answer.note), NoteView())
+        steps = legal(before, op.answer, op.world(view))
+        if want in steps:
+            return steps[want].state
+        allowed = ", ".join(sorted(str(r) for r in steps))
+        text = f"journal {e.op} {e.note} under {e.nonce} where the model allows only {allowed}"
+        findings.append(self._finding("conformance", op.kind, text, (op.index,), (e.id,)))
+        return State(Recorded(op.answer.key, outcome, e.note), before.expired, before.forgotten)
+
+    # -- where each answer may sit --
+
+    def points(self, op: Op, chosen: Mapping[int, Op | None]) -> range:
+        """The points 0..m the op may sit at by the Redis clock and by real time against every
+        change with a known cause (empty range: none)."""
+        lo, hi = 0, len(self.events)
+        b = op.bounds
+        for k, ev in enumerate(self.events, 1):
+            cause = chosen.get(k) if ev.decision else None
+            cause_call = cause.call if cause is not None else ev.cause
+            if b.hi < ev.after_min or (cause_call is not None and op.before(cause_call)):
+                hi = min(hi, k - 1)
+            if b.lo > ev.before_max or (cause_call is not None and op.after(cause_call)):
+                lo = max(lo, k)
+        return range(lo, hi + 1)
+
+    def replies_at(self, op: Op, tl: Timeline, p: int) -> dict[Reply, Step]:
+        """The model's legal replies for ``op`` at point ``p``."""
+        tenant = self.shown[op.nonce].tenant
+        view = tl.notes[p].get((tenant, op.answer.note), NoteView())
+        return legal(tl.states[p].get(op.nonce, INIT), op.answer, op.world(view))
+
+    # -- one leaf: an attribution of every decision --
+
+    def evaluate(self, chosen: Mapping[int, Op | None]) -> tuple[list[ModelFinding], Timeline]:
+        """Findings of the best placement of every unattributed answer under ``chosen``."""
+        tl = self.timeline(chosen)
+        findings = list(tl.findings)
+        used = {id(op) for op in chosen.values() if op is not None}
+        placed: list[tuple[Op, int]] = []
+        for op in self.ops:
+            if id(op) in used:
+                continue
+            if op.observed is None:
+                continue  # an unknown outcome that made no decision: it may never have run
+            floor = max((p for prev, p in placed if prev.before(op.call)), default=0)
+            spot = next(
+                (
+                    p
+                    for p in self.points(op, chosen)
+                    if p >= floor and self._quiet(self.replies_at(op, tl, p).get(op.observed))
+                ),
+                None,
+            )
+            if spot is None:
+                findings.append(self._unexplained(op, tl, chosen))
+            else:
+                placed.append((op, spot))
+        for k, maker in chosen.items():
+            if maker is not None and maker.observed is not None:
+                findings.extend(self._attributed_reply(maker, k))
+        return findings, tl
+
+    @staticmethod
+    def _quiet(s: Step | None) -> bool:
+        """A legal reply that changes nothing (a change would be in the journal)."""
+        return s is not None and s.effect is None
+
+    def _attributed_reply(self, op: Op, k: int) -> list[ModelFinding]:
+        e = self.events[k - 1].entry
+        assert e is not None
+        assert op.observed is not None
+        want = Reply(DECLINED) if e.op == "decline" else Reply(EXECUTED, e.note)
+        if op.observed == want:
+            return []
+        text = f"confirm at {op.index} made {e.op} {e.note} but was answered {op.observed}"
+        return [self._finding("conformance", op.kind, text, op.call.indices, (e.id,))]
+
+    def legal_names(self, op: Op, tl: Timeline, chosen: Mapping[int, Op | None]) -> set[str]:
+        """Names of every reply the model allows ``op`` at any point it may sit."""
+        at = next((k for k, o in chosen.items() if o is op), None)
+        spots = [at - 1] if at is not None else list(self.points(op, chosen))
+        return {r.name for p in spots for r in self.replies_at(op, tl, p)}
+
+    def _unexplained(self, op: Op, tl: Timeline, chosen: Mapping[int, Op | None]) -> ModelFinding:
+        assert op.observed is not None
+        names = self.legal_names(op, tl, chosen)
+        severity: Severity = "conformance"
+        if op.observed.name not in PROGRESS and names and names <= PROGRESS:
+            severity = "liveness"
+        if op.observed.name in (EXECUTED, DECLINED):
+            what = "acknowledged, but no decision in the journal can be its own"
+        else:
+            what = f"legal at every point it may have run: {', '.join(sorted(names)) or 'none'}"
+        text = f"confirm at {op.index} ({op.answer.key}) answered {op.observed}; {what}"
+        proof = [*self.shown[op.nonce].ops, *op.call.indices]
+        proof += [i for o in chosen.values() if o is not None for i in o.call.indices]
+        journal = tuple(ev.entry.id for ev in self.events if ev.entry is not None and ev.decision)
+        return self._finding(severity, op.kind, text, tuple(proof), journal)
+
+    def _kind(self, nonce: str) -> str:
+        kinds = [op.kind for op in self.ops if op.nonce == nonce]
+        return kinds[0] if kinds else "?"
+
+    @staticmethod
+    def _finding(
+        severity: Severity, kind: str, text: str, ops: Sequence[int], journal: Sequence[str]
+    ) -> ModelFinding:
+        return ModelFinding(
+            severity, kind, f"[{kind}] {text}", tuple(sorted(set(ops))), tuple(journal)
+        )
+
+    # -- the search over attributions --
+
+    def candidates(self, k: int) -> list[Op | None]:
+        """The answers that could have made decision ``k``, then None (none of them)."""
+        e = self.events[k - 1].entry
+        assert e is not None
+        out: list[Op | None] = []
+        for op in self.ops:
+            if op.nonce != e.nonce or not op.bounds.holds(e.at_ms):
+                continue
+            a = op.answer
+            fits = (
+                a.kind in ("decline", "accept_no")
+                if e.op == "decline"
+                else a.kind == "accept" and a.note == e.note
+            )
+            if fits and op.observed in (None, Reply(DECLINED), Reply(EXECUTED, e.note)):
+                out.append(op)
+        return [*out, None]
+
+    def search(self) -> tuple[list[ModelFinding], Timeline, dict[int, Op | None], bool]:
+        """The attribution with the fewest findings (first with none), and whether the search
+        was exhausted within ``MAX_LEAVES``."""
+        best: tuple[list[ModelFinding], Timeline, dict[int, Op | None]] | None = None
+        for chosen in self._attributions(0, {}):
+            self.leaves += 1
+            findings, tl = self.evaluate(chosen)
+            if best is None or len(findings) < len(best[0]):
+                best = (findings, tl, dict(chosen))
+            if not findings or self.leaves >= MAX_LEAVES:
+                break
+        assert best is not None
+        return (*best, self.leaves < MAX_LEAVES or not best[0])
+
+    def _attributions(self, i: int, chosen: dict[int, Op | None]) -> Iterator[dict[int, Op | None]]:
+        if i == len(self.decisions):
+            yield chosen
+            return
+        k = self.decisions[i]
+        taken = {id(o) for o in chosen.values() if o is not None}
+        for op in self.candidates(k):
+            if op is not None and (id(op) in taken or not self._in_order(op, k, chosen)):
+                continue
+            chosen[k] = op
+            yield from self._attributions(i + 1, chosen)
+            del chosen[k]
+
+    def _in_order(self, op: Op, k: int, chosen: Mapping[int, Op | None]) -> bool:
+        """Real time allows ``op`` to have made decision ``k`` given the ones already chosen
+        and the changes with a known cause."""
+        for j, ev in enumerate(self.events, 1):
+            other = chosen.get(j)
+            cause = other.call if other is not None else ev.cause
+            if cause is None or cause is op.call:
+                continue
+            if (j < k and op.before(cause)) or (j > k and op.after(cause)):
+                return False
+        return True
+
+
+# --- the whole check ------------------------------------------------------------------------
+
+
+def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> list[Op]:
+    seen_titles = titles_of(ctx.calls)
+    out: list[Op] = []
+    for nonce, calls in ctx.confirms.items():
+        shown = ctx.states.get(nonce)
+        if shown is None:
+            report.counts["model_unchecked"] = report.counts.get("model_unchecked", 0) + len(calls)
+            continue
+        ws, title = seen_titles.get(nonce, (shown.workspace, ""))
+        for c in calls:
+            a = answer_of(c, shown)
+            b = clock.bounds(c)
+            out.append(
+                Op(
+                    c,
+                    nonce,
+                    a,
+                    observed(c, shown.tool, a),
+                    b,
+                    shown.workspace,
+                    shown.candidates.get(a.note),
+                    titles.reask(shown.tenant, ws, title, b),
+                )
+            )
+    return out
+
+
+def _same_content(ops: Sequence[Op]) -> list[ModelFinding]:
+    """Every reply telling a state's execution (fresh or replayed) carries the same content."""
+    out: list[ModelFinding] = []
+    first: dict[str, tuple[Op, dict[str, Any]]] = {}
+    for op in ops:
+        if op.observed is None or op.observed.name not in (EXECUTED, REPLAY_EXECUTED):
+            continue
+        content = {k: v for k, v in op.call.result.items() if k != "replay"}
+        seen = first.setdefault(op.nonce, (op, content))
+        if seen[1] != content:
+            text = (
+                f"[{op.kind}] confirm at {op.index} told {content}, confirm at "
+                f"{seen[0].index} told {seen[1]} for the same execution"
+            )
+            ops_ = tuple(sorted({*op.call.indices, *seen[0].call.indices}))
+            out.append(ModelFinding("conformance", op.kind, text, ops_))
+    return out
+
+
+def check_answers(ctx: Context) -> ModelReport:
+    """Hold every confirm of the history to the model; see the module docstring."""
+    report = ModelReport()
+    causes = anchors(ctx.calls, ctx.journal)
+    by_id = {e.id: e for e in ctx.journal}
+    clock = Clock.build((c, by_id[eid]) for eid, c in causes.items())
+    ops = _ops(ctx, clock, Titles.build(ctx.journal), report)
+    by_nonce: dict[str, list[Op]] = defaultdict(list)
+    for op in ops:
+        by_nonce[op.nonce].append(op)
+    table: Counter[tuple[str, str, tuple[str, ...], str]] = Counter()
+    parts = groups(ops, ctx.states, ctx.journal)
+    for nonces, notes in parts:
+        group_ops = [op for k in nonces for op in by_nonce[k]]
+        events = events_of(nonces, notes, ctx.states, ctx.journal, causes, ctx.grace_ms)
+        group = Group(group_ops, events, ctx.states)
+        findings, tl, chosen, decided = group.search()
+        if not decided:
+            findings = [
+                ModelFinding("undecided", f.kind, f.text, f.ops, f.journal) for f in findings
+            ]
+        report.findings.extend(findings)
+        for op in group.ops:
+            names = tuple(sorted(group.legal_names(op, tl, chosen)))
+            seen = "info" if op.observed is None else op.observed.name
+            table[(op.kind, op.answer.kind, names, seen)] += 1
+    report.findings.extend(_same_content(ops))
+    report.table = _table(table)
+    report.counts |= {
+        "model_groups": len(parts),
+        "model_answers": len(ops),
+        "model_ambiguous": sum(n for (_, _, names, _), n in table.items() if len(names) > 1),
+        "model_anchors": len(causes),
+    }
+    return report
+
+
+def _table(
+    rows: Counter[tuple[str, str, tuple[str, ...], str]],
+) -> dict[str, list[dict[str, Any]]]:
+    """kind -> [{answer, legal, seen: {reply: n}}], for results.json."""
+    merged: dict[tuple[str, str, tuple[str, ...]], Counter[str]] = defaultdict(Counter)
+    for (kind, answer, names, seen), n in rows.items():
+        merged[(kind, answer, names)][seen] += n
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (kind, answer, names), replies in sorted(merged.items()):
+        out[kind].append(
+            {"answer": answer, "legal": list(names), "seen": dict(sorted(replies.items()))}
+        )
+    return dict(sorted(out.items()))
