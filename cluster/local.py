@@ -8,7 +8,7 @@ node's in-flight requests are cancelled and nothing it held survives, except wha
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,6 +19,7 @@ from cluster.demo import DEMO_NOTES, DEMO_TENANT
 from nodes.config import NodeConfig
 from nodes.headers import request_headers
 from nodes.protocol import Node, Reply, RequestContext
+from store.api import NoteStoreAPI
 from store.client import STREAM_TIMEOUT_S, open_redis
 from store.embedded import serve_embedded_redis
 from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteStore
@@ -50,6 +51,9 @@ class StoreOptions:
     client_name: str | None = None
     """Prefix of the nodes' Redis connection names (``<name>-<node index>``), so a fault
     injector can find exactly these connections in ``CLIENT LIST``; None: unnamed."""
+    wrap: Callable[[NoteStoreAPI], NoteStoreAPI] | None = None
+    """Test-only: what each node talks to instead of its store (a test plants a misbehaving
+    store this way, to see the checker catch it). Never set by the CLI or a config file."""
 
 
 async def serve_inprocess_node(
@@ -78,7 +82,7 @@ async def serve_inprocess_node(
             wait_replicas=options.wait_replicas,
             wait_timeout_ms=options.wait_timeout_ms,
         )
-        node = Node(config, store)
+        node = Node(config, store if options.wrap is None else options.wrap(store))
         task_status.started(node)
         await trio.sleep_forever()
 
