@@ -302,6 +302,16 @@ def events_of(
 # --- the search -----------------------------------------------------------------------------
 
 
+def maker_replies(e: JournalEntry) -> tuple[Reply, Reply]:
+    """What the answer that made decision ``e`` may be told: the decision, or its recorded
+    outcome as a replay. The second is the node's store client re-sending the script after
+    losing its reply (coredis retries a dropped connection): the replay store makes that
+    safe, and the reply is true; ``model_maker_told_replay`` counts it."""
+    if e.op == "decline":
+        return Reply(DECLINED), Reply(REPLAY_DECLINED)
+    return Reply(EXECUTED, e.note), Reply(REPLAY_EXECUTED, e.note)
+
+
 @functools.lru_cache(maxsize=65_536)
 def legal(state: State, answer: Answer, world: World) -> dict[Reply, Step]:
     """The model's step, memoised (the same state, answer and world recur across leaves)."""
@@ -445,8 +455,7 @@ class Group:
         e = self.events[k - 1].entry
         assert e is not None
         assert op.observed is not None
-        want = Reply(DECLINED) if e.op == "decline" else Reply(EXECUTED, e.note)
-        if op.observed == want:
+        if op.observed in maker_replies(e):
             return []
         text = f"confirm at {op.index} made {e.op} {e.note} but was answered {op.observed}"
         return [self._finding("conformance", op.kind, text, op.call.indices, (e.id,))]
@@ -501,8 +510,11 @@ class Group:
                 if e.op == "decline"
                 else a.kind == "accept" and a.note == e.note
             )
-            if fits and op.observed in (None, Reply(DECLINED), Reply(EXECUTED, e.note)):
+            if fits and (op.observed is None or op.observed in maker_replies(e)):
                 out.append(op)
+        # Try the answers told of a fresh decision first, then unknown outcomes, then replays.
+        rank = {EXECUTED: 0, DECLINED: 0, REPLAY_EXECUTED: 2, REPLAY_DECLINED: 2}
+        out.sort(key=lambda o: 1 if o is None or o.observed is None else rank[o.observed.name])
         return [*out, None]
 
     def search(self) -> tuple[list[ModelFinding], Timeline, dict[int, Op | None], bool]:
@@ -606,6 +618,7 @@ def check_answers(ctx: Context) -> ModelReport:
         by_nonce[op.nonce].append(op)
     table: Counter[tuple[str, str, tuple[str, ...], str]] = Counter()
     parts = groups(ops, ctx.states, ctx.journal)
+    told_replay = 0
     for nonces, notes in parts:
         group_ops = [op for k in nonces for op in by_nonce[k]]
         events = events_of(nonces, notes, ctx.states, ctx.journal, causes, ctx.grace_ms)
@@ -616,6 +629,10 @@ def check_answers(ctx: Context) -> ModelReport:
                 ModelFinding("undecided", f.kind, f.text, f.ops, f.journal) for f in findings
             ]
         report.findings.extend(findings)
+        makers = [o for o in chosen.values() if o is not None and o.observed is not None]
+        told_replay += sum(
+            o.observed.name in (REPLAY_EXECUTED, REPLAY_DECLINED) for o in makers if o.observed
+        )
         for op in group.ops:
             names = tuple(sorted(group.legal_names(op, tl, chosen)))
             seen = "info" if op.observed is None else op.observed.name
@@ -627,6 +644,7 @@ def check_answers(ctx: Context) -> ModelReport:
         "model_answers": len(ops),
         "model_ambiguous": sum(n for (_, _, names, _), n in table.items() if len(names) > 1),
         "model_anchors": len(causes),
+        "model_maker_told_replay": told_replay,
     }
     return report
 

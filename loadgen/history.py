@@ -15,13 +15,17 @@ operation:
     ask      invoke {principal, tenant, workspace, title, node}    ok {nonce, exp_ms, candidates:
              [[noteId, version], ...], tool}  (round 1; the load generator, a trusted harness
              holding the key ring, opens the state to learn its nonce and expiry)
-    confirm  invoke {principal, tenant, nonce, action, noteId, confirm, node, expect}
-             ok {deleted: bool, noteId?, replay: bool, isError: bool, reask: bool}
-             fail {code, message}   info {reason}
+    confirm  invoke {principal, tenant, nonce, action, noteId, confirm, node, expect, altered?}
+             ok {deleted: bool, archived?: bool, noteId?, replay: bool, isError: bool,
+                 reask: bool}
+             fail {code, message, status}   info {reason}
 
 ``kind`` is the flow's race kind (``plain``, ``duplicate``, ``lost_response``, ``race_delete``,
 ``race_move``, ``decline``, ``cancel_then_accept``, ``answer_changed``, ``changed_args``,
-``tampered``, ``foreign``, ``expired``, ``before_expiry``, ``edit_between``). ``expect`` on a
+``tampered``, ``foreign``, ``expired``, ``before_expiry``, ``edit_between``, ``archive``,
+``silence``). ``action`` is ``accept``, ``decline``, ``cancel`` or ``silence`` (the retry carried
+the state but no answer); ``altered`` says what the workload changed so that the state does not
+bind the answer (``token``, ``arguments``, ``principal``). ``expect`` on a
 confirm says what the workload meant by it: ``execute`` (a legitimate accept), ``no_mutation``
 (decline, cancel, tampered, foreign, changed arguments, a changed answer, past expiry): the checker
 holds every ``no_mutation`` confirm to never having mutated anything.
