@@ -2,30 +2,8 @@
 
 Layer: cluster. Reads files and environment; hands the node a plain ``NodeConfig``. Secrets are
 never inline: tokens are listed as sha256 hashes and state keys are read from the environment or
-from files. Example (``notes-cluster.example.toml`` in the README):
-
-    server_name = "acme-notes"          # the audience every node shares
-    state_ttl_seconds = 300
-    replay_grace_seconds = 60
-    allowed_origins = []                # browser origins allowed to POST; others get 403
-
-    [state_keys]                        # key id -> env:VAR | file:/path  (base64 of 32 bytes)
-    active = "k2"
-    k1 = "env:NOTES_STATE_KEY_K1"
-    k2 = "file:/etc/notes-cluster/k2.key"
-
-    [workspaces]                        # workspace URI -> tenant
-    "file:///Users/alice/Documents/Notes" = "acme"
-
-    [principals.alice]
-    token_sha256 = ["<64 hex digits>"]  # printf %s "$TOKEN" | sha256sum
-    grants = ["file:///Users/alice/Documents"]
-
-    [archives]                          # optional: workspace URI -> its archive (notes_archive)
-    "file:///Users/alice/Documents/Notes" = "file:///Users/alice/Documents/Archive"
-
-    # public_url = "https://notes.example"   # optional: base of setup links (notes_setup);
-                                             # default: each node's bound address
+from files. The format, with an example of every key, is the README's "Configuration" section
+(``tests/test_config_example.py`` loads that example, so it stays true).
 """
 
 from __future__ import annotations

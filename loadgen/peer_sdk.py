@@ -177,8 +177,8 @@ def build_server(store: NoteStore, scope: Scope, tokens: dict[str, str], key: by
             )
         except ScopeError as exc:
             raise ToolError(str(exc)) from None
-        if out.status in ("executed", "replay") and out.recorded.startswith("deleted:"):
-            return DeleteResult(deleted=True, noteId=out.recorded.removeprefix("deleted:"))
+        if out.status in ("executed", "replay") and out.op == "delete":
+            return DeleteResult(deleted=True, noteId=out.note_id)
         if out.status in ("declined", "cancelled", "replay"):
             return DeleteResult(deleted=False)
         if out.status == "changed":

@@ -13,6 +13,10 @@ ConfirmStatus = Literal[
     "executed", "replay", "conflict", "expired", "cancelled", "declined", "gone", "moved", "changed"
 ]
 ConfirmAction = Literal["accept", "decline", "cancel"]
+StoreOp = Literal["delete", "move"]
+"""The mutations ``confirm.lua`` performs on an accepted answer."""
+RecordedDecision = Literal["executed", "declined"]
+"""What a state's replay entry says was decided under its nonce."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,18 +62,32 @@ class Confirmation:
     workspace: str
     principal: str
     tool: str
-    op: Literal["delete", "move"] = "delete"
+    op: StoreOp = "delete"
     target_workspace: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ConfirmOutcome:
-    """What the store decided. ``recorded`` is the outcome kept under the nonce
-    (``deleted:<id>``, ``moved:<id>``, ``declined``) for executed, declined, replay and conflict."""
+    """What the store decided about one answer, parsed once from ``confirm.lua``'s reply.
+
+    ``op`` and ``note_id`` name the mutation recorded under the nonce: set when ``status`` is
+    ``executed``, and for a ``replay`` or ``conflict`` of an answer that executed; both None when
+    the recorded outcome is a decline, or when nothing was recorded (every other status)."""
 
     status: ConfirmStatus
-    recorded: str
+    op: StoreOp | None
+    note_id: str | None
     redis_now_ms: int
+
+    @property
+    def recorded(self) -> RecordedDecision | None:
+        """The decision recorded under the nonce, if any: the one this answer made (executed,
+        declined) or the one a replay or conflict found."""
+        if self.op is not None:
+            return "executed"
+        if self.status in ("declined", "replay", "conflict"):
+            return "declined"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

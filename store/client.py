@@ -135,13 +135,6 @@ async def eviction_problem(client: StoreClient) -> str | None:
     )
 
 
-async def check_eviction_policy(client: StoreClient) -> None:
-    """Raise UnsafeStore unless no server of the store can ever evict a replay entry."""
-    problem = await eviction_problem(client)
-    if problem is not None:
-        raise UnsafeStore(problem)
-
-
 @asynccontextmanager
 async def open_redis(
     url: str,

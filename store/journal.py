@@ -7,8 +7,8 @@ on a cluster it targets the master owning a tenant's slot, or every master.
 
 Journal stream fields (``<prefix>:{t:<tenant>}:journal``), all optional but ``op`` and ``at``:
 ``op`` (create|update|move|delete|decline), ``note``, ``ws``, ``to``, ``title``, ``version``,
-``principal``, ``nonce`` (only confirm.lua's executions), ``exp`` and ``at`` (ms, Redis clock),
-``tool``.
+``principal``, ``at`` (ms, Redis clock); confirm.lua's entries (its executions and its declines)
+also carry ``nonce``, ``exp`` (ms, Redis clock) and ``tool``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """Tenant names are plain tokens: they go inside a hash tag, where ``{`` or ``}`` would break it."""
 
-NONCE_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 NOTE_ID_PATTERN = re.compile(r"n[0-9a-f]{16}")
 
 

@@ -23,6 +23,7 @@ from store.api import (
     SetupOutcome,
     SetupStatus,
     Snapshot,
+    StoreOp,
     StoreUnavailable,
     WriteOutcome,
 )
@@ -71,6 +72,8 @@ _UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUST
 
 _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
 _SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
+_RECORDED_OPS: dict[str, StoreOp] = {"deleted": "delete", "moved": "move"}
+"""How ``confirm.lua`` words an executed operation in its recorded outcome ``<word>:<note id>``."""
 
 
 def outcome_unknown(exc: BaseException) -> bool:
@@ -80,6 +83,23 @@ def outcome_unknown(exc: BaseException) -> bool:
     return isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith(
         _UNKNOWN_REPLY_PREFIXES
     )
+
+
+def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
+    """``confirm.lua``'s reply ``{status, recorded outcome, now_ms}`` as a typed outcome: the one
+    place that reads the recorded strings (``deleted:<id>``, ``moved:<id>``, ``declined``, '')."""
+    status, recorded, now = reply
+    st, rec = str(status), str(recorded or "")
+    if st not in _CONFIRM_STATUSES:
+        raise StoreUnavailable(f"confirm: unexpected status {st!r}")
+    confirm_status: ConfirmStatus = st  # type: ignore[assignment]
+    if rec in ("", "declined"):
+        return ConfirmOutcome(confirm_status, None, None, int(now))
+    word, sep, note_id = rec.partition(":")
+    op = _RECORDED_OPS.get(word)
+    if op is None or not sep or not note_id:
+        raise StoreUnavailable(f"confirm: unexpected recorded outcome {rec!r}")
+    return ConfirmOutcome(confirm_status, op, note_id, int(now))
 
 
 def _script(name: str) -> str:
@@ -309,7 +329,7 @@ class NoteStore:
         ]
         if c.op == "move":
             keys += [k.workspace(c.target_workspace), k.title(c.target_workspace, c.title)]
-        status, recorded, now = await self._run(
+        reply = await self._run(
             "confirm",
             keys,
             [
@@ -331,12 +351,9 @@ class NoteStore:
                 1 if self.wait_replicas > 0 else 0,
             ],
         )
-        st = str(status)
-        if st not in _CONFIRM_STATUSES:  # pragma: no cover - the script returns only these
-            raise StoreUnavailable(f"confirm: unexpected status {st!r}")
-        self._stats.confirmations[st] = self._stats.confirmations.get(st, 0) + 1
-        confirm_status: ConfirmStatus = st  # type: ignore[assignment]
-        return ConfirmOutcome(confirm_status, str(recorded or ""), int(now))
+        out = parse_confirm_reply(reply)
+        self._stats.confirmations[out.status] = self._stats.confirmations.get(out.status, 0) + 1
+        return out
 
     async def complete_setup(
         self, tenant: str, nonce: str, principal: str, exp_ms: int

@@ -25,5 +25,5 @@ async def test_create_find_and_confirm_delete_once(store: NoteStore) -> None:
     again = await store.confirm(c)
     assert first.status == "executed"
     assert again.status == "replay"
-    assert again.recorded == first.recorded == f"deleted:{note.note_id}"
+    assert (again.op, again.note_id) == (first.op, first.note_id) == ("delete", note.note_id)
     assert (await store.find("acme", WS, "TPS report")).notes == ()

@@ -20,9 +20,7 @@ from nodes.scope import ScopeError, Workspace, normalize_uri
 from nodes.sealing import StatePayload
 from nodes.tools.base import CallContext, ToolFailure
 from nodes.tools.confirming import ConfirmArgs, ConfirmingTool
-
-FORM_KEY = "confirm_archive"
-"""The key of our one input request; the answer comes back under the same key."""
+from nodes.tools.confirming_table import ARCHIVE
 
 TARGET = "archive"
 """The key of the archive workspace in the sealed state's ``extra``."""
@@ -44,7 +42,8 @@ def archive_for(archives: dict[str, str], workspace: str) -> str | None:
 
 
 class ArchiveTool(ConfirmingTool[ArchiveArgs]):
-    name = "notes_archive"
+    kind = ARCHIVE
+    name = ARCHIVE.tool
     title = "Archive note"
     description = (
         "Move a note titled `title` from `workspaceUri` to that workspace's archive workspace "
@@ -62,9 +61,6 @@ class ArchiveTool(ConfirmingTool[ArchiveArgs]):
         },
         "required": ["archived"],
     }
-    form_key = FORM_KEY
-    op = "move"
-    done = "archived"
     question = "Which note should be archived?"
     confirm_title = "Move this note to the archive"
 

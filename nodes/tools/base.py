@@ -5,7 +5,6 @@ Layer: node, protocol core. No I/O of its own: tools reach the store through ``N
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
@@ -16,8 +15,6 @@ from nodes.config import NodeConfig
 from nodes.results import tool_error
 from nodes.scope import ScopeError, Workspace
 from store.api import NoteStoreAPI
-
-log = logging.getLogger("nodes.tools")
 
 TITLE_MAX = 200
 BODY_MAX = 65_536
@@ -33,7 +30,6 @@ class Arguments(BaseModel):
 
 
 Title = Field(min_length=1, max_length=TITLE_MAX, pattern=r"^[^\x00-\x1f\x7f]*$")
-WorkspaceUri = Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")
 
 
 @dataclass

@@ -1,38 +1,33 @@
 """What every confirming tool shares: pick and confirm a note by form, then one atomic step.
 
 Layer: node, protocol core. No I/O of its own. ``notes_delete`` and ``notes_archive`` are the same
-two-round flow and differ only in the store operation (``delete`` or ``move``), the words they
-use, and what they bind in the sealed state besides the candidates (archive: its target). Round 1
-answers ``input_required`` with a sealed state; round 2 (on any node) opens the state once and
-lets ``confirm.lua`` decide the answer; ``nodes.confirmations`` maps each decision onto the
-lifecycle table.
+two-round flow and differ only in their row of ``nodes.tools.confirming_table`` (form key, result
+key, store operation), their words, and what they bind in the sealed state besides the candidates
+(archive: its target). Round 1 answers ``input_required`` with a sealed state; round 2 (on any
+node) opens the state once and lets ``confirm.lua`` decide the answer; the lifecycle table
+(``nodes.lifecycle``) turns the store's decision into what the client gets.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, TypeVar
+import logging
+from typing import Any, ClassVar, TypeVar, assert_never
 
 from nodes import errors
-from nodes.confirmations import (
-    FORM_CAPABILITY,
-    STORE_EVENTS,
-    Answer,
-    form_capable,
-    log,
-    parse_answer,
-    pick_form,
-    seal_state,
-    state_before,
-    transition,
-    version_shown,
-)
+from nodes.capabilities import FORM_CAPABILITY, form_capable
+from nodes.confirm_form import Answer, parse_answer, pick_form
+from nodes.lifecycle import decide
+from nodes.request_state import seal_state, version_shown
 from nodes.results import complete, input_required, tool_error
 from nodes.scope import Workspace
 from nodes.sealing import Candidate, StatePayload
 from nodes.tools.base import MAX_CANDIDATES_ERROR, Arguments, CallContext, ToolFailure
+from nodes.tools.confirming_table import ConfirmingKind
 from nodes.tools.crud import TitleArg, WorkspaceArg
 from nodes.tools.stateful import StatefulTool
 from store.api import Confirmation, ConfirmOutcome
+
+log = logging.getLogger(__name__)
 
 
 class ConfirmArgs(Arguments):
@@ -48,25 +43,21 @@ C = TypeVar("C", bound=ConfirmArgs)
 class ConfirmingTool(StatefulTool[C]):
     """A tool that always asks the user to pick and confirm a note, then mutates it once.
 
-    Subclasses name the form key, the store operation and their words, and may bind extra values
+    Subclasses name their row of the confirming table and their words, and may bind extra values
     into the state (``bind``) and check them again before the mutation (``target``).
     """
 
-    form_key: ClassVar[str]
-    """The key of the one input request; the answer comes back under the same key."""
-    op: ClassVar[Literal["delete", "move"]]
-    """The store operation ``confirm.lua`` performs on accept."""
-    done: ClassVar[str]
-    """The result's boolean key and the past participle in messages ("deleted", "archived")."""
+    kind: ClassVar[ConfirmingKind]
+    """This tool's row of ``nodes.tools.confirming_table``: form key, result key, store op."""
     question: ClassVar[str]
     """The form's message in round 1."""
     confirm_title: ClassVar[str]
     """The title of the form's confirm boolean."""
 
     @property
-    def recorded_prefix(self) -> str:
-        """How ``confirm.lua`` records this operation's outcome under the nonce."""
-        return "deleted:" if self.op == "delete" else "moved:"
+    def done(self) -> str:
+        """The result's boolean key and the past participle in messages ("deleted", ...)."""
+        return self.kind.result_key
 
     def require_capabilities(self, ctx: CallContext) -> None:
         if not form_capable(ctx.capabilities):
@@ -92,10 +83,10 @@ class ConfirmingTool(StatefulTool[C]):
         if payload is None:
             return await self.ask(ctx, args, self.question)
         responses = ctx.input_responses or {}
-        if self.form_key not in responses:
+        if self.kind.form_key not in responses:
             # Silence: re-ask with a fresh form rather than failing.
             return await self.ask(ctx, args, self.question)
-        answer = parse_answer(responses[self.form_key], payload.candidates)
+        answer = parse_answer(responses[self.kind.form_key], payload.candidates)
         return await self.decide(ctx, args, payload, answer)
 
     async def ask(self, ctx: CallContext, args: C, message: str) -> dict[str, Any]:
@@ -128,7 +119,7 @@ class ConfirmingTool(StatefulTool[C]):
         )
         ctx.counters.rounds += 1
         form = pick_form(message, notes, self.confirm_title)
-        return input_required({self.form_key: form}, token)
+        return input_required({self.kind.form_key: form}, token)
 
     async def decide(
         self, ctx: CallContext, args: C, payload: StatePayload, answer: Answer
@@ -149,7 +140,7 @@ class ConfirmingTool(StatefulTool[C]):
                 workspace=payload.workspace,
                 principal=ctx.principal,
                 tool=self.name,
-                op=self.op,
+                op=self.kind.op,
                 target_workspace=target,
             )
         )
@@ -158,33 +149,45 @@ class ConfirmingTool(StatefulTool[C]):
     async def result_for(
         self, ctx: CallContext, args: C, payload: StatePayload, out: ConfirmOutcome
     ) -> dict[str, Any]:
-        """Map the store's decision onto the lifecycle table and the client's result."""
-        transition(state_before(out.status, out.recorded), STORE_EVENTS[out.status])
-        prefix = self.recorded_prefix
-        if out.status == "executed":
-            ctx.counters.executions += 1
-            return complete(self.executed(payload, out.recorded.removeprefix(prefix)))
-        if out.status == "replay":
-            ctx.counters.replays += 1
-            if out.recorded.startswith(prefix):
-                content = self.executed(payload, out.recorded.removeprefix(prefix))
-                return complete(content, replay=True)
-            return complete({self.done: False}, replay=True)
-        if out.status in ("declined", "cancelled"):
-            return complete({self.done: False})
-        if out.status in ("conflict", "expired"):
-            ctx.counters.rejections += 1
-            log.info("requestState rejected by the store: %s", out.status)
-            raise errors.invalid_state()
-        if out.status == "changed":
-            return await self.ask(
-                ctx, args, "That note changed since it was shown; please pick and confirm again."
-            )
-        if out.status == "gone":
-            return tool_error(
-                f"That note no longer exists; nothing was {self.done}", **{self.done: False}
-            )
-        return tool_error(
-            f"That note is no longer in the workspace; nothing was {self.done}",
-            **{self.done: False},
-        )
+        """What the client gets for the store's decision: the lifecycle table names it (see
+        ``nodes.lifecycle``), this dispatch words it for this tool."""
+        reply = decide(out)
+        not_done = {self.done: False}
+        match reply:
+            case "done":
+                ctx.counters.executions += 1
+                return complete(self.executed(payload, self._recorded_note(out)))
+            case "replay_done":
+                ctx.counters.replays += 1
+                return complete(self.executed(payload, self._recorded_note(out)), replay=True)
+            case "replay_not_done":
+                ctx.counters.replays += 1
+                return complete(not_done, replay=True)
+            case "not_done":
+                return complete(not_done)
+            case "refused":
+                ctx.counters.rejections += 1
+                log.info("requestState rejected by the store: %s", out.status)
+                raise errors.invalid_state()
+            case "reask":
+                return await self.ask(
+                    ctx,
+                    args,
+                    "That note changed since it was shown; please pick and confirm again.",
+                )
+            case "gone":
+                return tool_error(
+                    f"That note no longer exists; nothing was {self.done}", **not_done
+                )
+            case "left":
+                return tool_error(
+                    f"That note is no longer in the workspace; nothing was {self.done}", **not_done
+                )
+            case _:  # pragma: no cover - mypy checks the match is exhaustive
+                assert_never(reply)
+
+    def _recorded_note(self, out: ConfirmOutcome) -> str:
+        """The note this tool's operation recorded under the nonce (the store's typed outcome)."""
+        if out.op != self.kind.op or out.note_id is None:  # pragma: no cover - one tool per nonce
+            raise ValueError(f"{self.name}: the store recorded {out.op} of {out.note_id}")
+        return out.note_id

@@ -1,15 +1,13 @@
 """notes_delete: pick and confirm a note through form elicitation, then delete it exactly once.
 
 Layer: node, protocol core. The two-round flow is ``nodes.tools.confirming.ConfirmingTool``; this
-module names the store operation (``delete``) and the words.
+module names its row of the confirming table (``DELETE``) and the words.
 """
 
 from __future__ import annotations
 
 from nodes.tools.confirming import ConfirmArgs, ConfirmingTool
-
-FORM_KEY = "confirm_delete"
-"""The key of our one input request; the answer comes back under the same key."""
+from nodes.tools.confirming_table import DELETE
 
 
 class DeleteArgs(ConfirmArgs):
@@ -17,7 +15,8 @@ class DeleteArgs(ConfirmArgs):
 
 
 class DeleteTool(ConfirmingTool[DeleteArgs]):
-    name = "notes_delete"
+    kind = DELETE
+    name = DELETE.tool
     title = "Delete note"
     description = (
         "Delete a note titled `title` in `workspaceUri`. Always asks the user to pick the note "
@@ -30,8 +29,5 @@ class DeleteTool(ConfirmingTool[DeleteArgs]):
         "properties": {"deleted": {"type": "boolean"}, "noteId": {"type": "string"}},
         "required": ["deleted"],
     }
-    form_key = FORM_KEY
-    op = "delete"
-    done = "deleted"
     question = "Which note should be deleted?"
     confirm_title = "Delete this note permanently"

@@ -20,13 +20,12 @@ the ``roots`` capability the answer is ``-32021`` with ``data.requiredCapabiliti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from nodes import errors
-from nodes.confirmations import form_capable
+from nodes.capabilities import ROOTS_CAPABILITY, form_capable, roots_capable
 from nodes.results import complete
 from nodes.scope import ScopeError, Workspace, contains, normalize_uri
 from nodes.tools.base import URI_MAX, Arguments, CallContext, Tool, ToolFailure
@@ -36,9 +35,6 @@ ROOTS_KEY = "roots"
 """The key of the ``roots/list`` input request."""
 PICK_KEY = "workspace"
 """The key of the form asking which workspace, when the roots cover several."""
-
-ROOTS_CAPABILITY: dict[str, Any] = {"roots": {}}
-"""``data.requiredCapabilities`` of the -32021 answer."""
 
 MAX_ROOTS = 256
 """Most roots one answer may list; a longer list is malformed (-32602)."""
@@ -51,11 +47,6 @@ class SearchArgs(Arguments):
     workspace_uri: Annotated[
         str | None, Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")
     ] = None
-
-
-def roots_capable(capabilities: Mapping[str, Any]) -> bool:
-    """Whether this request declared the roots capability."""
-    return isinstance(capabilities.get("roots"), dict)
 
 
 def parse_roots(raw: object) -> tuple[str, ...]:

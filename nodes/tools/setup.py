@@ -21,11 +21,12 @@ Without ``elicitation.url`` in this request's capabilities the answer is ``-3202
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
 from typing import Any
 
 from nodes import errors
-from nodes.confirmations import log, seal_state
+from nodes.capabilities import URL_CAPABILITY, url_capable
+from nodes.request_state import seal_state
 from nodes.results import complete, input_required
 from nodes.sealing import StatePayload
 from nodes.setup_links import link_url, seal_link
@@ -38,14 +39,7 @@ SETUP_KEY = "report_service"
 
 STATE_PHASE = "setup"
 
-URL_CAPABILITY: dict[str, Any] = {"elicitation": {"url": {}}}
-"""``data.requiredCapabilities`` of the -32021 answer."""
-
-
-def url_capable(capabilities: Mapping[str, Any]) -> bool:
-    """Whether this request declared URL-mode elicitation."""
-    elicitation = capabilities.get("elicitation")
-    return isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
+log = logging.getLogger(__name__)
 
 
 def parse_url_answer(raw: object) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, TypeVar
 
-from nodes.confirmations import open_state
+from nodes.request_state import open_state
 from nodes.sealing import StatePayload
 from nodes.tools.base import Arguments, CallContext, Tool
 
@@ -45,10 +45,6 @@ class StatefulTool(Tool[A]):
             node_now_ms=ctx.config.node_clock_ms(),
             phase=self.state_phase,
         )
-
-    async def run(self, ctx: CallContext, args: A) -> dict[str, Any]:
-        payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
-        return await self.answer(ctx, args, payload)
 
     async def answer(
         self, ctx: CallContext, args: A, payload: StatePayload | None

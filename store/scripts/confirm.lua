@@ -7,7 +7,8 @@
 --       10 op (delete|move)  11 target workspace  12 journal maxlen  13 tool
 --       14 '1' when the node waits for replicas (WAIT) before answering: a replay then rewrites
 --          the entry's expiry (same value), so the WAIT that follows covers the recorded outcome
--- Returns {status, recorded outcome, now_ms}. status:
+-- Returns {status, recorded outcome, now_ms}; the recorded outcome ('deleted:<id>', 'moved:<id>',
+-- 'declined' or '') is read in one place, store/notes.py's parse_confirm_reply. status:
 --   replay    same answer seen before: recorded outcome returned again, nothing changes
 --   conflict  a different answer was already recorded for this state: refused
 --   expired   now >= expiry on the Redis clock: refused

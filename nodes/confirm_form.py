@@ -1,0 +1,96 @@
+"""The pick-and-confirm form every confirming tool sends, and the validation of its answer.
+
+Layer: node, protocol core. Pure module: no I/O. The form is flat (a titled single-select of the
+signed candidates and a required boolean), so ``parse_answer`` accepts exactly what it asked for:
+an accept with ``noteId`` among the candidates and ``confirm``, a decline or a cancel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from nodes import errors
+from nodes.sealing import Candidate
+from store.api import ConfirmAction, Note
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A validated answer to the confirmation form."""
+
+    action: ConfirmAction
+    note_id: str | None
+    raw: Mapping[str, Any]
+
+    @property
+    def digest(self) -> str:
+        """What identifies this answer in the replay store: the same answer, the same digest."""
+        canon = json.dumps(self.raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def pick_form(message: str, notes: tuple[Note, ...], confirm_title: str) -> dict[str, Any]:
+    """The flat form: a titled single-select of the candidates and a required boolean."""
+    options = [
+        {
+            "const": n.note_id,
+            "title": f"{n.title} — {n.uri} (created "
+            f"{datetime.fromtimestamp(n.created_ms / 1000, UTC):%Y-%m-%d %H:%M} UTC)",
+        }
+        for n in notes
+    ]
+    pick: dict[str, Any] = {"type": "string", "title": "Note", "oneOf": options}
+    if len(notes) == 1:
+        pick["default"] = notes[0].note_id
+    return {
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "noteId": pick,
+                    "confirm": {"type": "boolean", "title": confirm_title, "default": False},
+                },
+                "required": ["noteId", "confirm"],
+            },
+        },
+    }
+
+
+def parse_answer(raw: object, candidates: tuple[Candidate, ...]) -> Answer:
+    """Validate one elicitation result against the signed candidates (-32602 if malformed)."""
+    if not isinstance(raw, dict):
+        raise errors.invalid_params("Invalid inputResponses: each answer must be an object")
+    action = raw.get("action")
+    extra = set(raw) - {"action", "content", "_meta"}
+    if extra:
+        raise errors.invalid_params("Invalid inputResponses: unexpected answer fields")
+    if action in ("decline", "cancel"):
+        return Answer(action, None, {"action": action})
+    if action != "accept":
+        raise errors.invalid_params(
+            "Invalid inputResponses: action must be accept, decline or cancel"
+        )
+    content = raw.get("content")
+    if not isinstance(content, dict) or set(content) != {"noteId", "confirm"}:
+        raise errors.invalid_params(
+            "Invalid inputResponses: accept needs content with exactly noteId and confirm"
+        )
+    note_id, confirm = content["noteId"], content["confirm"]
+    if not isinstance(note_id, str) or not isinstance(confirm, bool):
+        raise errors.invalid_params(
+            "Invalid inputResponses: noteId must be a string and confirm a boolean"
+        )
+    if note_id not in {c.note_id for c in candidates}:
+        raise errors.invalid_params(
+            "Invalid inputResponses: noteId is not one of the offered notes"
+        )
+    canon = {"action": "accept", "content": {"noteId": note_id, "confirm": confirm}}
+    return Answer("accept" if confirm else "decline", note_id, canon)
