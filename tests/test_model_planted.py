@@ -47,7 +47,7 @@ def cancel_is_final() -> Callable[[NoteStoreAPI], NoteStoreAPI]:
     class CancelIsFinal(Wrapped):
         async def confirm(self, c: Confirmation) -> ConfirmOutcome:
             if c.nonce in cancelled:
-                return ConfirmOutcome("conflict", "declined", await self.inner.redis_time_ms())
+                return ConfirmOutcome("conflict", None, None, await self.inner.redis_time_ms())
             out = await self.inner.confirm(c)
             if out.status == "cancelled":
                 cancelled.add(c.nonce)
@@ -62,7 +62,7 @@ class ReplayOnConflict(Wrapped):
     async def confirm(self, c: Confirmation) -> ConfirmOutcome:
         out = await self.inner.confirm(c)
         if out.status == "conflict":
-            return ConfirmOutcome("replay", out.recorded, out.redis_now_ms)
+            return ConfirmOutcome("replay", out.op, out.note_id, out.redis_now_ms)
         return out
 
 
@@ -73,7 +73,7 @@ class ForgetsArchives(Wrapped):
     async def confirm(self, c: Confirmation) -> ConfirmOutcome:
         if c.op == "move" and c.action == "accept":
             now = await self.inner.redis_time_ms()
-            return ConfirmOutcome("executed", f"moved:{c.note_id}", now)
+            return ConfirmOutcome("executed", "move", c.note_id, now)
         return await self.inner.confirm(c)
 
 
