@@ -199,12 +199,13 @@ class Titles:
     def reask(self, tenant: str, workspace: str, title: str, b: Bounds) -> frozenset[str]:
         """What a re-ask's lookup within ``b`` can come out as."""
         steps = self.steps.get((tenant, workspace, title), ())
-        prior = 0
+        i = bisect.bisect_left(steps, (b.lo,))  # the first change at or after lo
+        prior = steps[i - 1][1] if i else 0
         seen: set[int] = set()
-        for at, n, eid in steps:
+        for at, n, eid in itertools.islice(steps, i, None):
             if eid in b.after or at > b.hi:
                 break  # journal order: nothing after a later entry can come before the lookup
-            if at < b.lo or eid in b.before:
+            if eid in b.before:
                 prior = n
                 seen.clear()
             else:
