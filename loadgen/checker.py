@@ -3,7 +3,9 @@
 Layer: loadgen. Pure module: no I/O, no Redis (the store is read beforehand by ``store.journal``).
 
 Each invariant of design §1 becomes one Verdict (valid, invalid or unknown, with the history
-indices and journal entry ids that prove it). Definitions used throughout:
+indices and journal entry ids that prove it). Beside them, every answer is held to the
+sequential model of its confirmation state (``loadgen.conformance``, ``loadgen.model``): two
+more verdicts, conformance and liveness. Definitions used throughout:
 
 - an *execution* is a journal ``delete`` or ``move`` carrying a nonce (confirm.lua); a
   *decision* is an execution or a ``decline``. Plain ``notes_move`` entries carry no nonce.
