@@ -1,11 +1,14 @@
 """The ``notes-cluster`` command line.
 
 Layer: cluster. Parses options (click), starts clusters and runs, prints; the work itself lives in
-``cluster.local``, ``cluster.serve`` and ``loadgen``.
+``cluster.serve`` and the experiments (``cluster.experiments``). Each command imports what it needs
+when it runs, so ``serve`` loads nothing of the load generator, and a command whose libraries are
+an extra that is not installed says which extra (exit code 2) instead of failing on an import.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,18 +18,40 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import trio
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-from loadgen.runner import FlowSample, RunSettings
 
 if TYPE_CHECKING:
-    from loadgen.simulate import Simulation
+    from cluster.experiments.simulate import Simulation
+    from cluster.faults import FaultKind
+    from loadgen.runner import FlowSample
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
+    "bench": ("mcp", "mcp_types", "uvicorn"),
+}
+"""Optional dependency groups (pyproject.toml) -> the modules they provide."""
+
+
+class MissingExtra(click.ClickException):
+    """A command needs libraries of an extra that is not installed."""
+
+    exit_code = EXIT_USAGE
+
+
+def require_extra(extra: str, *, only: tuple[str, ...] | None = None) -> None:
+    """Refuse to go on unless the modules of ``extra`` (or ``only`` these of them) are
+    installed, naming the extra and how to install it."""
+    missing = [m for m in only or EXTRAS[extra] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(
+            f"this command needs the '{extra}' extra (missing: {', '.join(missing)}); "
+            f"install it with: pip install 'notes-cluster[{extra}]'"
+        )
+
 
 EXAMPLES = """
 \b
@@ -144,14 +169,13 @@ def simulate_cmd(
     """``notes-cluster simulate``."""
     import secrets
 
-    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
-    from loadgen.simulate import SimulateOptions, simulate
+    require_extra("sim")
+    from rich.console import Console
 
-    try:
-        kinds = parse_kinds(fault_kinds)
-        check_kinds(kinds, embedded=redis_url is None)
-    except FaultUsageError as exc:
-        raise click.UsageError(str(exc)) from None
+    from cluster.experiments.simulate import SimulateOptions, simulate
+    from loadgen.runner import RunSettings
+
+    kinds = _fault_kinds(fault_kinds, embedded=redis_url is None)
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
     err = Console(stderr=True)
@@ -184,6 +208,18 @@ def simulate_cmd(
     _report(sim, run_dir, as_json)
 
 
+def _fault_kinds(text: str, *, embedded: bool) -> frozenset[FaultKind]:
+    """``--faults``: the kinds, or a usage error for unknown ones or ones this store cannot run."""
+    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
+
+    try:
+        kinds = parse_kinds(text)
+        check_kinds(kinds, embedded=embedded)
+    except FaultUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    return kinds
+
+
 @contextmanager
 def _nodes_log(path: Path | None) -> Iterator[None]:
     """While the context lasts, send the nodes' log (a warning per "store unavailable" under
@@ -209,6 +245,9 @@ def _nodes_log(path: Path | None) -> Iterator[None]:
 
 def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
     """Run ``work`` with a progress bar on stderr (only when stderr is a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
     err = Console(stderr=True)
     progress = Progress(
         "[progress.description]{task.description}",
@@ -227,6 +266,8 @@ def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]
 def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
     """Pictures, summary (or JSON) and the exit code of a run."""
     import json
+
+    from rich.console import Console
 
     from loadgen.pictures import write_pictures
     from loadgen.report import print_summary
@@ -301,17 +342,17 @@ def loadgen(
     """``notes-cluster loadgen``."""
     import os
     import secrets
-    from urllib.parse import urlsplit
+
+    require_extra("sim")
+    from rich.console import Console
 
     from cluster.config import ConfigError
+    from cluster.experiments.remote import run_remote
+    from cluster.load_fixture import load_tokens
     from cluster.serve import STATE_KEY_ENV, settings_for
-    from loadgen.remote import run_remote
-    from loadgen.workload import load_tokens
+    from loadgen.runner import RunSettings
 
-    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
-    for url in urls:
-        if not _loopback(urlsplit(url).hostname or ""):
-            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
+    urls = _loopback_targets(targets)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):
         raise click.UsageError(
             f"give --config FILE, or --demo with {STATE_KEY_ENV} set to the cluster's state key"
@@ -320,12 +361,7 @@ def loadgen(
         settings = settings_for(config_path, demo, None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    principal_tokens = {p: t for t, p in load_tokens().items()}
-    for item in tokens:
-        principal, sep, token = item.partition("=")
-        if not sep or not principal or not token:
-            raise click.UsageError(f"--token {principal or item!r}: expected PRINCIPAL=TOKEN")
-        principal_tokens[principal] = token
+    principal_tokens = {p: t for t, p in load_tokens().items()} | _token_options(tokens)
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = out_dir or Path("runs") / time.strftime("loadgen-%Y%m%d-%H%M%S")
     Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
@@ -349,6 +385,28 @@ def loadgen(
     _report(sim, run_dir, as_json)
 
 
+def _loopback_targets(targets: tuple[str, ...]) -> list[str]:
+    """``--target`` values (repeated or comma-separated) as URLs; loopback ones only."""
+    from urllib.parse import urlsplit
+
+    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
+    for url in urls:
+        if not _loopback(urlsplit(url).hostname or ""):
+            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
+    return urls
+
+
+def _token_options(tokens: tuple[str, ...]) -> dict[str, str]:
+    """``--token PRINCIPAL=TOKEN`` values as principal -> token."""
+    out: dict[str, str] = {}
+    for item in tokens:
+        principal, sep, token = item.partition("=")
+        if not sep or not principal or not token:
+            raise click.UsageError(f"--token {principal or item!r}: expected PRINCIPAL=TOKEN")
+        out[principal] = token
+    return out
+
+
 @main.command(help="Run the named benchmark scenarios; write bench.json and bench.md.\n" + EXAMPLES)
 @click.option("--quick", is_flag=True, help="Short points (under three minutes in all).")
 @click.option(
@@ -367,7 +425,11 @@ def loadgen(
 )
 def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     """``notes-cluster bench``."""
-    from loadgen.bench import BenchOptions, run_bench
+    require_extra("sim")
+    require_extra("bench")
+    from rich.console import Console
+
+    from cluster.experiments.bench import BenchOptions, run_bench
 
     err = Console(stderr=True)
     run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
@@ -432,6 +494,8 @@ def serve(
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    if redis_url is None:
+        require_extra("sim", only=("fakeredis", "lupa"))  # the embedded store
     try:
         settings = settings_for(config_path, demo, state_ttl)
     except ConfigError as exc:
@@ -501,7 +565,8 @@ def failover_experiment(
     out_dir: Path | None,
 ) -> None:
     """``notes-cluster failover-experiment``."""
-    from cluster.failover import HEADER, FailoverOptions, run_experiment, table
+    require_extra("sim")
+    from cluster.experiments.failover import HEADER, FailoverOptions, run_experiment, table
     from cluster.redis_cluster import RedisClusterError
 
     out = out_dir or Path("runs") / time.strftime("failover-%Y%m%d-%H%M%S")

@@ -3,7 +3,8 @@ alongside the load and records what it did and when.
 
 Layer: cluster. Stops and starts in-process nodes (``cluster.local``), drops and pauses the nodes'
 Redis connections through a control connection of its own (redis-py), and loses replies on the
-client side through a transport wrapper. Knows nothing of the workload or the checker.
+client side through a transport wrapper (the load generator's contract, ``loadgen.transport``).
+Knows nothing of the workload or the checker.
 
 Kinds (each selectable):
 
@@ -27,14 +28,14 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import redis
 import trio
 
-from cluster.local import LocalCluster, NodeDown
-from nodes.protocol import Reply
+from cluster.local import LocalCluster
+from loadgen.transport import NodeDown, Reply, Transport
 
 FaultKind = Literal["nodes", "redis", "client"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("nodes", "redis", "client")
@@ -186,22 +187,15 @@ def _iso(wall: float) -> str:
     return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds")
 
 
-class _Transport(Protocol):
-    @property
-    def node_count(self) -> int: ...
-
-    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply: ...
-
-
 class ResponseLost(NodeDown):
     """The node answered, but the reply never reached the client (a client-side fault)."""
 
 
 class LossyTransport:
-    """Wraps a transport (``loadgen.clients.Transport``): while ``p`` > 0, each reply is lost
-    with probability ``p`` after the node answered, so the client must retry elsewhere."""
+    """Wraps a transport (implements ``loadgen.transport.Transport``): while ``p`` > 0, each reply
+    is lost with probability ``p`` after the node answered, so the client must retry elsewhere."""
 
-    def __init__(self, inner: _Transport, seed: int) -> None:
+    def __init__(self, inner: Transport, seed: int) -> None:
         self.inner = inner
         self.p = 0.0
         self.lost = 0
@@ -411,7 +405,7 @@ class FaultInjector:
 
 async def open_injector(
     cluster: LocalCluster,
-    transport: _Transport,
+    transport: Transport,
     kinds: Collection[FaultKind],
     *,
     seed: int,

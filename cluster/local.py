@@ -1,42 +1,28 @@
 """In-process clusters: N nodes as trio tasks over one store, and a transport that needs no sockets.
 
-Layer: cluster. Starts nodes over a store; knows nothing of the load generator. Each node owns its
-own Redis connection pool, so stopping a node (cancelling its scope) is as abrupt as a crash: the
-node's in-flight requests are cancelled and nothing it held survives, except what is in the store.
+Layer: cluster. Starts nodes over a store; the transport implements the load generator's wire
+contract (``loadgen.transport``), as its HTTP twin does. Each node owns its own Redis connection
+pool, so stopping a node (cancelling its scope) is as abrupt as a crash: the node's in-flight
+requests are cancelled and nothing it held survives, except what is in the store.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
 
-from cluster.demo import DEMO_NOTES, DEMO_TENANT
+from cluster.stores import seed_demo, store_url
+from loadgen.transport import NodeDown, Reply, request_headers
 from nodes.config import NodeConfig
-from nodes.headers import request_headers
-from nodes.protocol import Node, Reply, RequestContext
+from nodes.protocol import Node, RequestContext
 from store.api import NoteStoreAPI
 from store.client import STREAM_TIMEOUT_S, open_redis
-from store.embedded import serve_embedded_redis
 from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteStore
-
-
-class NodeDown(Exception):
-    """The chosen node is not running (stopped or crashed): like a refused connection."""
-
-
-@contextmanager
-def store_url(redis_url: str | None) -> Iterator[tuple[str, bool]]:
-    """Yield ``(url, embedded)``: the given Redis, or an embedded one started for the context."""
-    if redis_url is not None:
-        yield redis_url, False
-        return
-    with serve_embedded_redis() as url:
-        yield url, True
 
 
 @dataclass(frozen=True)
@@ -85,12 +71,6 @@ async def serve_inprocess_node(
         node = Node(config, store if options.wrap is None else options.wrap(store))
         task_status.started(node)
         await trio.sleep_forever()
-
-
-async def seed_demo(store: NoteStore) -> None:
-    """Create the demo notes (see ``cluster.demo``)."""
-    for n in DEMO_NOTES:
-        await store.create(DEMO_TENANT, n.workspace, n.title, n.body, n.owner, n.created_ms)
 
 
 @dataclass
@@ -197,8 +177,8 @@ async def open_local_cluster(
 
 
 class InProcessTransport:
-    """Send JSON-RPC messages to the nodes of a LocalCluster, through the same header checks and
-    JSON encoding as HTTP but without sockets."""
+    """Send JSON-RPC messages to the nodes of a LocalCluster, with the headers and JSON encoding
+    an HTTP client would use but without sockets (implements ``loadgen.transport.Transport``)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
@@ -214,11 +194,7 @@ class InProcessTransport:
         if node is None:
             raise NodeDown(f"node-{node_index} is down")
         wire = json.loads(json.dumps(message))
-        params = wire.get("params") or {}
-        meta = params.get("_meta") or {}
-        version = str(meta.get("io.modelcontextprotocol/protocolVersion", ""))
-        headers = request_headers(str(wire.get("method", "")), params, version)
-        ctx = RequestContext(principal=principal, headers=headers)
+        ctx = RequestContext(principal=principal, headers=request_headers(wire))
         scope = self.cluster.request_scope(node_index)
         try:
             with scope:
@@ -232,9 +208,8 @@ class InProcessTransport:
             self.cluster.request_done(node_index, scope)
         if scope.cancelled_caught:
             raise NodeDown(f"node-{node_index} stopped mid-request")
-        if reply.body is None:
-            return reply
-        return Reply(reply.status, json.loads(json.dumps(reply.body)))
+        body = None if reply.body is None else json.loads(json.dumps(reply.body))
+        return Reply(reply.status, body)
 
 
 def node_urls(host: str, base_port: int, n: int) -> Sequence[str]:

@@ -1,7 +1,9 @@
 """HTTP clusters: N nodes on N loopback ports, as trio tasks or as separate OS processes.
 
-Layer: cluster. Starts nodes (``nodes.http.serve_node``) over a store; knows nothing of the load
-generator. In process mode every child gets the same key ring through its environment (base64 in
+Layer: cluster. Starts nodes (``nodes.http.serve_node``) over a store; imports nothing of the load
+generator (the demo settings include the load fixture, ``cluster.load_fixture``, which does not
+either), so a node process started here loads none of it (tests/test_import_direction.py). In
+process mode every child gets the same key ring through its environment (base64 in
 ``NOTES_CLUSTER_STATE_KEY``), so any node opens any other node's states.
 """
 
@@ -18,7 +20,8 @@ from pathlib import Path
 import trio
 
 from cluster.config import ClusterSettings, demo_settings, load_settings
-from cluster.local import seed_demo, store_url
+from cluster.load_fixture import load_archives, load_tokens, with_load_scope
+from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyAdapter, LegacyLimits
 from nodes.protocol import Node
@@ -210,8 +213,6 @@ def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> Cl
     key = os.environ.get(STATE_KEY_ENV)
     if key:
         ring = KeyRing.from_sources({"demo": f"base64:{key}"}, "demo")
-    from loadgen.workload import load_archives, load_tokens, with_load_scope
-
     base = demo_settings(ring)
     scope = with_load_scope(base.node.scope)
     return demo_settings(ring, load_tokens(), scope, load_archives()).with_state_ttl(state_ttl)

@@ -2,10 +2,11 @@
 
 Layer: loadgen. Pure module: no I/O, no Redis (the store is read beforehand by ``store.journal``).
 
-Each invariant of design §1 becomes one Verdict (valid, invalid or unknown, with the history
-indices and journal entry ids that prove it). Beside them, every answer is held to the
-sequential model of its confirmation state (``loadgen.conformance``, ``loadgen.model``): two
-more verdicts, conformance and liveness. Definitions used throughout:
+Each invariant of design.md §1 (exactly-once mutation, no lost answer, correct expiry) becomes
+one or more Verdicts (valid, invalid or unknown, with the history indices and journal entry ids
+that prove it). Beside them, every answer is held to the sequential model of its confirmation
+state (``loadgen.conformance``, ``loadgen.model``): two more verdicts, conformance and liveness.
+Definitions used throughout:
 
 - an *execution* is a journal ``delete`` or ``move`` carrying a nonce (confirm.lua); a
   *decision* is an execution or a ``decline``. Plain ``notes_move`` entries carry no nonce.
@@ -18,6 +19,10 @@ more verdicts, conformance and liveness. Definitions used throughout:
   accepts with ``confirm: false``.
 - invoke and completion are paired per (process, flow, f), first in first out; an invoke with
   no completion counts as ``info``.
+- a confirm ok *told executed* when its value says ``executed: true`` (``op`` delete or archive,
+  as ``loadgen.clients.classify`` reads the wire; histories recorded before it say
+  ``deleted: true``). It matches the journal execution (a ``delete``, or the nonce-carrying
+  ``move`` of an archive) of its tenant, nonce and note.
 """
 
 from __future__ import annotations
@@ -365,19 +370,28 @@ def _refused_decision(ctx: Context, e: JournalEntry) -> str | None:
     return f"{e.op} of {e.note} under nonce {e.nonce} has only no_mutation answers"
 
 
+JOURNAL_OP = {"delete": "delete", "archive": "move"}
+"""The ``op`` a confirm was told it executed -> the journal entry that execution writes."""
+
+
+def told_executed(value: Mapping[str, Any]) -> bool:
+    """Whether a confirm's ok value says it executed (deleted or archived; see the module)."""
+    return value.get("executed", value.get("deleted")) is True
+
+
 def _told_executed(ctx: Context) -> Iterable[tuple[str, Call]]:
-    """no_mutation confirms answered ok deleted:true without replay: told they executed."""
+    """no_mutation confirms answered ok executed without replay: told they executed."""
     for nonce, cs in ctx.confirms.items():
         for c in cs:
             r = c.result
-            told = c.outcome == "ok" and told_done(r) and r.get("replay") is not True
+            told = c.outcome == "ok" and told_executed(r) and r.get("replay") is not True
             if told and c.v.get("expect") == "no_mutation":
                 yield nonce, c
 
 
 def check_no_mutation_from_refused(ctx: Context) -> Verdict:
     """4. No decision comes from refused answers only, and no no_mutation confirm was told it
-    executed (ok deleted:true, replay:false). An unlanded decline (see Context) makes the
+    executed (ok executed, replay:false). An unlanded decline (see Context) makes the
     no_mutation label of a later accept unreliable: such cases are unknown, not invalid."""
     bad: list[Finding] = []
     undecided: list[Finding] = []
@@ -387,19 +401,14 @@ def check_no_mutation_from_refused(ctx: Context) -> Verdict:
             soft = e.op != "decline" and ctx.unlanded_decline(e.nonce)
             (undecided if soft else bad).append(Finding(why, ctx.flow_ops(e.nonce), [e.id]))
     for nonce, c in _told_executed(ctx):
-        text = f"no_mutation confirm at {c.invoke.index} was told it deleted"
+        text = f"no_mutation confirm at {c.invoke.index} was told it executed"
         (undecided if ctx.unlanded_decline(nonce) else bad).append(Finding(text, c.indices))
     ok = "No refused, declined or cancelled answer mutated anything."
     return verdict("no_mutation_from_refused", ok, bad, undecided)
 
 
-def told_done(r: Mapping[str, Any]) -> bool:
-    """An answer saying its confirmation executed: ``deleted`` or ``archived`` true."""
-    return r.get("deleted") is True or r.get("archived") is True
-
-
-def _delete_index(ctx: Context) -> dict[tuple[str, str, str], list[JournalEntry]]:
-    """(tenant, nonce, note) -> executions: deletes and archive moves alike."""
+def _execution_index(ctx: Context) -> dict[tuple[str, str, str], list[JournalEntry]]:
+    """(tenant, nonce, note) -> the journal executions (deletes, archive moves) under it."""
     out: dict[tuple[str, str, str], list[JournalEntry]] = defaultdict(list)
     for e in ctx.journal:
         if is_execution(e):
@@ -408,56 +417,55 @@ def _delete_index(ctx: Context) -> dict[tuple[str, str, str], list[JournalEntry]
 
 
 def check_ok_deletes_match_journal(ctx: Context) -> Verdict:
-    """5. Every ok deleted:true (archived:true) matches exactly one journal execution (tenant,
-    nonce, note: a delete, or an archive's move), and at
-    most one of a nonce's answers says it executed without being a replay (a second one means
+    """5. Every ok told executed matches exactly one journal execution (tenant, nonce, note), and
+    at most one of a nonce's answers says it executed without being a replay (a second one means
     the store forgot the first: a replica promoted without it, say); a legit accept answered ok
-    without deleted:true and without a re-ask (isError, deleted:false) has no journal delete of
-    its note under its nonce: that answer would mislead its client."""
-    index = _delete_index(ctx)
+    without executing and without a re-ask (isError, deleted/archived false) has no journal
+    execution of its note under its nonce: that answer would mislead its client."""
+    index = _execution_index(ctx)
     bad: list[Finding] = []
     told = 0
     for c in (c for cs in ctx.confirms.values() for c in cs if c.outcome == "ok"):
         r = c.result
         tenant, note = str(c.v.get("tenant", "")), str(r.get("noteId") or c.v.get("noteId"))
         found = index.get((tenant, c.nonce, note), [])
-        if told_done(r):
+        if told_executed(r):
             told += 1
+            found = [e for e in found if e.op == JOURNAL_OP.get(str(r.get("op")), e.op)]
             if len(found) != 1:
-                word = "archived" if r.get("archived") is True else "deleted"
-                text = f"confirm at {c.invoke.index} told {word} {note}; journal has {len(found)}"
+                text = f"confirm at {c.invoke.index} told executed {note}; journal has {len(found)}"
                 bad.append(Finding(text, c.indices, [e.id for e in found]))
         elif c.is_accept and c.v.get("expect") == "execute" and not r.get("reask") and found:
-            text = f"confirm at {c.invoke.index} told not deleted, but {note} was, by its nonce"
+            text = f"confirm at {c.invoke.index} told not deleted (or archived), but {note} was"
             bad.append(Finding(text, c.indices, [e.id for e in found]))
     for (tenant, nonce), cs in sorted(_told_executed_fresh(ctx).items()):
         if len(cs) > 1:
             at = ", ".join(str(c.invoke.index) for c in cs)
             text = f"nonce {nonce} of {tenant} told {len(cs)} answers it executed afresh ({at})"
             bad.append(Finding(text, [i for c in cs for i in c.indices]))
-    ok = f"All {told} deleted/archived:true answers match exactly one journal execution."
+    ok = f"All {told} executed answers match exactly one journal execution."
     return verdict("ok_deletes_match_journal", ok, bad)
 
 
 def _told_executed_fresh(ctx: Context) -> dict[tuple[str, str], list[Call]]:
-    """(tenant, nonce) -> confirms answered ok deleted:true that were not replays."""
+    """(tenant, nonce) -> confirms answered ok executed that were not replays."""
     out: dict[tuple[str, str], list[Call]] = defaultdict(list)
     for cs in ctx.confirms.values():
         for c in cs:
             r = c.result
-            if c.outcome == "ok" and told_done(r) and r.get("replay") is not True:
+            if c.outcome == "ok" and told_executed(r) and r.get("replay") is not True:
                 out[(str(c.v.get("tenant", "")), c.nonce)].append(c)
     return out
 
 
 def _forgotten(ctx: Context) -> dict[str, int]:
-    """Acknowledged writes the store no longer knows: nonces told deleted:true whose delete is
+    """Acknowledged writes the store no longer knows: nonces told executed whose execution is
     not in the journal or that executed afresh twice, and creates answered ok whose note the
     journal never created (what a failover to a stale replica loses)."""
-    index = _delete_index(ctx)
+    index = _execution_index(ctx)
     lost: set[tuple[str, str]] = set()
     for cs in ctx.confirms.values():
-        for c in (c for c in cs if c.outcome == "ok" and told_done(c.result)):
+        for c in (c for c in cs if c.outcome == "ok" and told_executed(c.result)):
             tenant = str(c.v.get("tenant", ""))
             note = str(c.result.get("noteId") or c.v.get("noteId"))
             if not index.get((tenant, c.nonce, note)):

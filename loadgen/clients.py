@@ -1,7 +1,8 @@
 """Simulated MCP clients: how the load generator reaches nodes and records what it saw.
 
-Layer: loadgen. Talks to nodes only through a Transport (in-process or HTTP), never imports node
-internals beyond the wire shapes; every operation goes into the history as invoke then
+Layer: loadgen. Talks to nodes only through a ``loadgen.transport.Transport`` and reads their
+answers with definitions of its own (it imports nothing of ``nodes``), so a bug in a server helper
+cannot hide from the checker; every operation goes into the history as invoke then
 ok / fail / info.
 """
 
@@ -9,66 +10,27 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
 import trio
 
-from cluster.local import NodeDown
 from loadgen.history import History, OpType
-from nodes.headers import request_headers
-from nodes.protocol import PROTOCOL_VERSION, Reply
+from loadgen.transport import META_VERSION, PROTOCOL_VERSION, NodeDown, Reply, Transport
 
 REQUEST_TIMEOUT_S = 10.0
 """A request still unanswered after this is abandoned and recorded as outcome unknown (info)."""
 
 CLIENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 INTERNAL_ERROR = -32603
+"""JSON-RPC internal error: the node could not learn whether the operation ran (info)."""
 
+META_REPLAY = "dev.notes-cluster/replay"
+"""Result ``_meta`` key a node sets when it sends a confirmation's recorded outcome again."""
 
-class Transport(Protocol):
-    """One method to deliver a JSON-RPC message to node ``i`` as a principal."""
-
-    @property
-    def node_count(self) -> int:
-        """How many nodes can be addressed."""
-        ...
-
-    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply:
-        """Deliver and return the reply; raise NodeDown (or OSError) if the node is unreachable."""
-        ...
-
-
-class HttpTransport:
-    """Streamable HTTP to remote nodes, one bearer token per principal."""
-
-    def __init__(
-        self, urls: Sequence[str], tokens: dict[str, str], client: httpx.AsyncClient
-    ) -> None:
-        self.urls = list(urls)
-        self.tokens = tokens
-        self.client = client
-
-    @property
-    def node_count(self) -> int:
-        """How many node URLs there are."""
-        return len(self.urls)
-
-    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply:
-        """POST the message; a connection failure is NodeDown."""
-        params = message.get("params") or {}
-        version = str((params.get("_meta") or {}).get("io.modelcontextprotocol/protocolVersion"))
-        headers = request_headers(str(message.get("method")), params, version)
-        headers["authorization"] = f"Bearer {self.tokens[principal]}"
-        headers["accept"] = "application/json, text/event-stream"
-        try:
-            resp = await self.client.post(self.urls[node_index], json=message, headers=headers)
-        except httpx.TransportError as exc:
-            raise NodeDown(f"{self.urls[node_index]}: {type(exc).__name__}") from exc
-        body = resp.json() if resp.content else None
-        return Reply(resp.status_code, body)
+EXECUTED_KEYS = {"deleted": "delete", "archived": "archive"}
+"""``structuredContent`` key true when a confirming tool executed -> the operation it names."""
 
 
 _request_ids = itertools.count(1)
@@ -78,7 +40,7 @@ def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """A 2026-07-28 request with the required ``_meta``."""
     p = dict(params)
     p["_meta"] = {
-        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+        META_VERSION: PROTOCOL_VERSION,
         "io.modelcontextprotocol/clientCapabilities": CLIENT_CAPABILITIES,
         "io.modelcontextprotocol/clientInfo": {"name": "notes-cluster-loadgen", "version": "0.1"},
     }
@@ -95,19 +57,25 @@ class Outcome:
 
 
 def classify(reply: Reply) -> Outcome:
-    """ok for a result, fail for a definite JSON-RPC error, info for an unknown outcome."""
+    """ok for a result, fail for a definite JSON-RPC error, info for an unknown outcome. An ok
+    value says whether the answer executed a confirmation (``executed``, with ``op`` delete or
+    archive; ``deleted`` and ``archived`` as the wire said), replayed a recorded outcome, was a
+    tool error, or asked again."""
     body = reply.body or {}
     if "result" in body:
         res: dict[str, Any] = body["result"]
         sc = res.get("structuredContent") or {}
-        value = {
-            "deleted": bool(sc.get("deleted", False)),
-            "isError": bool(res.get("isError", False)),
+        done = {key: sc.get(key) is True for key in EXECUTED_KEYS}
+        value: dict[str, Any] = {
+            **done,
+            "executed": any(done.values()),
+            "isError": res.get("isError") is True,
             "reask": res.get("resultType") == "input_required",
-            "replay": bool((res.get("_meta") or {}).get("dev.notes-cluster/replay", False)),
+            "replay": (res.get("_meta") or {}).get(META_REPLAY) is True,
         }
-        if "archived" in sc:
-            value["archived"] = bool(sc["archived"])
+        ops = [EXECUTED_KEYS[key] for key, yes in done.items() if yes]
+        if ops:
+            value["op"] = ops[0]
         if "noteId" in sc:
             value["noteId"] = sc["noteId"]
         return Outcome("ok", value, res)

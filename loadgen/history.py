@@ -10,25 +10,34 @@ the client can rely on), ``fail`` (a definite refusal: nothing happened), or ``i
 is unknown: a timeout, a dropped connection, a node that died mid-request). ``f`` names the
 operation:
 
-    create   invoke {principal, tenant, workspace, title}          ok {noteId}
-    move     invoke {principal, tenant, noteId, from, to}          ok {} | fail {error}
+    create   invoke {principal, tenant, workspace, title, node}    ok {noteId, ...}
+    move     invoke {principal, tenant, noteId, from, to, node}    ok {...} | fail {code, message}
+    update   invoke {principal, tenant, noteId, node}              ok {...} | fail {code, message}
     ask      invoke {principal, tenant, workspace, title, node}    ok {nonce, exp_ms, candidates:
-             [[noteId, version], ...], tool}  (round 1; the load generator, a trusted harness
-             holding the key ring, opens the state to learn its nonce and expiry)
-    confirm  invoke {principal, tenant, nonce, action, noteId, confirm, node, expect, altered?}
-             ok {deleted: bool, archived?: bool, noteId?, replay: bool, isError: bool,
-                 reask: bool}
+             [[noteId, version], ...], tool}  (round 1 of notes_delete or notes_archive; the
+             load generator, a trusted harness holding the key ring, opens the state to learn
+             its nonce and expiry)
+    confirm  invoke {principal, tenant, nonce, action, noteId, confirm, node, expect,
+                     redis_send_ms?, margin_ms?, altered?}
+             ok {executed: bool, op?: "delete" | "archive", deleted: bool, archived: bool,
+                 noteId?, replay: bool, isError: bool, reask: bool} (a re-ask adds the new
+                 state's nonce, exp_ms, candidates and tool)
              fail {code, message, status}   info {reason}
 
-``kind`` is the flow's race kind (``plain``, ``duplicate``, ``lost_response``, ``race_delete``,
-``race_move``, ``decline``, ``cancel_then_accept``, ``answer_changed``, ``changed_args``,
-``tampered``, ``foreign``, ``expired``, ``before_expiry``, ``edit_between``, ``archive``,
-``silence``). ``action`` is ``accept``, ``decline``, ``cancel`` or ``silence`` (the retry carried
-the state but no answer); ``altered`` says what the workload changed so that the state does not
-bind the answer (``token``, ``arguments``, ``principal``). ``expect`` on a
-confirm says what the workload meant by it: ``execute`` (a legitimate accept), ``no_mutation``
-(decline, cancel, tampered, foreign, changed arguments, a changed answer, past expiry): the checker
-holds every ``no_mutation`` confirm to never having mutated anything.
+Every ok of a request also carries ``executed``, ``deleted``, ``archived``, ``isError``,
+``reask`` and ``replay`` as ``loadgen.clients.classify`` reads them off the wire; ``executed`` is
+true when a confirming tool says it ran (``op`` names which).
+
+``kind`` is the flow's race kind (``loadgen.workload.RACE_KINDS``: ``plain``, ``duplicate``,
+``lost_response``, ``timeout_retry``, ``race_delete``, ``race_move``, ``decline``,
+``cancel_then_accept``, ``answer_changed``, ``changed_args``, ``tampered``, ``foreign``,
+``expired``, ``before_expiry``, ``edit_between``, ``archive``, ``silence``). ``action`` is
+``accept``, ``decline``, ``cancel`` or ``silence`` (the retry carried the state but no answer);
+``altered`` says what the workload changed so that the state does not bind the answer
+(``token``, ``arguments``, ``principal``). ``expect`` on a confirm says what the workload meant
+by it: ``execute`` (a legitimate accept), ``no_mutation`` (decline, cancel,
+tampered, foreign, changed arguments, a changed answer, past expiry): the checker holds every
+``no_mutation`` confirm to never having mutated anything.
 
 Legacy flows (``legacy_plain``, ``legacy_cross_node``, ``legacy_duplicate``, ``legacy_decline``,
 ``legacy_cancel``; ``loadgen.legacy_clients``) are 2025-11-25 clients over HTTP and use the same
@@ -121,12 +130,6 @@ class History:
         if self.sink is not None:
             self.sink.write(op.to_json() + "\n")
         return op
-
-
-def read_history(path: Path) -> list[Op]:
-    """Load a ``history.jsonl`` file."""
-    with path.open(encoding="utf-8") as fh:
-        return [Op.from_json(line) for line in fh if line.strip()]
 
 
 def open_history(run_dir: Path | None) -> History:

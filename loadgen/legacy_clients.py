@@ -48,16 +48,10 @@ from typing import Any
 import httpx
 import trio
 
-from cluster.config import ClusterSettings
-from cluster.local import NodeDown
-from cluster.serve import start_http_nodes
 from loadgen.clients import REQUEST_TIMEOUT_S, Outcome, classify
 from loadgen.history import History, OpType
+from loadgen.transport import ACCEPT, NodeDown, Reply
 from loadgen.workload import DELETE_TOOL, TITLES
-from nodes.auth import TokenTable
-from nodes.config import NodeConfig
-from nodes.legacy.wire import CONFIRMATION_META, LEGACY_VERSION, SESSION_HEADER, VERSION_HEADER
-from nodes.protocol import Reply
 
 LEGACY_KINDS: tuple[str, ...] = (
     "legacy_plain",
@@ -66,6 +60,17 @@ LEGACY_KINDS: tuple[str, ...] = (
     "legacy_decline",
     "legacy_cancel",
 )
+
+LEGACY_VERSION = "2025-11-25"
+"""The handshake-era protocol version these clients negotiate."""
+
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+"""Headers a legacy client sends once it has a session (names lowercased, as httpx sends them)."""
+
+CONFIRMATION_META = "dev.notes-cluster/confirmation"
+"""``_meta`` key of a confirming tool's ``elicitation/create``: ``{nonce, expMs, tool,
+candidates}`` of its sealed state, which this node adds for harnesses that record histories."""
 
 LEGACY_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 """Declared once, at ``initialize``: form elicitation only (no roots, so no ``roots/list``)."""
@@ -103,7 +108,7 @@ class LegacyHttp:
     def headers(self, principal: str, session: str | None) -> dict[str, str]:
         """What a legacy client sends: no version header until the session exists."""
         out = {
-            "accept": "application/json, text/event-stream",
+            "accept": ACCEPT,
             "authorization": f"Bearer {self.tokens[principal]}",
         }
         if session is not None:
@@ -537,42 +542,3 @@ async def _copy(
         return
     out = _post_outcome(response)
     env.record(process, out.type, "confirm", out.value)
-
-
-@asynccontextmanager
-async def serve_legacy_nodes(
-    config: NodeConfig,
-    redis_url: str,
-    *,
-    embedded: bool,
-    prefix: str,
-    nodes: int,
-    tokens: dict[str, str],
-    replay_grace_ms: int,
-    wait_replicas: int = 0,
-) -> AsyncIterator[LegacyHttp]:
-    """``nodes`` HTTP nodes on loopback over the store at ``redis_url`` under ``prefix`` (with
-    ``config``: the key ring and scope of the in-process nodes beside them; the legacy adapter
-    mounted by ``cluster.serve``), and the legacy wire to them. ``tokens``: bearer token ->
-    principal. The in-process transport has no sockets, and a legacy call needs them: its result
-    streams while its answer arrives on another request."""
-    settings = ClusterSettings(
-        node=config,
-        tokens=TokenTable.from_plain(tokens),
-        replay_grace_ms=replay_grace_ms,
-        wait_replicas=wait_replicas,
-    )
-    limits = httpx.Limits(max_connections=HTTP_POOL, max_keepalive_connections=HTTP_POOL)
-    async with trio.open_nursery() as nursery:
-        urls = await start_http_nodes(
-            nursery,
-            settings,
-            redis_url,
-            count=nodes,
-            embedded=embedded,
-            prefix=prefix,
-            name="http-node",
-        )
-        async with httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S) as client:
-            yield LegacyHttp(urls, {p: t for t, p in tokens.items()}, client)
-        nursery.cancel_scope.cancel()

@@ -42,7 +42,7 @@ FAULT_COLOR = "#d1242f"
 
 
 class RunLike(Protocol):
-    """What the pictures need from a run (``loadgen.simulate.Simulation`` fits)."""
+    """What the pictures need from a run (``cluster.experiments.simulate.Simulation`` fits)."""
 
     @property
     def stats(self) -> RunStats:

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 import trio
 from hdrh.histogram import HdrHistogram
 
-from loadgen.clients import Client, Transport
+from loadgen import tenants as names
+from loadgen.clients import Client
 from loadgen.history import History
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
+from loadgen.tenants import LOAD_TENANTS, SIDES
+from loadgen.transport import Transport
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
 from nodes.sealing import KeyRing
 
@@ -38,7 +41,7 @@ class RunSettings:
     rate: float | None = None
     seed: int = 1
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
-    tenants: int = 4
+    tenants: int = LOAD_TENANTS
     legacy_share: float = 0.0
     """Share of the flows (0..1) run by legacy 2025-11-25 clients (needs a ``LegacyHttp``)."""
 
@@ -122,7 +125,7 @@ async def run_load(
     async def one(flow: int, intended: float) -> None:
         frng = random.Random(f"{settings.seed}:{flow}")
         t = frng.randrange(settings.tenants)
-        side = frng.choice("ab")
+        side = frng.choice(SIDES)
         kind = pick_kind(flow)
         if kind in LEGACY_KINDS:
             assert legacy is not None
@@ -132,9 +135,9 @@ async def run_load(
                 http=legacy,
                 history=history,
                 rng=frng,
-                principal=f"u{t}{side}",
-                tenant=f"load{t}",
-                inbox=f"file:///load/t{t}/inbox",
+                principal=names.principal(t, side),
+                tenant=names.tenant(t),
+                inbox=names.inbox(t),
                 process=2 * flow,
             )
             done(FlowSample(kind, intended, 0.0, await run_legacy_flow(lenv)))
@@ -146,11 +149,11 @@ async def run_load(
             rival=Client(2 * flow + 1, transport, history, frng),
             ring=ring,
             audience=audience,
-            principal=f"u{t}{side}",
-            foreigner=f"u{t}{'b' if side == 'a' else 'a'}",
-            tenant=f"load{t}",
-            inbox=f"file:///load/t{t}/inbox",
-            archive=f"file:///load/t{t}/archive",
+            principal=names.principal(t, side),
+            foreigner=names.principal(t, SIDES[1 - SIDES.index(side)]),
+            tenant=names.tenant(t),
+            inbox=names.inbox(t),
+            archive=names.archive(t),
             redis_offset_ms=redis_offset_ms,
             rng=frng,
         )

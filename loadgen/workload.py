@@ -17,10 +17,8 @@ from typing import Any
 import trio
 
 from loadgen.clients import Client, Outcome, request
-from nodes.scope import Scope
 from nodes.sealing import KeyRing, StateRejected
 
-LOAD_TENANTS = 4
 TITLES = ("Weekly report", "TPS report", "Minutes", "Todo")
 FORM_KEY = "confirm_delete"
 DELETE_TOOL = "notes_delete"
@@ -64,38 +62,6 @@ DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
     "expired": 0.5,
     "before_expiry": 0.5,
 }
-
-
-def load_workspaces(tenants: int = LOAD_TENANTS) -> dict[str, str]:
-    """Workspace URI -> tenant for the load tenants (an inbox and an archive each)."""
-    out: dict[str, str] = {}
-    for i in range(tenants):
-        out[f"file:///load/t{i}/inbox"] = f"load{i}"
-        out[f"file:///load/t{i}/archive"] = f"load{i}"
-    return out
-
-
-def load_archives(tenants: int = LOAD_TENANTS) -> dict[str, str]:
-    """Each load tenant's inbox -> its archive (``notes_archive``)."""
-    return {f"file:///load/t{i}/inbox": f"file:///load/t{i}/archive" for i in range(tenants)}
-
-
-def load_grants(tenants: int = LOAD_TENANTS) -> dict[str, tuple[str, ...]]:
-    """Two principals per load tenant, both granted the tenant's root."""
-    return {f"u{i}{side}": (f"file:///load/t{i}",) for i in range(tenants) for side in ("a", "b")}
-
-
-def load_tokens(tenants: int = LOAD_TENANTS) -> dict[str, str]:
-    """Demo bearer tokens of the load principals (published: for HTTP runs on loopback only)."""
-    return {f"{p}-load-token": p for p in load_grants(tenants)}
-
-
-def with_load_scope(base: Scope, tenants: int = LOAD_TENANTS) -> Scope:
-    """``base`` plus the load tenants' workspaces and principals."""
-    return Scope.build(
-        {**base.workspaces, **load_workspaces(tenants)},
-        {**base.grants, **load_grants(tenants)},
-    )
 
 
 @dataclass

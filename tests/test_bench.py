@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from loadgen.bench import PEER_ROUNDS, BenchOptions, command_line, plan_for, run_bench
-from loadgen.bench_procs import cpu_seconds
-from loadgen.bench_report import render_markdown
+from cluster.experiments.bench import PEER_ROUNDS, BenchOptions, command_line, plan_for, run_bench
+from cluster.experiments.bench_procs import cpu_seconds
+from cluster.experiments.bench_report import render_markdown
 from tests.conftest import require_real_redis
 
 BENCH_REDIS_URL = os.environ.get("NOTES_CLUSTER_BENCH_TEST_REDIS", "redis://127.0.0.1:6379/13")

@@ -80,14 +80,21 @@ class Run:
         self.entry("create", note, at=at, version=1)
         self.final[(T, note)] = WS
 
-    def ask(self, nonce: str, notes: list[str], flow: int, kind: str = "plain") -> None:
+    def ask(
+        self,
+        nonce: str,
+        notes: list[str],
+        flow: int,
+        kind: str = "plain",
+        tool: str = "notes_delete",
+    ) -> None:
         """Round 1 ok, as the load generator records it after opening the state."""
         inv = {"principal": ALICE, "tenant": T, "workspace": WS, "title": "TPS", "node": 0}
         res = {
             "nonce": nonce,
             "exp_ms": EXP,
             "candidates": [[n, 1] for n in notes],
-            "tool": "notes_delete",
+            "tool": tool,
         }
         self.call("ask", flow, inv, "ok", res, kind)
 
@@ -161,8 +168,17 @@ class Run:
 def ok(
     deleted: bool, *, replay: bool = False, note: str | None = None, **more: Any
 ) -> dict[str, Any]:
-    """A confirm ok value as loadgen.clients.classify records it."""
-    value: dict[str, Any] = {"deleted": deleted, "isError": False, "reask": False, "replay": replay}
+    """A confirm ok value of notes_delete as loadgen.clients.classify records it."""
+    value: dict[str, Any] = {
+        "executed": deleted,
+        "deleted": deleted,
+        "archived": False,
+        "isError": False,
+        "reask": False,
+        "replay": replay,
+    }
+    if deleted:
+        value["op"] = "delete"
     if note is not None:
         value["noteId"] = note
     return value | more
@@ -302,6 +318,44 @@ def test_an_ok_deletion_missing_from_the_journal_is_invalid() -> None:
     v = verdict_of(r.result(), "ok_deletes_match_journal")
     assert v.status == "invalid"
     assert len(v.ops) == 4  # both answers that claimed the deletion, invoke and completion
+
+
+def archived(note: str, *, replay: bool = False) -> dict[str, Any]:
+    """A confirm ok value of an executed notes_archive as loadgen.clients.classify records it."""
+    return ok(False, replay=replay, note=note) | {
+        "executed": True,
+        "op": "archive",
+        "archived": True,
+    }
+
+
+def archive_run(*, journaled: bool) -> tuple[Run, str]:
+    """The clean run plus an archive confirmed twice (fresh, then a replay); its journal move
+    under the nonce is there or not."""
+    r = clean_run()
+    note = "n" + "7" * 16
+    r.create(note, 11)
+    r.ask(K9, [note], 11, "archive", tool="notes_archive")
+    r.confirm(K9, note, 11, "ok", archived(note), kind="archive")
+    r.confirm(K9, note, 11, "ok", archived(note, replay=True), kind="archive")
+    if journaled:
+        r.execution("move", note, K9, to=ARCHIVE, tool="notes_archive", at=5400)
+        r.final[(T, note)] = ARCHIVE
+    return r, note
+
+
+def test_an_archive_told_executed_matches_its_journal_move() -> None:
+    r, _ = archive_run(journaled=True)
+    result = r.result()
+    assert [v for v in result.verdicts if v.status != "valid"] == []
+    assert verdict_of(result, "ok_deletes_match_journal").summary.startswith("All 4 executed")
+
+
+def test_an_archive_told_executed_that_the_journal_never_saw_is_invalid() -> None:
+    r, note = archive_run(journaled=False)
+    v = verdict_of(r.result(), "ok_deletes_match_journal")
+    assert v.status == "invalid"
+    assert f"told executed {note}; journal has 0" in v.summary
 
 
 def test_an_error_answer_for_a_deletion_that_happened_is_invalid() -> None:

@@ -33,7 +33,7 @@ from click.testing import CliRunner
 
 from cluster.cli import main
 from cluster.demo import DEMO_TENANT
-from cluster.failover import FailoverOptions, run_experiment
+from cluster.experiments.failover import FailoverOptions, run_experiment
 from cluster.faults import (
     FAULT_KINDS,
     FaultUsageError,

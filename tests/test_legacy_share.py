@@ -19,11 +19,8 @@ from typing import Any
 import pytest
 import trio
 
-from loadgen.checker import CheckResult, check
-from loadgen.history import History, Op
-from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, run_legacy_flow, serve_legacy_nodes
-from loadgen.runner import RunSettings
-from loadgen.simulate import (
+from cluster.experiments.legacy_nodes import serve_legacy_nodes
+from cluster.experiments.simulate import (
     SIM_REPLAY_GRACE_MS,
     SimulateOptions,
     check_run,
@@ -31,7 +28,12 @@ from loadgen.simulate import (
     simulate,
     simulation_config,
 )
-from loadgen.workload import RACE_KINDS, load_tokens
+from cluster.load_fixture import load_tokens
+from loadgen.checker import CheckResult, check
+from loadgen.history import History, Op
+from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, run_legacy_flow
+from loadgen.runner import RunSettings
+from loadgen.workload import RACE_KINDS
 from store.client import sync_client
 from store.journal import (
     JournalEntry,

@@ -177,11 +177,21 @@ class Story:
 
 
 def told(word: str = "deleted", *, note: str = N1, replay: bool = False) -> dict[str, Any]:
-    out = {"deleted": False, "isError": False, "reask": False, "replay": replay, "noteId": note}
-    return out | {word: True}
+    """An ok value of a confirm told it executed, as loadgen.clients.classify records it."""
+    op = {"deleted": "delete", "archived": "archive"}[word]
+    flags = {"deleted": False, "archived": False, word: True}
+    rest = {"isError": False, "reask": False, "replay": replay, "noteId": note}
+    return {"executed": True, "op": op, **flags, **rest}
 
 
-NOT_DONE = {"deleted": False, "isError": False, "reask": False, "replay": False}
+NOT_DONE = {
+    "executed": False,
+    "deleted": False,
+    "archived": False,
+    "isError": False,
+    "reask": False,
+    "replay": False,
+}
 
 
 def verdict_of(result: CheckResult, name: str) -> Verdict:

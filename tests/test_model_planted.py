@@ -15,12 +15,17 @@ from typing import Any
 import pytest
 import trio
 
+from cluster.experiments.simulate import (
+    SIM_REPLAY_GRACE_MS,
+    check_run,
+    redis_offset_ms,
+    simulation_config,
+)
 from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
 from loadgen.checker import CheckResult, Verdict
 from loadgen.history import History
 from loadgen.runner import RunSettings, run_load
-from loadgen.simulate import SIM_REPLAY_GRACE_MS, check_run, redis_offset_ms, simulation_config
-from nodes.protocol import Reply
+from loadgen.transport import Reply
 from store.api import Confirmation, ConfirmOutcome, NoteStoreAPI
 
 FLOWS = 4

@@ -33,11 +33,17 @@ import redis
 import trio
 
 from cluster.demo import ALICE_NOTES
-from cluster.local import InProcessTransport, LocalCluster, NodeDown, open_local_cluster
+from cluster.experiments.simulate import (
+    SIM_REPLAY_GRACE_MS,
+    check_run,
+    redis_offset_ms,
+    simulation_config,
+)
+from cluster.local import InProcessTransport, LocalCluster, open_local_cluster
 from loadgen.history import History, Op
 from loadgen.runner import RunSettings, run_load
-from loadgen.simulate import SIM_REPLAY_GRACE_MS, check_run, redis_offset_ms, simulation_config
-from loadgen.workload import load_workspaces
+from loadgen.tenants import tenants as tenant_names
+from loadgen.transport import NodeDown
 from nodes.headers import request_headers
 from nodes.protocol import Reply
 from tests.conftest import REAL_REDIS_URL, require_real_redis
@@ -443,7 +449,7 @@ async def test_nodes_restarted_mid_load_lose_no_answer_and_double_no_deletion() 
     print(f"seed {seed} (NOTES_CLUSTER_TEST_SEED={seed} repeats the draws)")
     settings = RunSettings(flows=120, duration_s=30, concurrency=8, seed=seed)
     config = simulation_config(2.0, settings.tenants)
-    tenants = sorted(set(load_workspaces(settings.tenants).values()))
+    tenants = tenant_names(settings.tenants)
     history = History()
     restarts: list[Restart] = []
     with trio.fail_after(90):

@@ -33,13 +33,16 @@ def quick_start_blocks() -> list[str]:
 def main_job() -> str:
     """The quick start's main job: what follows the install in its first block."""
     install, _, job = quick_start_blocks()[0].partition(" && ")
-    assert install == "pip install .", install
+    assert install == "pip install '.[sim]'", install
     return job
 
 
 def test_the_quick_start_has_the_install_and_simulate_block_and_the_test_block() -> None:
     blocks = quick_start_blocks()
-    assert blocks == ["pip install . && notes-cluster simulate", "pip install '.[test]' && pytest"]
+    assert blocks == [
+        "pip install '.[sim]' && notes-cluster simulate",
+        "pip install '.[test]' && pytest",
+    ]
 
 
 def test_ci_runs_the_readmes_test_command_verbatim() -> None:

@@ -21,9 +21,9 @@ import redis.cluster
 import trio
 from redis.crc import key_slot
 
+from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
 from loadgen.runner import RunSettings
-from loadgen.simulate import SimulateOptions, simulate
 from store.api import Confirmation
 from store.client import UnsafeStore, is_cluster, open_redis, sync_client
 from store.journal import (

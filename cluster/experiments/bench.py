@@ -1,8 +1,9 @@
 """``notes-cluster bench``: delete flows per second, side by side, in one run.
 
-Layer: loadgen. Starts clusters through ``cluster`` (in-process and as HTTP node processes), the
-SDK peer through ``loadgen.peer_sdk``, seeds the store directly (``loadgen.bench_store``) and
-drives every server with the same loop (``loadgen.bench_flows``). Scenarios:
+Layer: cluster (an experiment). Starts clusters (in-process and as HTTP node processes), the SDK
+peer (``peer_sdk``), seeds the store directly (``bench_store``) and drives every server with the
+same loop (``bench_flows``); those modules sit beside this one in ``cluster.experiments``.
+Scenarios:
 
 1. flows   completed two-round ``notes_delete`` flows/s and latency, in-process (embedded store
            and real Redis) and over HTTP (node processes, real Redis), per cluster size and
@@ -41,19 +42,17 @@ from hdrh.histogram import HdrHistogram
 
 from cluster.config import ClusterSettings
 from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
-from cluster.local import InProcessTransport, open_local_cluster
-from cluster.serve import settings_for
-from loadgen.bench_flows import FLOW_TIMEOUT_S, FlowFn, PointStats, Target, run_flows
-from loadgen.bench_flows import transport_flow as mcp_flow
-from loadgen.bench_procs import (
+from cluster.experiments.bench_flows import FLOW_TIMEOUT_S, FlowFn, PointStats, Target, run_flows
+from cluster.experiments.bench_flows import transport_flow as mcp_flow
+from cluster.experiments.bench_procs import (
     ServerProcs,
     open_http_cluster,
     open_server_process,
     redis_server_pid,
     total_cpu,
 )
-from loadgen.bench_report import render_markdown
-from loadgen.bench_store import (
+from cluster.experiments.bench_report import render_markdown
+from cluster.experiments.bench_store import (
     dbsize,
     flushdb,
     raw_flow,
@@ -61,8 +60,10 @@ from loadgen.bench_store import (
     seed_filler,
     seed_targets,
 )
-from loadgen.clients import HttpTransport
-from loadgen.workload import load_tokens, with_load_scope
+from cluster.load_fixture import load_tokens, with_load_scope
+from cluster.local import InProcessTransport, open_local_cluster
+from cluster.serve import settings_for
+from loadgen.transport import HttpTransport
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
@@ -101,7 +102,6 @@ LOCK_WAIT_S = 900.0
 
 TARGET_CEILING_FRACTION = 0.25
 TARGET_PEER_THROUGHPUT = 2.0
-AIM_PEER_THROUGHPUT = 3.0
 TARGET_PEER_CPU = 0.5
 
 
@@ -388,7 +388,7 @@ async def _peer(bench: Bench, settings: ClusterSettings) -> dict[str, Any]:
     """Ours (1 node) and the SDK peer at the peer's concurrency, alternating in short slots."""
     c = PEER_CONCURRENCY
     slot = max(MIN_SLOT_S, bench.plan.seconds / 2)
-    peer_args = ["loadgen.peer_sdk", "--redis", bench.url, "--prefix", DEFAULT_PREFIX]
+    peer_args = ["cluster.experiments.peer_sdk", "--redis", bench.url, "--prefix", DEFAULT_PREFIX]
     histograms = {side: PointStats().histogram for side in ("ours", "peer")}
     rounds: list[dict[str, Any]] = []
     async with (

@@ -1,8 +1,8 @@
 """The benchmark's processes: CPU time from ``/proc``, our node processes, and the SDK peer.
 
-Layer: loadgen. Reads ``utime + stime`` of server processes before and after a point, so CPU
-per flow is measured on the servers alone (the load generator's own CPU is not counted). Every
-process started here is stopped by its pid when its context exits, on error too.
+Layer: cluster (an experiment). Reads ``utime + stime`` of server processes before and after a
+point, so CPU per flow is measured on the servers alone (the load generator's own CPU is not
+counted). Every process started here is stopped by its pid when its context exits, on error too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``bench.md``: the benchmark's JSON as one markdown table per scenario, ratios included.
 
-Layer: loadgen. Pure module: formats a ``run_bench`` result, no I/O.
+Layer: cluster (an experiment). Pure module: formats a ``run_bench`` result, no I/O.
 """
 
 from __future__ import annotations

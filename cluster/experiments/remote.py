@@ -1,8 +1,9 @@
 """``notes-cluster loadgen``: the race workload against remote HTTP nodes.
 
-Layer: loadgen. Drives nodes it did not start, over Streamable HTTP; reads the store (when given
-its URL) only after the run, to check invariants. It needs the cluster's key ring to learn each
-state's nonce and expiry for the history (a trusted harness), and a bearer token per principal.
+Layer: cluster (an experiment). Drives nodes it did not start, over Streamable HTTP; reads the
+store (when given its URL) only after the run, to check invariants. It needs the cluster's key ring
+to learn each state's nonce and expiry for the history (a trusted harness), and a bearer token per
+principal.
 """
 
 from __future__ import annotations
@@ -14,11 +15,7 @@ import httpx
 import trio
 
 from cluster.config import ClusterSettings
-from loadgen.checker import CheckResult, Verdict
-from loadgen.clients import HttpTransport
-from loadgen.history import close_history, open_history
-from loadgen.runner import FlowSample, RunSettings, run_load
-from loadgen.simulate import (
+from cluster.experiments.simulate import (
     SimulateOptions,
     Simulation,
     check_run,
@@ -26,7 +23,11 @@ from loadgen.simulate import (
     races,
     redis_offset_ms,
 )
-from loadgen.workload import load_workspaces
+from loadgen.checker import CheckResult, Verdict
+from loadgen.history import close_history, open_history
+from loadgen.runner import FlowSample, RunSettings, run_load
+from loadgen.tenants import tenants as tenant_names
+from loadgen.transport import HttpTransport
 from store.notes import DEFAULT_PREFIX
 
 HTTP_POOL = 256
@@ -82,7 +83,7 @@ async def run_remote(
         if redis_url is None:
             result = NOT_CHECKED
         else:
-            tenants = sorted(set(load_workspaces(run.tenants).values()))
+            tenants = tenant_names(run.tenants)
             result = await check_run(
                 history, redis_url, prefix, tenants, offset, settings.replay_grace_ms
             )

@@ -1,10 +1,10 @@
 """The benchmark's store side: fast seeding, the raw-script ceiling, and ``redis-benchmark``.
 
-Layer: loadgen. Writes notes straight into the store's key layout (the same hash fields and index
-sets ``create.lua`` writes, minus the journal entry) in batches of one Lua call, because seeding
-tens of thousands of notes through the tools would take longer than the measurements. The
-ceiling loop runs the store's own ``read_notes`` and ``confirm`` scripts through ``NoteStore``
-with no MCP layer at all.
+Layer: cluster (an experiment). Writes notes straight into the store's key layout (the same hash
+fields and index sets ``create.lua`` writes, minus the journal entry) in batches of one Lua call,
+because seeding tens of thousands of notes through the tools would take longer than the
+measurements. The ceiling loop runs the store's own ``read_notes`` and ``confirm`` scripts through
+``NoteStore`` with no MCP layer at all.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import coredis
 import trio
 from coredis.tokens import PureToken
 
-from loadgen.bench_flows import Target
-from loadgen.workload import LOAD_TENANTS
+from cluster.experiments.bench_flows import Target
+from loadgen.tenants import LOAD_TENANTS, tenant
 from nodes.sealing import new_nonce
 from store.api import Confirmation
 from store.keys import TenantKeys
@@ -73,7 +73,7 @@ async def seed_targets(
 ) -> list[Target]:
     """Create ``count`` notes with unique titles, spread over the load tenants."""
     script = client.register_script(_SEED_LUA)
-    tenants = [TenantKeys(prefix, f"load{t}") for t in range(LOAD_TENANTS)]
+    tenants = [TenantKeys(prefix, tenant(t)) for t in range(LOAD_TENANTS)]
     ws_keys = [k.workspace(inbox(t)) for t, k in enumerate(tenants)]
     targets: list[Target] = []
     args: list[str | int] = []
@@ -101,7 +101,7 @@ async def seed_filler(client: coredis.Redis[str], prefix: str, count: int) -> No
     per_tenant = -(-count // LOAD_TENANTS)
     made = 0
     for t in range(LOAD_TENANTS):
-        k = TenantKeys(prefix, f"load{t}")
+        k = TenantKeys(prefix, tenant(t))
         first = 0
         while first < per_tenant and made < count:
             n = min(FILLER_BATCH, per_tenant - first, count - made)

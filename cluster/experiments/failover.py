@@ -2,9 +2,9 @@
 and what does making every write wait for its replica (``WAIT``) cost and buy?
 
 Layer: cluster. Starts local Redis Clusters of 3 masters with one replica each
-(``cluster.redis_cluster``), runs the race workload on them (``loadgen.simulate``) with a failover
-injected during the load (``cluster.faults.CustomFault``), and tabulates the checker's verdicts.
-Each scenario runs twice, without and with ``wait_replicas``, with the same seed:
+(``cluster.redis_cluster``), runs the race workload on them (``cluster.experiments.simulate``) with
+a failover injected during the load (``cluster.faults.CustomFault``), and tabulates the checker's
+verdicts. Each scenario runs twice, without and with ``wait_replicas``, with the same seed:
 
 - ``baseline``: no fault: what ``WAIT`` costs in flows/s and flow latency.
 - ``manual``: ``CLUSTER FAILOVER`` on the replica of a loaded master (the coordinated kind: the
@@ -34,12 +34,12 @@ import redis
 import trio
 from redis.crc import key_slot
 
+from cluster.experiments.simulate import SimulateOptions, Simulation, simulate
 from cluster.faults import CustomFault
 from cluster.redis_cluster import HOST, RedisClusterInfo, local_redis_cluster
 from loadgen.pictures import percentile, write_pictures
 from loadgen.runner import RunSettings
-from loadgen.simulate import SimulateOptions, Simulation, simulate
-from loadgen.workload import load_workspaces
+from loadgen.tenants import tenants as tenant_names
 
 SCENARIOS: tuple[str, ...] = ("baseline", "manual", "kill")
 
@@ -135,7 +135,7 @@ def loaded_master(rc: RedisClusterInfo, tenants: int) -> tuple[int, list[str]]:
     those tenants."""
     bootstrap = rc.masters[0]
     owners: dict[int, list[str]] = {}
-    for tenant in sorted(set(load_workspaces(tenants).values())):
+    for tenant in tenant_names(tenants):
         port = _owner(bootstrap, key_slot(f"{{t:{tenant}}}".encode()))
         owners.setdefault(port, []).append(tenant)
     candidates = {p: t for p, t in owners.items() if p != bootstrap}

@@ -1,9 +1,9 @@
 """``notes-cluster simulate``: race workload on an in-process cluster, then the checker's verdict.
 
-Layer: loadgen. Starts a cluster through ``cluster.local``, drives it through the in-process
-transport, and reads the store only after the run, to check invariants. With a legacy share
-(``RunSettings.legacy_share`` > 0, ``--legacy-share``) it also serves the same store, configuration
-and key ring over HTTP nodes on loopback (``loadgen.legacy_clients.serve_legacy_nodes``): the
+Layer: cluster (an experiment). Starts a cluster through ``cluster.local``, drives it through the
+in-process transport, and reads the store only after the run, to check invariants. With a legacy
+share (``RunSettings.legacy_share`` > 0, ``--legacy-share``) it also serves the same store,
+configuration and key ring over HTTP nodes on loopback (``legacy_nodes.serve_legacy_nodes``): the
 in-process transport has no sockets, and a legacy call streams its result while its answer arrives
 on another request. Legacy flows go to those nodes only, so node and client faults (which target
 the in-process nodes and their transport) do not reach them; Redis faults reach every node.
@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import redis.cluster
 import trio
 
 from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.experiments.legacy_nodes import serve_legacy_nodes
 from cluster.faults import (
     FAULT_STREAM_TIMEOUT_S,
     CustomFault,
@@ -33,12 +34,13 @@ from cluster.faults import (
     FaultRecord,
     open_injector,
 )
+from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
 from loadgen.checker import CheckResult, check
 from loadgen.history import History, close_history, open_history
-from loadgen.legacy_clients import LegacyHttp, serve_legacy_nodes
+from loadgen.legacy_clients import LegacyHttp
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
-from loadgen.workload import load_archives, load_tokens, load_workspaces, with_load_scope
+from loadgen.tenants import tenants as tenant_names
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
@@ -224,7 +226,7 @@ async def simulate(
     settings = options.settings
     config = simulation_config(options.state_ttl_s, settings.tenants)
     prefix = "nc" if options.redis_url is None else "ncsim" + secrets.token_hex(4)
-    tenants = sorted(set(load_workspaces(settings.tenants).values()))
+    tenants = tenant_names(settings.tenants)
     if options.wait_replicas and options.redis_url is None:
         raise ValueError("wait_replicas needs a real Redis: the embedded store has no WAIT")
     history = open_history(options.run_dir)
@@ -362,8 +364,3 @@ def finish(sim: Simulation) -> Simulation:
             json.dumps(sim.to_json(), indent=2) + "\n", encoding="utf-8"
         )
     return sim
-
-
-def with_settings(options: SimulateOptions, **changes: Any) -> SimulateOptions:
-    """A copy of ``options`` with some run settings changed."""
-    return replace(options, settings=replace(options.settings, **changes))

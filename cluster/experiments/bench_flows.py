@@ -1,9 +1,10 @@
 """The benchmark's load loop: complete ``notes_delete`` flows at a fixed concurrency.
 
-Layer: loadgen. Drives any ``Transport`` (in-process, HTTP to our nodes, HTTP to the SDK peer)
-with the same code: round 1 on a random node, pick the note from the form, round 2 on another
-node, check ``deleted: true``. Every loop is bounded in count (the seeded targets) and in time
-(the point's duration, then a hard cancel). Latency goes into an HDR histogram.
+Layer: cluster (an experiment). Drives any ``loadgen.transport.Transport`` (in-process, HTTP to our
+nodes, HTTP to the SDK peer) with the same code: round 1 on a random node, pick the note from the
+form, round 2 on another node, check ``deleted: true``. Every loop is bounded in count (the seeded
+targets) and in time (the point's duration, then a hard cancel). Latency goes into an HDR
+histogram.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import httpx
 import trio
 from hdrh.histogram import HdrHistogram
 
-from cluster.local import NodeDown
-from loadgen.clients import Transport, request
+from loadgen.clients import request
+from loadgen.transport import NodeDown, Transport
 
 TOOL = "notes_delete"
 FORM_KEY = "confirm_delete"

@@ -1,8 +1,8 @@
 """The benchmark peer: ``notes_delete`` served by the official MCP Python SDK (``mcp`` 2.3.0).
 
-Layer: loadgen (benchmark only; nothing in the product imports it). Run as a process with
-``python -m loadgen.peer_sdk --redis URL --prefix P``; it prints its endpoint URL on one line once
-its socket listens, then serves until killed.
+Layer: cluster (an experiment: the benchmark's peer; nothing in the product imports it). Run as a
+process with ``python -m cluster.experiments.peer_sdk --redis URL --prefix P``; it prints its
+endpoint URL on one line once its socket listens, then serves until killed.
 
 The peer is written the way the SDK's multi-round-trip guide recommends for a hand-built flow:
 an ``@mcp.tool()`` function that returns an ``InputRequiredResult`` under our form key
@@ -44,7 +44,7 @@ from mcp_types import (
 from pydantic import BaseModel
 
 from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
-from loadgen.workload import load_tokens, with_load_scope
+from cluster.load_fixture import load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError
 from store.api import Confirmation, Note
 from store.client import open_redis
@@ -215,7 +215,7 @@ async def serve_peer(redis_url: str, prefix: str, host: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve on a free loopback port; print the endpoint URL when ready."""
-    p = argparse.ArgumentParser(prog="loadgen.peer_sdk")
+    p = argparse.ArgumentParser(prog="cluster.experiments.peer_sdk")
     p.add_argument("--redis", required=True)
     p.add_argument("--prefix", required=True)
     p.add_argument("--host", default="127.0.0.1")

@@ -1,0 +1,47 @@
+"""The names the load addresses: its tenants, their workspaces and principals.
+
+Layer: loadgen. Pure module. The workload only names these; a cluster that serves the load is
+configured for them by ``cluster.load_fixture``, which spells the same names without importing
+this module (a node must not load the load generator; a test checks that both agree).
+
+    tenant load<t>   workspaces file:///load/t<t>/inbox and .../archive (the inbox archives to
+                     the archive), principals u<t>a and u<t>b, both granted file:///load/t<t>
+"""
+
+from __future__ import annotations
+
+LOAD_TENANTS = 4
+"""Tenants a load uses unless told otherwise."""
+
+SIDES = ("a", "b")
+"""The two principals of each tenant: one runs a flow, the other is its foreigner."""
+
+
+def tenant(t: int) -> str:
+    """The tenant (Redis hash tag) of load tenant ``t``."""
+    return f"load{t}"
+
+
+def root(t: int) -> str:
+    """The root both principals of tenant ``t`` are granted."""
+    return f"file:///load/t{t}"
+
+
+def inbox(t: int) -> str:
+    """The workspace the flows of tenant ``t`` create, ask and confirm in."""
+    return f"{root(t)}/inbox"
+
+
+def archive(t: int) -> str:
+    """Where tenant ``t``'s inbox archives to (and where ``race_move`` moves notes)."""
+    return f"{root(t)}/archive"
+
+
+def principal(t: int, side: str) -> str:
+    """Principal ``side`` (one of SIDES) of tenant ``t``."""
+    return f"u{t}{side}"
+
+
+def tenants(count: int) -> list[str]:
+    """The first ``count`` tenants' names, sorted (what a checker reads the journal of)."""
+    return sorted(tenant(t) for t in range(count))
