@@ -7,12 +7,12 @@ before what, as it does from a real run's anchors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
-from loadgen.checker import CheckResult, Verdict, check
+from loadgen.checker import Call, CheckResult, Verdict, check, pair_calls
 from loadgen.history import Op, OpType
 from loadgen.model import (
     CANCELLED,
@@ -32,6 +32,7 @@ from loadgen.model import (
     forget,
     step,
 )
+from loadgen.timeline import Bounds, Clock, Titles, anchors
 from store.journal import JournalEntry
 
 T = "load0"
@@ -368,3 +369,52 @@ def test_the_fixed_refusal_must_come_with_http_400(status: int) -> None:
     s.invoke(K1, 1, "decline", noteId=N1, expect="no_mutation")
     s.done(1, "decline", "fail", REFUSED | {"status": status})
     assert verdict_of(s.check(), "answers_conform_to_model").status == "invalid"
+
+
+# --- the clock bounds and title counts the search relies on ---------------------------------
+
+
+def calls_and_clock(s: Story) -> tuple[list[Call], Clock]:
+    calls = pair_calls(s.ops)
+    causes = anchors(calls, s.journal)
+    by_id = {e.id: e for e in s.journal}
+    return calls, Clock.build((c, by_id[eid]) for eid, c in causes.items())
+
+
+def test_anchors_bound_an_operation_on_the_redis_clock_from_both_sides() -> None:
+    s = Story()
+    s.create(N1, 1, "plain")
+    s.ask(K1, N1, 1, "plain")
+    s.invoke(K1, 1, "plain", noteId=N1)
+    s.done(1, "plain", "fail", REFUSED)
+    s.create(N2, 2, "plain")
+    calls, clock = calls_and_clock(s)
+    confirm = next(c for c in calls if c.invoke.f == "confirm")
+    first, second = (e.at_ms for e in s.journal)
+    assert clock.bounds(confirm) == Bounds(first, second, frozenset({s.journal[0].id}))
+
+
+def test_contradicting_anchors_leave_an_operation_unbounded() -> None:
+    s = Story()
+    s.create(N1, 1, "plain")
+    s.invoke(K1, 1, "plain", noteId=N1)
+    s.done(1, "plain", "fail", REFUSED)
+    s.create(N2, 2, "plain")
+    # The later create's entry says it ran before the first one: a clock stepped back.
+    s.journal[1] = replace(s.journal[1], at_ms=s.journal[0].at_ms - 10)
+    calls, clock = calls_and_clock(s)
+    confirm = next(c for c in calls if c.invoke.f == "confirm")
+    assert clock.bounds(confirm) == Bounds()
+
+
+def test_a_reask_count_skips_an_edit_that_keeps_the_title_and_what_follows_the_lookup() -> None:
+    s = Story()
+    s.create(N1, 1, "edit_between")
+    edit = s.entry("update", N1, version=2)  # same title: one note throughout, never zero
+    s.now += 5
+    gone = s.entry("delete", N1, nonce=K1)
+    titles = Titles.build(s.journal)
+    around = Bounds(edit.at_ms, gone.at_ms)
+    assert titles.reask(T, WS, "TPS", around) == {REASK, ERROR_RESULT}
+    assert titles.reask(T, WS, "TPS", replace(around, after=frozenset({gone.id}))) == {REASK}
+    assert titles.reask(T, WS, "TPS", Bounds(gone.at_ms + 1, gone.at_ms + 5)) == {ERROR_RESULT}
