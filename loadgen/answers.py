@@ -42,7 +42,7 @@ LEGACY_STREAM_STATUS = 200
 
 
 @dataclass(frozen=True)
-class Op:
+class Answered:
     """One confirm in the search."""
 
     call: Call
@@ -192,7 +192,7 @@ class _Groups:
 
 
 def groups(
-    ops: Sequence[Op], shown: Mapping[str, Shown], journal: Sequence[JournalEntry]
+    ops: Sequence[Answered], shown: Mapping[str, Shown], journal: Sequence[JournalEntry]
 ) -> list[tuple[set[str], set[tuple[str, str]]]]:
     """(nonces, notes) per group."""
     g = _Groups()

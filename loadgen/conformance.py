@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from loadgen.answers import (
+    Answered,
     Event,
     JournalIndex,
-    Op,
     answer_of,
     events_of,
     groups,
@@ -131,7 +131,9 @@ class Timeline:
 class Group:
     """One group's answers and changes, and the search for an order that explains them."""
 
-    def __init__(self, ops: list[Op], events: list[Event], shown: Mapping[str, Shown]) -> None:
+    def __init__(
+        self, ops: list[Answered], events: list[Event], shown: Mapping[str, Shown]
+    ) -> None:
         self.ops = sorted(ops, key=lambda o: o.index)
         self.events = events
         self.shown = shown
@@ -140,7 +142,7 @@ class Group:
 
     # -- the states along the sequence, for one attribution --
 
-    def timeline(self, chosen: Mapping[int, Op | None]) -> Timeline:
+    def timeline(self, chosen: Mapping[int, Answered | None]) -> Timeline:
         """Apply every event in order; a decision goes through the model as its chosen op's
         answer (findings when no op, or one the model does not allow there)."""
         states: dict[str, State] = {op.nonce: INIT for op in self.ops}
@@ -171,7 +173,7 @@ class Group:
     def _decide(
         self,
         ev: Event,
-        op: Op | None,
+        op: Answered | None,
         states: dict[str, State],
         notes: dict[tuple[str, str], NoteView],
         findings: list[ModelFinding],
@@ -196,7 +198,7 @@ class Group:
 
     # -- where each answer may sit --
 
-    def points(self, op: Op, chosen: Mapping[int, Op | None]) -> range:
+    def points(self, op: Answered, chosen: Mapping[int, Answered | None]) -> range:
         """The points 0..m the op may sit at by the Redis clock and by real time against every
         change with a known cause (empty range: none)."""
         lo, hi = 0, len(self.events)
@@ -210,7 +212,7 @@ class Group:
                 lo = max(lo, k)
         return range(lo, hi + 1)
 
-    def replies_at(self, op: Op, tl: Timeline, p: int) -> dict[Reply, Step]:
+    def replies_at(self, op: Answered, tl: Timeline, p: int) -> dict[Reply, Step]:
         """The model's legal replies for ``op`` at point ``p``."""
         tenant = self.shown[op.nonce].tenant
         view = tl.notes[p].get((tenant, op.answer.note), NoteView())
@@ -218,12 +220,14 @@ class Group:
 
     # -- one leaf: an attribution of every decision --
 
-    def evaluate(self, chosen: Mapping[int, Op | None]) -> tuple[list[ModelFinding], Timeline]:
+    def evaluate(
+        self, chosen: Mapping[int, Answered | None]
+    ) -> tuple[list[ModelFinding], Timeline]:
         """Findings of the best placement of every unattributed answer under ``chosen``."""
         tl = self.timeline(chosen)
         findings = list(tl.findings)
         used = {id(op) for op in chosen.values() if op is not None}
-        placed: list[tuple[Op, int]] = []
+        placed: list[tuple[Answered, int]] = []
         for op in self.ops:
             if id(op) in used:
                 continue
@@ -252,7 +256,7 @@ class Group:
         """A legal reply that changes nothing (a change would be in the journal)."""
         return s is not None and s.effect is None
 
-    def _attributed_reply(self, op: Op, k: int) -> list[ModelFinding]:
+    def _attributed_reply(self, op: Answered, k: int) -> list[ModelFinding]:
         e = self.events[k - 1].entry
         assert e is not None
         assert op.observed is not None
@@ -261,13 +265,17 @@ class Group:
         text = f"confirm at {op.index} made {e.op} {e.note} but was answered {op.observed}"
         return [self._finding("conformance", op.kind, text, op.call.indices, (e.id,))]
 
-    def legal_names(self, op: Op, tl: Timeline, chosen: Mapping[int, Op | None]) -> set[str]:
+    def legal_names(
+        self, op: Answered, tl: Timeline, chosen: Mapping[int, Answered | None]
+    ) -> set[str]:
         """Names of every reply the model allows ``op`` at any point it may sit."""
         at = next((k for k, o in chosen.items() if o is op), None)
         spots = [at - 1] if at is not None else list(self.points(op, chosen))
         return {r.name for p in spots for r in self.replies_at(op, tl, p)}
 
-    def _unexplained(self, op: Op, tl: Timeline, chosen: Mapping[int, Op | None]) -> ModelFinding:
+    def _unexplained(
+        self, op: Answered, tl: Timeline, chosen: Mapping[int, Answered | None]
+    ) -> ModelFinding:
         assert op.observed is not None
         names = self.legal_names(op, tl, chosen)
         severity: Severity = "conformance"
@@ -297,11 +305,11 @@ class Group:
 
     # -- the search over attributions --
 
-    def candidates(self, k: int) -> list[Op | None]:
+    def candidates(self, k: int) -> list[Answered | None]:
         """The answers that could have made decision ``k``, then None (none of them)."""
         e = self.events[k - 1].entry
         assert e is not None
-        out: list[Op | None] = []
+        out: list[Answered | None] = []
         for op in self.ops:
             if op.nonce != e.nonce or not op.bounds.holds(e.at_ms):
                 continue
@@ -318,10 +326,10 @@ class Group:
         out.sort(key=lambda o: 1 if o is None or o.observed is None else rank[o.observed.name])
         return [*out, None]
 
-    def search(self) -> tuple[list[ModelFinding], Timeline, dict[int, Op | None], bool]:
+    def search(self) -> tuple[list[ModelFinding], Timeline, dict[int, Answered | None], bool]:
         """The attribution with the fewest findings (first with none), and whether the search
         was exhausted within ``MAX_LEAVES``."""
-        best: tuple[list[ModelFinding], Timeline, dict[int, Op | None]] | None = None
+        best: tuple[list[ModelFinding], Timeline, dict[int, Answered | None]] | None = None
         for chosen in self._attributions(0, {}):
             self.leaves += 1
             findings, tl = self.evaluate(chosen)
@@ -332,7 +340,9 @@ class Group:
         assert best is not None
         return (*best, self.leaves < MAX_LEAVES or not best[0])
 
-    def _attributions(self, i: int, chosen: dict[int, Op | None]) -> Iterator[dict[int, Op | None]]:
+    def _attributions(
+        self, i: int, chosen: dict[int, Answered | None]
+    ) -> Iterator[dict[int, Answered | None]]:
         if i == len(self.decisions):
             yield chosen
             return
@@ -345,7 +355,7 @@ class Group:
             yield from self._attributions(i + 1, chosen)
             del chosen[k]
 
-    def _in_order(self, op: Op, k: int, chosen: Mapping[int, Op | None]) -> bool:
+    def _in_order(self, op: Answered, k: int, chosen: Mapping[int, Answered | None]) -> bool:
         """Real time allows ``op`` to have made decision ``k`` given the ones already chosen
         and the changes with a known cause."""
         for j, ev in enumerate(self.events, 1):
@@ -361,9 +371,9 @@ class Group:
 # --- the whole check ------------------------------------------------------------------------
 
 
-def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> list[Op]:
+def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> list[Answered]:
     seen_titles = titles_of(ctx.calls)
-    out: list[Op] = []
+    out: list[Answered] = []
     for nonce, calls in ctx.confirms.items():
         shown = ctx.states.get(nonce)
         if shown is None:
@@ -374,7 +384,7 @@ def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> lis
             a = answer_of(c, shown)
             b = clock.bounds(c)
             out.append(
-                Op(
+                Answered(
                     c,
                     nonce,
                     a,
@@ -388,10 +398,10 @@ def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> lis
     return out
 
 
-def _same_content(ops: Sequence[Op]) -> list[ModelFinding]:
+def _same_content(ops: Sequence[Answered]) -> list[ModelFinding]:
     """Every reply telling a state's execution (fresh or replayed) carries the same content."""
     out: list[ModelFinding] = []
-    first: dict[str, tuple[Op, dict[str, Any]]] = {}
+    first: dict[str, tuple[Answered, dict[str, Any]]] = {}
     for op in ops:
         if op.observed is None or op.observed.name not in (EXECUTED, REPLAY_EXECUTED):
             continue
@@ -414,7 +424,7 @@ def check_answers(ctx: Context) -> ModelReport:
     by_id = {e.id: e for e in ctx.journal}
     clock = Clock.build((c, by_id[eid]) for eid, c in causes.items())
     ops = _ops(ctx, clock, Titles.build(ctx.journal), report)
-    by_nonce: dict[str, list[Op]] = defaultdict(list)
+    by_nonce: dict[str, list[Answered]] = defaultdict(list)
     for op in ops:
         by_nonce[op.nonce].append(op)
     table: Counter[tuple[str, str, tuple[str, ...], str]] = Counter()
