@@ -185,7 +185,9 @@ class Group:
         want = Reply(DECLINED) if e.op == "decline" else Reply(EXECUTED, e.note)
         if op is None:
             text = f"{e.op} {e.note or ''} under nonce {e.nonce} that no answer explains"
-            findings.append(self._finding("conformance", self._kind(e.nonce), text, (), (e.id,)))
+            shown = self.shown.get(e.nonce)
+            proof = [*(shown.ops if shown else ()), *self._indices(e.nonce)]
+            findings.append(self._finding("conformance", self._kind(e.nonce), text, proof, (e.id,)))
             return State(Recorded(None, outcome, e.note), before.expired, before.forgotten)
         view = notes.get((e.tenant, op.answer.note), NoteView())
         steps = legal(before, op.answer, op.world(view))
@@ -290,6 +292,9 @@ class Group:
         proof += [i for o in chosen.values() if o is not None for i in o.call.indices]
         journal = tuple(ev.entry.id for ev in self.events if ev.entry is not None and ev.decision)
         return self._finding(severity, op.kind, text, tuple(proof), journal)
+
+    def _indices(self, nonce: str) -> list[int]:
+        return [i for op in self.ops if op.nonce == nonce for i in op.call.indices]
 
     def _kind(self, nonce: str) -> str:
         kinds = [op.kind for op in self.ops if op.nonce == nonce]
