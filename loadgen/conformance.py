@@ -184,7 +184,8 @@ class Group:
         outcome: Literal["executed", "declined"] = "declined" if e.op == "decline" else "executed"
         want = Reply(DECLINED) if e.op == "decline" else Reply(EXECUTED, e.note)
         if op is None:
-            text = f"{e.op} {e.note or ''} under nonce {e.nonce} that no answer explains"
+            what = f"{e.op} {e.note}" if e.note else e.op
+            text = f"{what} under nonce {e.nonce} that no answer explains"
             shown = self.shown.get(e.nonce)
             proof = [*(shown.ops if shown else ()), *self._indices(e.nonce)]
             findings.append(self._finding("conformance", self._kind(e.nonce), text, proof, (e.id,)))

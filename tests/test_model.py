@@ -418,3 +418,18 @@ def test_a_reask_count_skips_an_edit_that_keeps_the_title_and_what_follows_the_l
     assert titles.reask(T, WS, "TPS", around) == {REASK, ERROR_RESULT}
     assert titles.reask(T, WS, "TPS", replace(around, after=frozenset({gone.id}))) == {REASK}
     assert titles.reask(T, WS, "TPS", Bounds(gone.at_ms + 1, gone.at_ms + 5)) == {ERROR_RESULT}
+
+
+def test_a_decision_no_answer_explains_names_its_kind_and_state() -> None:
+    s = Story()
+    s.create(N1, 1, "cancel_then_accept")
+    s.ask(K1, N1, 1, "cancel_then_accept")
+    inv = s.invoke(K1, 1, "cancel_then_accept", action="cancel", noteId=None)
+    exp = s.ops[-2].value["exp_ms"]
+    decline = s.entry("decline", "", nonce=K1, exp_ms=exp, tool="notes_delete")  # cancel as final
+    s.done(1, "cancel_then_accept", "ok", NOT_DONE)
+    v = verdict_of(s.check(), "answers_conform_to_model")
+    assert v.status == "invalid"
+    assert f"[cancel_then_accept] decline under nonce {K1} that no answer explains" in v.summary
+    assert inv.index in v.ops
+    assert decline.id in v.journal
