@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -480,3 +480,17 @@ def _table(
             {"answer": answer, "legal": list(names), "seen": dict(sorted(replies.items()))}
         )
     return dict(sorted(out.items()))
+
+
+def merge_tables(
+    tables: Iterable[Mapping[str, list[dict[str, Any]]]],
+) -> dict[str, list[dict[str, Any]]]:
+    """The tables of several partitions (tenants, say) as one: replies seen summed per race
+    kind, answer and legal set."""
+    rows: Counter[tuple[str, str, tuple[str, ...], str]] = Counter()
+    for table in tables:
+        for kind, entries in table.items():
+            for row in entries:
+                for seen, n in row["seen"].items():
+                    rows[(kind, row["answer"], tuple(row["legal"]), seen)] += n
+    return _table(rows)

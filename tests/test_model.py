@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from loadgen.checker import Call, CheckResult, Verdict, check, pair_calls
+from loadgen.conformance import merge_tables
 from loadgen.history import Op, OpType
 from loadgen.model import (
     CANCELLED,
@@ -433,3 +434,13 @@ def test_a_decision_no_answer_explains_names_its_kind_and_state() -> None:
     assert f"[cancel_then_accept] decline under nonce {K1} that no answer explains" in v.summary
     assert inv.index in v.ops
     assert decline.id in v.journal
+
+
+def test_model_tables_of_several_partitions_merge_by_kind_answer_and_legal_set() -> None:
+    one = duplicates(first_done_before_second=False).check().model
+    two = duplicates(first_done_before_second=True).check().model
+    merged = merge_tables([one, two])
+    rows = merged["duplicate"]
+    assert {"answer": "accept", "legal": [EXECUTED], "seen": {EXECUTED: 2}} in rows
+    assert {"answer": "accept", "legal": [REPLAY_EXECUTED], "seen": {REPLAY_EXECUTED: 1}} in rows
+    assert merge_tables([one]) == one
