@@ -22,7 +22,7 @@ from cluster.demo import (
     DEMO_WORKSPACES,
 )
 from nodes.auth import TokenTable
-from nodes.config import DEFAULT_STATE_TTL_MS, NodeConfig
+from nodes.config import DEFAULT_STATE_TTL_MS, LegacyCaps, NodeConfig
 from nodes.scope import Scope, ScopeError, normalize_uri
 from nodes.sealing import KeyRing
 from store.notes import REPLAY_GRACE_MS
@@ -38,6 +38,20 @@ class _Principal(BaseModel):
     grants: list[str] = Field(min_length=1)
 
 
+class _Legacy(BaseModel):
+    """``[legacy]``: the fields of ``LegacyCaps``, each a positive integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sessions_per_principal: int = Field(default=LegacyCaps.sessions_per_principal, gt=0)
+    client_text_max_chars: int = Field(default=LegacyCaps.client_text_max_chars, gt=0)
+    request_id_max_chars: int = Field(default=LegacyCaps.request_id_max_chars, gt=0)
+    inbox_max_entries: int = Field(default=LegacyCaps.inbox_max_entries, gt=0)
+    answer_max_bytes: int = Field(default=LegacyCaps.answer_max_bytes, gt=0)
+    roots_max: int = Field(default=LegacyCaps.roots_max, gt=0)
+    pending_calls_per_session: int = Field(default=LegacyCaps.pending_calls_per_session, gt=0)
+    pending_calls_per_node: int = Field(default=LegacyCaps.pending_calls_per_node, gt=0)
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     server_name: str = Field(min_length=1, max_length=200)
@@ -49,6 +63,7 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    legacy: _Legacy = Field(default_factory=_Legacy)
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,7 @@ def load_settings(path: Path) -> ClusterSettings:
         state_ttl_ms=int(parsed.state_ttl_seconds * 1000),
         archives=dict(parsed.archives),
         public_url=parsed.public_url,
+        legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     return ClusterSettings(
         node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)

@@ -23,7 +23,7 @@ from cluster.config import ClusterSettings, demo_settings, load_settings
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
-from nodes.legacy import LegacyAdapter, LegacyLimits
+from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.protocol import Node
 from nodes.sealing import KeyRing
 from store.client import open_redis
@@ -58,16 +58,17 @@ async def serve_http_node(
             wait_replicas=settings.wait_replicas,
         )
         node = Node(replace(settings.node, node_id=node_id), store)
-        legacy = LegacyAdapter(node, SessionStore(client, prefix=prefix), legacy_limits)
-        await serve_node(
-            node,
-            settings.tokens,
-            host=host,
-            port=port,
-            allowed_origins=settings.allowed_origins,
-            legacy=legacy,
-            task_status=task_status,
-        )
+        sessions = SessionStore(client, prefix=prefix)
+        async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
+            await serve_node(
+                node,
+                settings.tokens,
+                host=host,
+                port=port,
+                allowed_origins=settings.allowed_origins,
+                legacy=legacy,
+                task_status=task_status,
+            )
 
 
 async def start_http_nodes(

@@ -30,6 +30,35 @@ def wall_clock_ms() -> int:
 
 
 @dataclass(frozen=True)
+class LegacyCaps:
+    """Bounds on what one 2025-11-25 client may make a node and the store hold (``nodes.legacy``;
+    TOML table ``[legacy]``, same names). Every default is safe for a shared node."""
+
+    sessions_per_principal: int = 16
+    """Live sessions per principal; a new ``initialize`` past it ends that principal's oldest
+    session (evict, not refuse: a client that lost its session id is not locked out for the
+    hour the lost sessions would otherwise live, and only its own sessions are touched)."""
+    client_text_max_chars: int = 128
+    """``clientInfo.name`` and ``.version`` are kept (for the log) cut to this; nothing else of
+    ``clientInfo`` is stored, and of the capabilities only what the node reads."""
+    request_id_max_chars: int = 128
+    """Longest string id a ``notifications/cancelled`` may name (an integer id must fit 64
+    bits); a longer one is refused with -32602 and stored nowhere."""
+    inbox_max_entries: int = 256
+    """Approximate cap (Redis trims whole stream nodes) of one session's inbox."""
+    answer_max_bytes: int = 65_536
+    """Largest answer to a server request the inbox takes; a larger one is refused and the call
+    it belongs to ends with an ``isError`` result."""
+    roots_max: int = 64
+    """Most roots kept from one ``roots/list`` answer (roots only narrow: dropping more is safe)."""
+    pending_calls_per_session: int = 8
+    """``tools/call`` requests of one session open at once, over all nodes."""
+    pending_calls_per_node: int = 512
+    """Legacy ``tools/call`` requests one node serves at once (each holds an open HTTP response,
+    no Redis connection)."""
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """Everything a node needs besides its store. All nodes of a cluster share ``server_name``
     (the audience of sealed states), ``scope`` and ``key_ring``."""
@@ -51,3 +80,5 @@ class NodeConfig:
     public_url: str | None = None
     """Base URL (``http://host:port``) at which this node serves its setup pages, for the links
     of ``notes_setup``; set from the bound address when the node serves HTTP."""
+    legacy: LegacyCaps = field(default_factory=LegacyCaps)
+    """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""

@@ -6,7 +6,8 @@ Layer: node, protocol core. Pure module: no I/O.
      ├── code -32700  parse error                       HTTP 400
      ├── code -32600  invalid request                   HTTP 400
      ├── code -32601  method not found                  HTTP 404
-     ├── code -32602  invalid params                    HTTP 400 (also every rejected requestState)
+     ├── code -32602  invalid params                    HTTP 400
+     │    └── InvalidState  every rejected requestState (one fixed message)
      ├── code -32603  internal error / unknown outcome  HTTP 500
      ├── code -32020  header mismatch                   HTTP 400
      ├── code -32021  missing required capability       HTTP 400
@@ -71,6 +72,14 @@ class JsonRpcError(Exception):
         return err
 
 
+class InvalidState(JsonRpcError):
+    """-32602 for a rejected requestState, whatever the reason: callers that must tell it apart
+    (the legacy adapter, whose clients never see a state) catch this type."""
+
+    def __init__(self) -> None:
+        super().__init__(INVALID_PARAMS, INVALID_STATE_MESSAGE, dict(INVALID_STATE_DATA))
+
+
 def invalid_request(message: str = "Invalid Request") -> JsonRpcError:
     """-32600: not a valid JSON-RPC request."""
     return JsonRpcError(INVALID_REQUEST, message)
@@ -86,9 +95,9 @@ def invalid_params(message: str, data: Any = None) -> JsonRpcError:
     return JsonRpcError(INVALID_PARAMS, message, data)
 
 
-def invalid_state() -> JsonRpcError:
+def invalid_state() -> InvalidState:
     """-32602, the one fixed answer for any rejected requestState."""
-    return JsonRpcError(INVALID_PARAMS, INVALID_STATE_MESSAGE, dict(INVALID_STATE_DATA))
+    return InvalidState()
 
 
 def outcome_unknown() -> JsonRpcError:

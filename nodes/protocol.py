@@ -63,6 +63,18 @@ class NodeStatistics:
     errors: Mapping[int, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PreparedCall:
+    """A ``tools/call`` that passed the core's validation (``Node.prepare_call``): what every
+    round of it needs besides the round's answers and state. Transports other than the core's
+    own (the legacy adapter) drive a call through this and ``Node.run_round``."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+    principal: str
+    capabilities: Mapping[str, Any]
+
+
 def _valid_id(value: object) -> bool:
     return isinstance(value, str | int) and not isinstance(value, bool)
 
@@ -104,6 +116,46 @@ class Node:
     def server_info(self) -> dict[str, str]:
         """``{name, version}`` for result ``_meta`` (display only)."""
         return {"name": self.config.server_name, "version": self.config.server_version}
+
+    def list_tools(self, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The tool definitions (one page: a cursor is -32602), a copy the caller may edit."""
+        if params.get("cursor") is not None:
+            raise errors.invalid_params("Invalid cursor: the tool list has a single page")
+        return copy.deepcopy(self._tool_list)
+
+    def prepare_call(
+        self, params: Mapping[str, Any], principal: str, capabilities: Mapping[str, Any]
+    ) -> PreparedCall:
+        """Check a ``tools/call``'s name and arguments (JsonRpcError otherwise)."""
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise errors.invalid_params("tools/call needs a string name")
+        if name not in self.tools:
+            raise errors.invalid_params(f"Unknown tool: {name[:100]}")
+        arguments = params.get("arguments", {})
+        if not isinstance(arguments, dict):
+            raise errors.invalid_params("arguments must be an object")
+        return PreparedCall(name, arguments, principal, capabilities)
+
+    async def run_round(
+        self,
+        call: PreparedCall,
+        input_responses: Mapping[str, Any] | None,
+        request_state: str | None,
+    ) -> dict[str, Any]:
+        """Run one MRTR round of ``call``: the tool's result, complete or ``input_required``
+        (JsonRpcError, ``errors.InvalidState`` for a rejected state, StoreUnavailable)."""
+        ctx = CallContext(
+            principal=call.principal,
+            capabilities=call.capabilities,
+            arguments=call.arguments,
+            input_responses=input_responses,
+            request_state=request_state,
+            config=self.config,
+            store=self.store,
+            counters=self._counters,
+        )
+        return await self.tools[call.tool].call(ctx)
 
     async def handle(self, message: object, ctx: RequestContext) -> Reply:
         """Answer one decoded JSON-RPC message. Never raises for bad input."""
@@ -175,13 +227,9 @@ class Node:
     async def _tools_list(
         self, params: dict[str, Any], capabilities: dict[str, Any], ctx: RequestContext
     ) -> dict[str, Any]:
-        cursor = params.get("cursor")
-        if cursor is not None:
-            raise errors.invalid_params("Invalid cursor: the tool list has a single page")
         return {
             "resultType": "complete",
-            # A deep copy: a caller that edits its reply must not edit every later tool list.
-            "tools": copy.deepcopy(self._tool_list),
+            "tools": self.list_tools(params),
             "ttlMs": TOOLS_TTL_MS,
             "cacheScope": "public",
         }
@@ -189,31 +237,13 @@ class Node:
     async def _tools_call(
         self, params: dict[str, Any], capabilities: dict[str, Any], ctx: RequestContext
     ) -> dict[str, Any]:
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise errors.invalid_params("tools/call needs a string name")
-        tool = self.tools.get(name)
-        if tool is None:
-            raise errors.invalid_params(f"Unknown tool: {name[:100]}")
-        arguments = params.get("arguments", {})
-        if not isinstance(arguments, dict):
-            raise errors.invalid_params("arguments must be an object")
+        call = self.prepare_call(params, ctx.principal, capabilities)
         responses = params.get("inputResponses")
         if responses is not None and not isinstance(responses, dict):
             raise errors.invalid_params("Invalid inputResponses: must be an object")
         state = params.get("requestState")
         if state is not None and not isinstance(state, str):
             # A non-string state is still a rejected state: the one fixed answer.
-            log.info("requestState rejected: not a string (tool=%s)", name)
+            log.info("requestState rejected: not a string (tool=%s)", call.tool)
             raise errors.invalid_state()
-        call = CallContext(
-            principal=ctx.principal,
-            capabilities=capabilities,
-            arguments=arguments,
-            input_responses=responses,
-            request_state=state,
-            config=self.config,
-            store=self.store,
-            counters=self._counters,
-        )
-        return await tool.call(call)
+        return await self.run_round(call, responses, state)

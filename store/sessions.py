@@ -1,29 +1,39 @@
 """Legacy (2025-11-25) sessions in Redis: the session record, its inbox, its open requests.
 
-Layer: store. Knows Redis (coredis, on trio) and this key layout; treats MCP payloads as opaque
-JSON text. A session belongs to a principal, not to a tenant, so its keys share a tenant-free hash
-tag of their own, ``{s:<sessionId>}``: every script below touches one Redis Cluster slot.
+Layer: store. Knows Redis (coredis, backend-neutral through anyio) and this key layout; treats MCP
+payloads as opaque JSON text. A session belongs to a principal, not to a tenant, so its keys share
+a tenant-free hash tag of their own, ``{s:<sessionId>}``: every script below touches one Redis
+Cluster slot.
 
     <prefix>:{s:<sid>}:session    hash    principal version capabilities client roots
                                           roots_epoch roots_read_epoch created_ms initialized
-    <prefix>:{s:<sid>}:inbox      stream  what any node hands the node holding a stream: client
-                                          answers, roots changes, cancellations, the session's end
+    <prefix>:{s:<sid>}:inbox      stream  what any node hands the nodes holding the session's
+                                          streams: client answers, roots changes, cancellations,
+                                          the session's end (trimmed to ``inbox_max_entries``)
     <prefix>:{s:<sid>}:req:<rid>  string  a server-to-client request open for its answer
                                           ("open", then "answered"; expires after the wait)
+    <prefix>:{s:<sid>}:calls      zset    the session's pending tools/calls (score: until when)
+    <prefix>:{p:<digest>}:sessions zset   a principal's sessions by creation (the per-principal
+                                          cap; ``digest`` is of the principal's name)
+    <prefix>:{w:<reader>}:wake    stream  a node's inbox reader is woken through it (one Redis)
 
-Any node appends to a session's inbox; the node holding the SSE stream of a pending call reads it
-with a blocking XREAD. The stream orders what the client sent, whichever node took it: a roots
-change the client saw acknowledged before it answered is read before the answer.
+Any node appends to a session's inbox; the nodes holding the SSE streams of its pending calls read
+it. The stream orders what the client sent, whichever node took it: a roots change the client saw
+acknowledged before it answered is read before the answer. Reading is multiplexed per node (see
+``read_inboxes``): no call holds a connection while it waits.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+import anyio
 import coredis
 import coredis.exceptions
 
@@ -43,8 +53,12 @@ every request, and every open stream while it waits, pushes the expiry back."""
 ENDED_INBOX_TTL_MS = 60_000
 """An ended session's inbox lingers a minute so that the nodes holding its streams read the end."""
 
-INBOX_MAXLEN = 1_000
-"""Approximate cap of one session's inbox: its readers only ever need the newest entries."""
+INBOX_MAXLEN = 256
+"""Default approximate cap of one session's inbox: its readers only ever need the newest
+entries (Redis trims whole stream nodes, so a stream may briefly hold a node's worth more)."""
+
+WAKE_TTL_MS = 60_000
+"""A reader's wake stream outlives its last wake by a minute, then goes."""
 
 InboxKind = Literal["answer", "roots_changed", "cancelled", "ended"]
 DeliverStatus = Literal["ok", "duplicate", "unknown", "no-session"]
@@ -98,9 +112,37 @@ return epoch
 _END = """
 local existed = redis.call('DEL', KEYS[1])
 if existed == 0 then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'ended', 'body', '',
   'epoch', 0)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+_TRACK = """
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
+if over <= 0 then return {} end
+local evicted = redis.call('ZRANGE', KEYS[1], 0, over - 1)
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, over - 1)
+return evicted
+"""
+
+_BEGIN_CALL = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('PEXPIREAT', KEYS[2], redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
+return 1
+"""
+
+_WAKE = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', 16, '*', 'kind', 'wake')
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
@@ -143,6 +185,11 @@ class SessionKeys:
         """The marker of one open server-to-client request."""
         return f"{self.base}:req:{request_id}"
 
+    @property
+    def calls(self) -> str:
+        """The session's pending tools/calls."""
+        return f"{self.base}:calls"
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
@@ -177,6 +224,25 @@ class InboxEntry:
     request_id: str
     body: str
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class InboxBatch:
+    """What one multiplexed read brought: per session id, the position to read after next time
+    and the entries (possibly none); ``wake_position`` likewise for the reader's wake stream."""
+
+    sessions: dict[str, tuple[str, list[InboxEntry]]] = field(default_factory=dict)
+    wake_position: str | None = None
+
+
+class SessionStoreFull(StoreUnavailable):
+    """Redis refused a write for want of memory (``maxmemory``, ``noeviction``): nothing was
+    written, so the outcome is known; retrying later may succeed."""
+
+
+def principal_digest(principal: str) -> str:
+    """A fixed-size, brace-free stand-in for a principal's name inside a key's hash tag."""
+    return hashlib.sha256(principal.encode("utf-8")).hexdigest()[:32]
 
 
 def new_session_id() -> str:
@@ -222,6 +288,28 @@ def _entry(identifier: str, fields: dict[str, str]) -> InboxEntry | None:
     )
 
 
+def _failure(what: str, exc: Exception) -> StoreUnavailable:
+    """The store error for a failed Redis call: full (known outcome) or unavailable."""
+    if isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith("OOM"):
+        return SessionStoreFull(f"session {what}: Redis is full: {exc}")
+    return StoreUnavailable(f"session {what}: {type(exc).__name__}: {exc}")
+
+
+_REDIS_FAILURES = (coredis.exceptions.RedisError, TimeoutError, OSError)
+
+
+def _stream_entries(entries: Any, after: str) -> tuple[str, list[InboxEntry]]:
+    out: list[InboxEntry] = []
+    position = after
+    for e in entries or ():
+        position = str(e.identifier)
+        fields = {str(a): str(b) for a, b in e.field_values.items()}
+        entry = _entry(position, fields)
+        if entry is not None:
+            out.append(entry)
+    return position, out
+
+
 class SessionStore:
     """Legacy sessions of every principal under one key prefix (the note store's prefix)."""
 
@@ -231,10 +319,14 @@ class SessionStore:
         *,
         prefix: str,
         idle_ttl_ms: int = SESSION_IDLE_TTL_MS,
+        inbox_max_entries: int = INBOX_MAXLEN,
     ) -> None:
         self.client = client
         self.prefix = prefix
         self.idle_ttl_ms = idle_ttl_ms
+        self.inbox_max_entries = inbox_max_entries
+        self.clustered = isinstance(client, coredis.RedisCluster)
+        """On a Redis Cluster one XREAD cannot span sessions (each has its own slot)."""
         self._scripts = {
             name: client.register_script(code)
             for name, code in (
@@ -245,6 +337,9 @@ class SessionStore:
                 ("event", _EVENT),
                 ("end", _END),
                 ("open_request", _OPEN_REQUEST),
+                ("track", _TRACK),
+                ("begin_call", _BEGIN_CALL),
+                ("wake", _WAKE),
             )
         }
 
@@ -252,11 +347,19 @@ class SessionStore:
         """The keys of one session (ValueError for an id we could not have minted)."""
         return SessionKeys(self.prefix, session_id)
 
+    def principal_key(self, principal: str) -> str:
+        """The principal's sessions, oldest first (the per-principal cap)."""
+        return f"{self.prefix}:{{p:{principal_digest(principal)}}}:sessions"
+
+    def wake_key(self, reader: str) -> str:
+        """The wake stream of one inbox reader (``reader``: url-safe, brace-free)."""
+        return f"{self.prefix}:{{w:{reader}}}:wake"
+
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> Any:
         try:
             return await self._scripts[name](keys=keys, args=args)
-        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"session {name}: {type(exc).__name__}: {exc}") from exc
+        except _REDIS_FAILURES as exc:
+            raise _failure(name, exc) from exc
 
     async def create(
         self,
@@ -265,10 +368,18 @@ class SessionStore:
         capabilities: dict[str, Any],
         client_info: dict[str, Any],
         now_ms: int,
-    ) -> str:
-        """Store a new session bound to ``principal``; return its id."""
+        max_sessions: int,
+    ) -> tuple[str, int]:
+        """Store a new session bound to ``principal``; return its id and how many of the
+        principal's oldest sessions were ended to keep it within ``max_sessions``. The caller
+        stores only small, capped ``capabilities`` and ``client_info``."""
         session_id = new_session_id()
         k = self.keys(session_id)
+        # Tracked first: a session that exists is always counted (a failed create leaves only a
+        # dead entry, ended like any other when its turn comes).
+        evicted = await self._run(
+            "track", [self.principal_key(principal)], [session_id, now_ms, max(1, max_sessions)]
+        )
         await self._run(
             "create",
             [k.session],
@@ -281,7 +392,11 @@ class SessionStore:
                 now_ms,
             ],
         )
-        return session_id
+        ended = 0
+        for old in evicted or ():
+            if SESSION_ID_PATTERN.fullmatch(str(old)) and await self.end(str(old)):
+                ended += 1
+        return session_id, ended
 
     async def load(self, session_id: str) -> SessionRecord | None:
         """The session (its expiry pushed back), or None if it never existed, ended or expired."""
@@ -305,10 +420,34 @@ class SessionStore:
         return bool(await self._run("set_fields", [k.session], fields))
 
     async def end(self, session_id: str) -> bool:
-        """Delete the session and tell its stream holders; False if there was none."""
+        """Delete the session and tell its stream holders (its inbox goes at once when no call
+        is pending: nobody listens); False if there was none."""
         k = self.keys(session_id)
-        ended = await self._run("end", [k.session, k.inbox], [INBOX_MAXLEN, ENDED_INBOX_TTL_MS])
+        ended = await self._run(
+            "end", [k.session, k.inbox, k.calls], [self.inbox_max_entries, ENDED_INBOX_TTL_MS]
+        )
         return bool(ended)
+
+    async def begin_call(
+        self, session_id: str, call_id: str, now_ms: int, until_ms: int, limit: int
+    ) -> bool | None:
+        """Count a pending tools/call of the session until ``until_ms`` (node clock; the bound
+        of a call whose node died): False when ``limit`` are pending, None if the session is
+        gone."""
+        k = self.keys(session_id)
+        begun = int(
+            await self._run(
+                "begin_call", [k.session, k.calls], [call_id, now_ms, until_ms, max(1, limit)]
+            )
+        )
+        return None if begun < 0 else bool(begun)
+
+    async def end_call(self, session_id: str, call_id: str) -> None:
+        """The call is no longer pending."""
+        try:
+            await self.client.zrem(self.keys(session_id).calls, [call_id])
+        except _REDIS_FAILURES as exc:
+            raise _failure("end_call", exc) from exc
 
     async def open_request(self, session_id: str, request_id: str, ttl_ms: int) -> bool:
         """Accept answers to ``request_id`` for ``ttl_ms``; False if the session is gone."""
@@ -326,7 +465,7 @@ class SessionStore:
         status = await self._run(
             "deliver",
             [k.session, k.request(request_id), k.inbox],
-            [request_id, body, INBOX_MAXLEN, self.idle_ttl_ms],
+            [request_id, body, self.inbox_max_entries, self.idle_ttl_ms],
         )
         st = str(status)
         if st not in get_args(DeliverStatus):  # pragma: no cover - the script's only words
@@ -343,7 +482,7 @@ class SessionStore:
             await self._run(
                 "event",
                 [k.session, k.inbox],
-                [kind, body, INBOX_MAXLEN, self.idle_ttl_ms],
+                [kind, body, self.inbox_max_entries, self.idle_ttl_ms],
             )
         )
         return None if epoch < 0 else epoch
@@ -353,27 +492,85 @@ class SessionStore:
         k = self.keys(session_id)
         try:
             newest = await self.client.xrevrange(k.inbox, count=1)
-        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"session inbox: {exc}") from exc
+        except _REDIS_FAILURES as exc:
+            raise _failure("inbox", exc) from exc
         return str(newest[0].identifier) if newest else "0-0"
 
     async def read_inbox(
         self, session_id: str, after: str, block_ms: int, count: int = 100
     ) -> tuple[str, list[InboxEntry]]:
         """Entries after ``after``, waiting up to ``block_ms`` for one, and the position to read
-        after next time (``after`` itself when nothing came)."""
+        after next time (``after`` itself when nothing came). Holds a connection while it
+        blocks: nodes read through ``read_inboxes`` instead."""
         k = self.keys(session_id)
         try:
             reply = await self.client.xread({k.inbox: after}, count=count, block=max(1, block_ms))
-        except (coredis.exceptions.ConnectionError, TimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"session inbox: {exc}") from exc
-        out: list[InboxEntry] = []
-        position = after
-        for entries in (reply or {}).values():
-            for e in entries:
-                position = str(e.identifier)
-                fields = {str(a): str(b) for a, b in e.field_values.items()}
-                entry = _entry(position, fields)
-                if entry is not None:
-                    out.append(entry)
-        return position, out
+        except _REDIS_FAILURES as exc:
+            raise _failure("inbox", exc) from exc
+        entries = next(iter((reply or {}).values()), ())
+        return _stream_entries(entries, after)
+
+    async def wake(self, reader: str) -> None:
+        """End the blocking read of ``reader`` (``read_inboxes`` with its wake position)."""
+        await self._run("wake", [self.wake_key(reader)], [WAKE_TTL_MS])
+
+    async def read_inboxes(
+        self,
+        after: Mapping[str, str],
+        *,
+        block_ms: int | None,
+        wake: tuple[str, str] | None = None,
+        count: int = 100,
+    ) -> InboxBatch:
+        """Entries of many inboxes (session id -> read after), in one XREAD.
+
+        With ``block_ms`` the read waits that long for an entry in any of them, or in the wake
+        stream ``wake = (reader, read after)`` (``wake`` ends it early, from any connection).
+        On a Redis Cluster, where one XREAD cannot span slots, each inbox is read without
+        blocking (the calls are multiplexed on the pool; ``block_ms`` and ``wake`` are unused):
+        the caller polls.
+        """
+        if self.clustered:
+            return await self._read_each(after, count)
+        streams = {self.keys(sid).inbox: pos for sid, pos in after.items()}
+        by_key = {self.keys(sid).inbox: sid for sid in after}
+        wake_key = None
+        if wake is not None:
+            wake_key = self.wake_key(wake[0])
+            streams[wake_key] = wake[1]
+        try:
+            reply = await self.client.xread(
+                streams, count=count, block=None if block_ms is None else max(1, block_ms)
+            )
+        except _REDIS_FAILURES as exc:
+            raise _failure("inbox", exc) from exc
+        batch = InboxBatch(wake_position=None if wake is None else wake[1])
+        for key, entries in (reply or {}).items():
+            if key == wake_key:
+                batch = InboxBatch(batch.sessions, str(entries[-1].identifier))
+            elif key in by_key:
+                sid = by_key[key]
+                batch.sessions[sid] = _stream_entries(entries, after[sid])
+        return batch
+
+    async def _read_each(self, after: Mapping[str, str], count: int) -> InboxBatch:
+        batch = InboxBatch()
+        failures: list[StoreUnavailable] = []
+
+        async def one(sid: str, pos: str) -> None:
+            try:
+                reply = await self.client.xread({self.keys(sid).inbox: pos}, count=count)
+            except _REDIS_FAILURES as exc:
+                # Kept, not raised: raised in a task it would reach the caller as a group.
+                failures.append(_failure("inbox", exc))
+                return
+            entries = next(iter((reply or {}).values()), ())
+            if entries:
+                batch.sessions[sid] = _stream_entries(entries, pos)
+
+        async with anyio.create_task_group() as tg:
+            for sid, pos in after.items():
+                tg.start_soon(one, sid, pos)
+        if failures:
+            raise failures[0]
+        return batch

@@ -11,6 +11,7 @@ suite must come out the same. Routing does not depend on the store: the embedded
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from functools import partial
 
 import httpx
@@ -18,7 +19,7 @@ import pytest
 import trio
 
 from nodes import http
-from nodes.legacy import LegacyAdapter
+from nodes.legacy import open_legacy_adapter
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests import test_http_transport as modern
@@ -39,18 +40,21 @@ async def served(store: NoteStore, nursery: trio.Nursery) -> AsyncIterator[moder
     """As ``test_http_transport.served``, with the legacy adapter mounted on both nodes."""
     nodes = make_nodes(store, 2)
     urls = []
-    for node in nodes:
-        start = partial(
-            http.serve_node,
-            node,
-            modern.TOKENS,
-            allowed_origins=frozenset({modern.GOOD_ORIGIN}),
-            max_body_bytes=modern.MAX_BODY,
-            legacy=LegacyAdapter(node, SessionStore(store.client, prefix=store.prefix)),
-        )
-        urls.append(await nursery.start(start))
-    async with httpx.AsyncClient(timeout=10) as client:
-        yield modern.Served(nodes, urls, client, store)
+    async with AsyncExitStack() as stack:
+        for node in nodes:
+            sessions = SessionStore(store.client, prefix=store.prefix)
+            legacy = await stack.enter_async_context(open_legacy_adapter(node, sessions))
+            start = partial(
+                http.serve_node,
+                node,
+                modern.TOKENS,
+                allowed_origins=frozenset({modern.GOOD_ORIGIN}),
+                max_body_bytes=modern.MAX_BODY,
+                legacy=legacy,
+            )
+            urls.append(await nursery.start(start))
+        async with httpx.AsyncClient(timeout=10) as client:
+            yield modern.Served(nodes, urls, client, store)
 
 
 def test_this_module_runs_the_whole_modern_suite() -> None:

@@ -53,7 +53,18 @@ from tests.test_legacy import (
 )
 from tests.test_sdk_interop import DELETE_ARGS, Elicitations, tps_reports
 
-SESSION_SCRIPTS = ("_CREATE", "_LOAD", "_SET_FIELDS", "_DELIVER", "_EVENT", "_END", "_OPEN_REQUEST")
+SESSION_SCRIPTS = (
+    "_CREATE",
+    "_LOAD",
+    "_SET_FIELDS",
+    "_DELIVER",
+    "_EVENT",
+    "_END",
+    "_OPEN_REQUEST",
+    "_TRACK",
+    "_BEGIN_CALL",
+    "_WAKE",
+)
 SESSIONS = 12
 """Sessions opened by the spread test: all on one of 3 masters by chance has p ~ 3 / 3**12."""
 

@@ -22,26 +22,36 @@ session's is 400. JSON-RPC errors of requests go with HTTP 200: to a legacy clie
 
 Nothing of a session lives in a node's memory: a node can die between any two requests and the
 next one, on any node, finds the session in the store. Only a call's open stream is tied to its
-node, as HTTP ties it to its connection.
+node, as HTTP ties it to its connection. A waiting call holds no Redis connection: the node's one
+``InboxReader`` reads for all of them (``nodes.legacy.inbox``); a call whose client goes away
+(``http.disconnect``, or a failed write) stops at once and leaves the reader.
+
+Bounds (``NodeConfig.legacy``, ``nodes.config.LegacyCaps``): sessions per principal (the oldest
+is ended), only the capabilities and client fields the node reads (capped), the inbox's length,
+a cancellation's id and an answer's size, pending calls per session (over all nodes) and per
+node (refused with a JSON-RPC error). Run the adapter inside ``open_legacy_adapter``, which runs
+its reader.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import secrets
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import trio
+import anyio
 
 from nodes import errors
 from nodes.http import LegacyRequest, Receive, Send
 from nodes.legacy import wire
-from nodes.legacy.bridge import LegacyCall, LegacyLimits, id_key
+from nodes.legacy.bridge import LegacyCall, LegacyLimits, id_key, store_error
+from nodes.legacy.inbox import InboxReader
 from nodes.legacy.stream import EventStream, StreamClosed
 from nodes.protocol import Node
-from nodes.tools.base import NodeCounters
 from store.api import StoreUnavailable
 from store.sessions import REQUEST_ID_PATTERN, SessionRecord, SessionStore
 
@@ -50,29 +60,40 @@ log = logging.getLogger("nodes.legacy")
 SERVER_CAPABILITIES: dict[str, Any] = {"tools": {"listChanged": False}}
 """Declared once, at initialize."""
 
+END_CALL_TIMEOUT_S = 2.0
+"""How long a finished call may take to take itself off its session's pending list; past it the
+entry lapses by itself when the call's bound passes."""
+
 
 @dataclass(frozen=True)
 class LegacyStatistics:
-    """A snapshot of one adapter's counters."""
+    """A snapshot of one adapter's counters (``waiting_calls`` and ``pending_calls`` are gauges:
+    calls waiting for their client now, and calls open now)."""
 
     sessions_opened: int
     sessions_ended: int
+    sessions_evicted: int
     calls: int
     streams: int
+    pending_calls: int
+    waiting_calls: int
     answers_delivered: int
     answers_refused: int
-    executions: int
-    replays: int
+    refused_by_cap: int
+    disconnects: int
 
 
 @dataclass
 class _Counters:
     sessions_opened: int = 0
     sessions_ended: int = 0
+    sessions_evicted: int = 0
     calls: int = 0
     streams: int = 0
     answers_delivered: int = 0
     answers_refused: int = 0
+    refused_by_cap: int = 0
+    disconnects: int = 0
 
 
 class _Answer(Exception):
@@ -98,6 +119,13 @@ _NO_SESSION_ID = (400, errors.INVALID_REQUEST, "Bad Request: Mcp-Session-Id head
 _SESSION_NOT_FOUND = (404, errors.INVALID_REQUEST, "Session not found")
 
 
+def _request_id(message: object) -> object:
+    """The id of a request message, for an error answer (None when it has no valid one)."""
+    if isinstance(message, dict) and "method" in message and wire.valid_id(message.get("id")):
+        return message["id"]
+    return None
+
+
 async def _send_json(
     send: Send,
     status: int,
@@ -114,7 +142,7 @@ async def _send_json(
 
 class LegacyAdapter:
     """Serves legacy clients for ``node`` with sessions in ``sessions`` (implements
-    ``nodes.http.LegacyHandler``)."""
+    ``nodes.http.LegacyHandler``). Serve only inside ``open_legacy_adapter``."""
 
     def __init__(
         self, node: Node, sessions: SessionStore, limits: LegacyLimits | None = None
@@ -122,21 +150,29 @@ class LegacyAdapter:
         self.node = node
         self.sessions = sessions
         self.limits = limits or LegacyLimits()
+        self.caps = node.config.legacy
+        sessions.inbox_max_entries = self.caps.inbox_max_entries
+        self.reader = InboxReader(
+            sessions, block_ms=self.limits.inbox_block_ms, poll_s=self.limits.inbox_poll_s
+        )
         self._counters = _Counters()
-        self._tool_counters = NodeCounters()
+        self._pending = 0
 
     def statistics(self) -> LegacyStatistics:
         """A frozen snapshot of the counters."""
-        c, t = self._counters, self._tool_counters
+        c = self._counters
         return LegacyStatistics(
-            c.sessions_opened,
-            c.sessions_ended,
-            c.calls,
-            c.streams,
-            c.answers_delivered,
-            c.answers_refused,
-            t.executions,
-            t.replays,
+            sessions_opened=c.sessions_opened,
+            sessions_ended=c.sessions_ended,
+            sessions_evicted=c.sessions_evicted,
+            calls=c.calls,
+            streams=c.streams,
+            pending_calls=self._pending,
+            waiting_calls=self.reader.statistics().watching,
+            answers_delivered=c.answers_delivered,
+            answers_refused=c.answers_refused,
+            refused_by_cap=c.refused_by_cap,
+            disconnects=c.disconnects,
         )
 
     def claims(self, http_method: str, headers: Mapping[str, str], message: object) -> bool:
@@ -146,15 +182,15 @@ class LegacyAdapter:
     async def serve(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
         """Answer one claimed request."""
         try:
-            await self._serve(request, send)
+            await self._serve(request, receive, send)
         except _Answer as answer:
             await _send_json(send, answer.status, answer.body, answer.headers)
         except StoreUnavailable as exc:
-            log.warning("store unavailable for a legacy request: %s", exc)
-            body = wire.error_response(None, errors.outcome_unknown())
+            log.warning("store error answering a legacy request: %s", exc)
+            body = wire.error_response(_request_id(request.message), store_error(exc))
             await _send_json(send, 500, body)
 
-    async def _serve(self, request: LegacyRequest, send: Send) -> None:
+    async def _serve(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
         if request.method == "DELETE":
             session = await self._session(request)
             if await self.sessions.end(session.session_id):
@@ -172,7 +208,7 @@ class LegacyAdapter:
         elif "id" not in message:
             await self._notification(session, message, send)
         else:
-            await self._request(request, session, message, send)
+            await self._request(request, session, message, receive, send)
 
     async def _session(self, request: LegacyRequest) -> SessionRecord:
         """The caller's session, its version header checked (400 / 404 otherwise)."""
@@ -213,13 +249,20 @@ class LegacyAdapter:
             await _send_json(send, 200, wire.error_response(request_id, exc))
             return
         # We speak one handshake version: the same if asked for, else our counter-offer, which
-        # the client accepts or disconnects from.
-        now_ms = self.node.config.node_clock_ms()
-        session_id = await self.sessions.create(
-            request.principal, wire.LEGACY_VERSION, capabilities, client_info, now_ms
+        # the client accepts or disconnects from. Only what the node reads is stored, capped.
+        config = self.node.config
+        session_id, evicted = await self.sessions.create(
+            request.principal,
+            wire.LEGACY_VERSION,
+            wire.stored_capabilities(capabilities),
+            wire.stored_client_info(client_info, self.caps.client_text_max_chars),
+            config.node_clock_ms(),
+            self.caps.sessions_per_principal,
         )
         self._counters.sessions_opened += 1
-        config = self.node.config
+        if evicted:
+            self._counters.sessions_evicted += evicted
+            log.info("legacy sessions ended past the per-principal cap: %d", evicted)
         result: dict[str, Any] = {
             "protocolVersion": wire.LEGACY_VERSION,
             "capabilities": SERVER_CAPABILITIES,
@@ -241,11 +284,20 @@ class LegacyAdapter:
         if not REQUEST_ID_PATTERN.fullmatch(request_id):
             self._counters.answers_refused += 1
             raise _http_error(400, errors.INVALID_REQUEST, "No open request has this id")
-        status = await self.sessions.deliver(session.session_id, request_id, json.dumps(message))
+        body = json.dumps(message, separators=(",", ":"))
+        limit = self.caps.answer_max_bytes
+        too_large = len(body.encode("utf-8", "surrogatepass")) > limit
+        if too_large:
+            # The request is answered with an error in its stead: its call ends now, refused.
+            body = json.dumps(wire.error_response(request_id, _ANSWER_TOO_LARGE))
+        status = await self.sessions.deliver(session.session_id, request_id, body)
         if status == "no-session":
             raise _http_error(*_SESSION_NOT_FOUND)
-        if status == "unknown":
+        if status == "unknown" or too_large:
             self._counters.answers_refused += 1
+            if too_large:
+                message_text = f"Answer too large (limit {limit} bytes); its request was refused"
+                raise _http_error(400, errors.INVALID_PARAMS, message_text)
             raise _http_error(400, errors.INVALID_REQUEST, "No open request has this id")
         # A copy of an answer already taken is accepted too (retries are normal) and dropped.
         if status == "ok":
@@ -261,10 +313,16 @@ class LegacyAdapter:
             await self.sessions.mark_initialized(session.session_id)
         elif method == "notifications/roots/list_changed":
             await self.sessions.announce(session.session_id, "roots_changed")
-        elif method == "notifications/cancelled" and isinstance(params, dict):
-            cancelled = params.get("requestId")
-            if wire.valid_id(cancelled):
-                await self.sessions.announce(session.session_id, "cancelled", id_key(cancelled))
+        elif method == "notifications/cancelled":
+            cancelled = params.get("requestId") if isinstance(params, dict) else None
+            limit = self.caps.request_id_max_chars
+            if not wire.valid_cancel_id(cancelled, limit):
+                text = (
+                    "Invalid params: requestId must be an integer or a string of at most "
+                    f"{limit} characters"
+                )
+                raise _http_error(400, errors.INVALID_PARAMS, text)
+            await self.sessions.announce(session.session_id, "cancelled", id_key(cancelled))
         # Any other notification is acknowledged and ignored, as the spec lets a receiver do.
         await _send_json(send, 202, None)
 
@@ -273,6 +331,7 @@ class LegacyAdapter:
         request: LegacyRequest,
         session: SessionRecord,
         message: dict[str, Any],
+        receive: Receive,
         send: Send,
     ) -> None:
         request_id = message["id"]
@@ -284,14 +343,12 @@ class LegacyAdapter:
             if not isinstance(params, dict):
                 raise errors.invalid_params("params must be an object")
             if method == "tools/call":
-                await self._tools_call(request, session, request_id, params, send)
+                await self._tools_call(request, session, request_id, params, receive, send)
                 return
             if method == "ping":
                 result: dict[str, Any] = {}
             elif method == "tools/list":
-                if params.get("cursor") is not None:
-                    raise errors.invalid_params("Invalid cursor: the tool list has a single page")
-                result = {"tools": [t.definition() for t in self.node.tools.values()]}
+                result = {"tools": self.node.list_tools(params)}
             else:
                 raise errors.method_not_found(str(method))
         except errors.JsonRpcError as exc:
@@ -305,33 +362,67 @@ class LegacyAdapter:
         session: SessionRecord,
         request_id: object,
         params: dict[str, Any],
+        receive: Receive,
         send: Send,
     ) -> None:
-        name = params.get("name")
-        if not isinstance(name, str):
-            raise errors.invalid_params("tools/call needs a string name")
-        tool = self.node.tools.get(name)
-        if tool is None:
-            raise errors.invalid_params(f"Unknown tool: {name[:100]}")
-        arguments = params.get("arguments", {})
-        if not isinstance(arguments, dict):
-            raise errors.invalid_params("arguments must be an object")
-        self._counters.calls += 1
-        stream = EventStream(send)
-        call = LegacyCall(
-            node=self.node,
-            sessions=self.sessions,
-            session=session,
-            principal=request.principal,
-            request_id=request_id,
-            tool=tool,
-            arguments=arguments,
-            stream=stream,
-            counters=self._tool_counters,
-            limits=self.limits,
+        prepared = self.node.prepare_call(params, request.principal, session.capabilities)
+        if self._pending >= self.caps.pending_calls_per_node:
+            self._counters.refused_by_cap += 1
+            log.info("legacy call refused: %d pending on this node", self._pending)
+            raise _too_many("on this node", self.caps.pending_calls_per_node)
+        call_id = secrets.token_urlsafe(12)
+        now_ms = self.node.config.node_clock_ms()
+        begun = await self.sessions.begin_call(
+            session.session_id,
+            call_id,
+            now_ms,
+            now_ms + int(self._call_bound_s() * 1000),
+            self.caps.pending_calls_per_session,
         )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keepalive, stream, nursery.cancel_scope)
+        if begun is None:
+            raise _http_error(*_SESSION_NOT_FOUND)
+        if not begun:
+            self._counters.refused_by_cap += 1
+            log.info("legacy call refused: its session has the most pending calls allowed")
+            raise _too_many("in this session", self.caps.pending_calls_per_session)
+        self._counters.calls += 1
+        self._pending += 1
+        try:
+            call = LegacyCall(
+                node=self.node,
+                call=prepared,
+                sessions=self.sessions,
+                reader=self.reader,
+                session=session,
+                request_id=request_id,
+                stream=EventStream(send),
+                limits=self.limits,
+            )
+            await self._stream(call, receive)
+        finally:
+            self._pending -= 1
+            await self._end_call(session.session_id, call_id)
+
+    def _call_bound_s(self) -> float:
+        """How long a call may stay pending: its answer wait, roots included, plus a margin."""
+        wait = self.limits.answer_timeout_s
+        if wait is None:
+            wait = self.node.config.state_ttl_ms / 1000
+        return wait + self.limits.roots_timeout_s + 60.0
+
+    async def _end_call(self, session_id: str, call_id: str) -> None:
+        with anyio.move_on_after(END_CALL_TIMEOUT_S, shield=True):
+            try:
+                await self.sessions.end_call(session_id, call_id)
+            except StoreUnavailable as exc:
+                log.warning("legacy call not taken off its session's list: %s", exc)
+
+    async def _stream(self, call: LegacyCall, receive: Receive) -> None:
+        """Run ``call``, its answer on its stream; the client's going away ends it at once."""
+        stream = call.stream
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keepalive, stream, tg.cancel_scope)
+            tg.start_soon(self._until_disconnect, receive, tg.cancel_scope)
             try:
                 reply = await call.run()
                 if stream.streaming:
@@ -340,16 +431,50 @@ class LegacyAdapter:
             except StreamClosed:
                 # The client went away: nothing more is done for this call (an answer it sent
                 # meanwhile finds no reader and expires with its request).
-                log.info("legacy stream closed by the client (tool=%s)", name)
-            nursery.cancel_scope.cancel()
+                self._counters.disconnects += 1
+                log.info("legacy stream closed by the client (tool=%s)", call.call.tool)
+            tg.cancel_scope.cancel()
 
-    async def _keepalive(self, stream: EventStream, scope: trio.CancelScope) -> None:
+    async def _keepalive(self, stream: EventStream, scope: anyio.CancelScope) -> None:
         """Comment lines while the call waits; a failed write (client gone) ends the call."""
         while True:
-            await trio.sleep(self.limits.keepalive_s)
+            await anyio.sleep(self.limits.keepalive_s)
             try:
                 await stream.keepalive()
             except StreamClosed:
+                self._counters.disconnects += 1
                 log.info("legacy stream closed by the client")
                 scope.cancel()
                 return
+
+    async def _until_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        """End the call when the server reports the client gone (ASGI ``http.disconnect``)."""
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._counters.disconnects += 1
+        log.info("legacy client disconnected; its call stops")
+        scope.cancel()
+
+
+_ANSWER_TOO_LARGE = errors.invalid_params("Answer too large")
+
+
+def _too_many(where: str, limit: int) -> errors.JsonRpcError:
+    """The refusal of a call past a pending-calls cap (nothing was started)."""
+    return errors.JsonRpcError(
+        errors.INTERNAL_ERROR if where == "on this node" else errors.INVALID_REQUEST,
+        f"Too many pending calls {where} (limit {limit}); retry when one has finished",
+        {"limit": limit, "retryable": True},
+    )
+
+
+@asynccontextmanager
+async def open_legacy_adapter(
+    node: Node, sessions: SessionStore, limits: LegacyLimits | None = None
+) -> AsyncIterator[LegacyAdapter]:
+    """A ``LegacyAdapter`` with its inbox reader running until the block exits."""
+    adapter = LegacyAdapter(node, sessions, limits)
+    async with anyio.create_task_group() as tg:
+        await tg.start(adapter.reader.run)
+        yield adapter
+        tg.cancel_scope.cancel()

@@ -36,19 +36,21 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-import trio
+import anyio
 
 from nodes import errors
+from nodes.config import LegacyCaps
 from nodes.legacy import wire
+from nodes.legacy.inbox import InboxReader, InboxWatch
 from nodes.legacy.stream import EventStream
-from nodes.protocol import Node
+from nodes.protocol import Node, PreparedCall
 from nodes.sealing import StateRejected
-from nodes.tools.base import CallContext, NodeCounters, Tool
 from store.api import StoreUnavailable
-from store.sessions import SessionRecord, SessionStore, new_request_id
+from store.sessions import SessionRecord, SessionStore, SessionStoreFull, new_request_id
 
 log = logging.getLogger("nodes.legacy")
 
@@ -65,9 +67,12 @@ class LegacyLimits:
     call refused (fail closed), not a call that ignores them."""
     keepalive_s: float = 15.0
     """SSE comment interval: below common proxy idle timeouts; a failed write ends the call."""
-    inbox_block_ms: int = 1000
-    """Longest blocking read of the inbox: well below the Redis client's socket timeout, and it
-    bounds how long one wait holds a pooled connection."""
+    inbox_block_ms: int = 2_000
+    """Longest blocking read of the node's inbox reader (one Redis): below the Redis client's
+    socket timeout. It holds the reader's one connection, never a call's."""
+    inbox_poll_s: float = 0.05
+    """Pause between the reader's non-blocking reads on a Redis Cluster (one XREAD cannot span
+    sessions there): the added latency of an answer, against one read per waiting session."""
     url_poll_s: float = 1.0
     """How often a call asks the tool again while the user completes a URL-mode step."""
     max_rounds: int = 10
@@ -124,39 +129,38 @@ class _UrlStep:
 
 
 class LegacyCall:
-    """One ``tools/call`` of one legacy session."""
+    """One ``tools/call`` of one legacy session, prepared by the core (``Node.prepare_call``)."""
 
     def __init__(
         self,
         *,
         node: Node,
+        call: PreparedCall,
         sessions: SessionStore,
+        reader: InboxReader,
         session: SessionRecord,
-        principal: str,
         request_id: object,
-        tool: Tool[Any],
-        arguments: dict[str, Any],
         stream: EventStream,
-        counters: NodeCounters,
         limits: LegacyLimits,
     ) -> None:
         self.node = node
+        self.call = call
         self.sessions = sessions
+        self.reader = reader
         self.session = session
         self.sid = session.session_id
-        self.principal = principal
         self.request_id = request_id
-        self.tool = tool
-        self.arguments = arguments
         self.stream = stream
-        self.counters = counters
         self.limits = limits
-        self.targets = wire.workspace_targets(arguments)
+        self.caps: LegacyCaps = node.config.legacy
+        self.targets = wire.workspace_targets(call.arguments)
         self.guarded = isinstance(session.capabilities.get("roots"), dict) and bool(self.targets)
         self.roots: tuple[str, ...] = ()
         self.roots_seen = session.roots_epoch
         self.roots_dirty = False
         self.position = "0-0"
+        self.watch: InboxWatch | None = None
+        self._exits = AsyncExitStack()
         self.outstanding: dict[str, str] = {}
         self.answers: dict[str, dict[str, Any]] = {}
         self.accepted_urls: dict[str, _UrlStep] = {}
@@ -164,7 +168,13 @@ class LegacyCall:
         self.next_touch = 0.0
 
     async def run(self) -> dict[str, Any] | None:
-        """The JSON-RPC response to send (None: the client cancelled; send none)."""
+        """The JSON-RPC response to send (None: the client cancelled; send none). The call
+        watches its inbox (through the node's reader) from its first request to the client on,
+        until it returns or is cancelled."""
+        async with self._exits:
+            return await self._answer()
+
+    async def _answer(self) -> dict[str, Any] | None:
         try:
             return wire.response(self.request_id, await self._drive())
         except _Cancelled:
@@ -172,20 +182,20 @@ class LegacyCall:
         except _SessionEnded:
             return wire.error_response(self.request_id, errors.invalid_request("Session ended"))
         except _Refused as refused:
-            log.info("legacy call refused: %s (tool=%s)", refused.message, self.tool.name)
+            log.info("legacy call refused: %s (tool=%s)", refused.message, self.call.tool)
             await self._cancel_outstanding(refused.message)
             return wire.response(self.request_id, wire.tool_refusal(refused.message))
+        except errors.InvalidState:
+            # The client never saw a requestState: say what happened instead.
+            return wire.response(self.request_id, wire.tool_refusal(EXPIRED))
         except errors.JsonRpcError as exc:
-            if exc.message == errors.INVALID_STATE_MESSAGE:
-                # The client never saw a requestState: say what happened instead.
-                return wire.response(self.request_id, wire.tool_refusal(EXPIRED))
             return wire.error_response(self.request_id, exc)
         except StoreUnavailable as exc:
             log.warning("store unavailable during a legacy call: %s", exc)
-            return wire.error_response(self.request_id, errors.outcome_unknown())
+            return wire.error_response(self.request_id, store_error(exc))
 
     async def _drive(self) -> dict[str, Any]:
-        now = trio.current_time()
+        now = anyio.current_time()
         timeout = self.limits.answer_timeout_s
         if timeout is None:
             timeout = self.node.config.state_ttl_ms / 1000
@@ -204,7 +214,7 @@ class LegacyCall:
         responses: dict[str, Any] | None = None
         rounds = 0
         while True:
-            result = await self.tool.call(self._context(state, responses))
+            result = await self.node.run_round(self.call, responses, state)
             if result.get("resultType") != "input_required":
                 if not result.get("isError"):
                     await self._urls_completed()
@@ -225,18 +235,6 @@ class LegacyCall:
             if self.roots_dirty:
                 await self._read_roots()
                 self._check_roots(ROOTS_LEFT)
-
-    def _context(self, state: str | None, responses: dict[str, Any] | None) -> CallContext:
-        return CallContext(
-            principal=self.principal,
-            capabilities=self.session.capabilities,
-            arguments=self.arguments,
-            input_responses=responses,
-            request_state=state,
-            config=self.node.config,
-            store=self.node.store,
-            counters=self.counters,
-        )
 
     def _split(
         self, asks: dict[str, Any]
@@ -307,8 +305,13 @@ class LegacyCall:
 
     async def _send_request(self, method: str, params: dict[str, Any], deadline: float) -> str:
         """Open a request in the store (so any node takes its answer), then send it."""
+        if self.watch is None:
+            # From the position taken at the start: nothing since then is missed.
+            self.watch = await self._exits.enter_async_context(
+                self.reader.watch(self.sid, self.position)
+            )
         rid = new_request_id()
-        ttl_ms = int(max(0.0, deadline - trio.current_time()) * 1000)
+        ttl_ms = int(max(0.0, deadline - anyio.current_time()) * 1000)
         if not await self.sessions.open_request(
             self.sid, rid, ttl_ms + self.limits.request_grace_ms
         ):
@@ -334,34 +337,33 @@ class LegacyCall:
             raise _SessionEnded
         epoch = max(record.roots_epoch, self.roots_seen)
         self.roots_seen = epoch
-        limit = min(self.deadline, trio.current_time() + self.limits.roots_timeout_s)
+        limit = min(self.deadline, anyio.current_time() + self.limits.roots_timeout_s)
         rid = await self._send_request("roots/list", {}, limit)
         while rid not in self.answers:
             await self._pump(limit)
         roots = wire.parse_roots(self.answers.pop(rid))
         if roots is None:
             raise _Refused(NO_ROOTS)
-        self.roots = roots
-        await self.sessions.set_roots(self.sid, roots, epoch)
+        # Only so many are kept: dropping roots only narrows what the call may touch.
+        self.roots = roots[: self.caps.roots_max]
+        await self.sessions.set_roots(self.sid, self.roots, epoch)
 
     def _check_roots(self, message: str) -> None:
         if self.guarded and not wire.within_roots(self.targets, self.roots):
             raise _Refused(message)
 
     async def _pump(self, deadline: float) -> None:
-        """Read the inbox once (blocking up to ``inbox_block_ms``); _TimedOut at ``deadline``."""
-        now = trio.current_time()
+        """Take what the node's reader brought for this call (waiting for it, but no longer
+        than the next session touch); _TimedOut at ``deadline``."""
+        now = anyio.current_time()
         if now >= deadline:
             raise _TimedOut
         if now >= self.next_touch:
             self.next_touch = now + self.limits.touch_every_s
             if await self.sessions.load(self.sid) is None:
                 raise _SessionEnded
-        block_ms = int(min(self.limits.inbox_block_ms, (deadline - now) * 1000))
-        self.position, entries = await self.sessions.read_inbox(
-            self.sid, self.position, max(1, block_ms)
-        )
-        for entry in entries:
+        assert self.watch is not None  # opened before the first request was sent
+        for entry in await self.watch.next(min(deadline, self.next_touch)):
             if entry.kind == "answer":
                 if self.outstanding.pop(entry.request_id, None) is None:
                     continue  # another call's request, or a copy of an answer already taken
@@ -382,7 +384,7 @@ class LegacyCall:
 
     async def _wait(self, seconds: float) -> None:
         """Let ``seconds`` pass while still reading the inbox (cancels, ends, roots changes)."""
-        until = trio.current_time() + seconds
+        until = anyio.current_time() + seconds
         if until >= self.deadline:
             raise _TimedOut
         try:
@@ -404,6 +406,16 @@ class LegacyCall:
         for rid in pending:
             params = {"requestId": rid, "reason": reason}
             await self.stream.event(wire.notification("notifications/cancelled", params))
+
+
+STORE_FULL_MESSAGE = "Store full: nothing was stored; retry later"
+
+
+def store_error(exc: StoreUnavailable) -> errors.JsonRpcError:
+    """-32603 for a store failure: full (nothing was written) or unavailable (outcome unknown)."""
+    if isinstance(exc, SessionStoreFull):
+        return errors.JsonRpcError(errors.INTERNAL_ERROR, STORE_FULL_MESSAGE, {"retryable": True})
+    return errors.outcome_unknown()
 
 
 def _url_of(method: str, params: dict[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import trio
+import anyio
 
 from nodes.legacy.wire import SSE_KEEPALIVE, encode, sse_event
 
@@ -34,7 +34,7 @@ class EventStream:
 
     def __init__(self, send: Send) -> None:
         self._send = send
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
         self.streaming = False
         self.closed = False
 
@@ -85,6 +85,6 @@ class EventStream:
         try:
             await self._send(message)
         except Exception as exc:
-            # Whatever the server raises for a vanished peer (trio's BrokenResourceError, ...).
+            # Whatever the server raises for a vanished peer (a BrokenResourceError, OSError, ...).
             self.closed = True
             raise StreamClosed from exc

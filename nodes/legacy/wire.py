@@ -70,6 +70,41 @@ def valid_id(value: object) -> bool:
     return isinstance(value, str | int) and not isinstance(value, bool)
 
 
+MAX_INT_ID = 2**63 - 1
+"""Largest integer request id taken (as many JSON-RPC peers keep ids in 64 bits)."""
+
+
+def valid_cancel_id(value: object, max_chars: int) -> bool:
+    """A request id a ``notifications/cancelled`` may name: an integer within 64 bits, or a
+    string of at most ``max_chars`` characters (it is stored in the session's inbox)."""
+    if isinstance(value, str):
+        return len(value) <= max_chars
+    return valid_id(value) and abs(value) <= MAX_INT_ID  # type: ignore[arg-type]
+
+
+def stored_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a client's ``initialize`` capabilities a node reads, and nothing else:
+    ``roots`` (and whether it announces changes), ``elicitation`` with its ``form``/``url`` modes
+    (a bare ``{}`` stays bare: it means form only). Sub-objects' contents are not kept."""
+    out: dict[str, Any] = {}
+    roots = capabilities.get("roots")
+    if isinstance(roots, dict):
+        out["roots"] = {"listChanged": True} if roots.get("listChanged") is True else {}
+    elicitation = capabilities.get("elicitation")
+    if isinstance(elicitation, dict):
+        modes = ("form", "url")
+        out["elicitation"] = {m: {} for m in modes if isinstance(elicitation.get(m), dict)}
+    return out
+
+
+def stored_client_info(client_info: Mapping[str, Any], max_chars: int) -> dict[str, str]:
+    """``clientInfo.name`` and ``.version`` (strings only), each cut to ``max_chars``: enough to
+    name a client in the log; the rest of ``clientInfo`` is not kept."""
+    return {
+        k: v[:max_chars] for k in ("name", "version") if isinstance(v := client_info.get(k), str)
+    }
+
+
 def encode(message: Mapping[str, Any]) -> bytes:
     """Compact ASCII JSON (a lone surrogate cannot break the UTF-8 encoding)."""
     return _ENCODER.encode(message).encode("ascii")
