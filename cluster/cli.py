@@ -20,6 +20,7 @@ import click
 import trio
 
 if TYPE_CHECKING:
+    from cluster.durability import WaitReplicas
     from cluster.experiments.simulate import Simulation
     from cluster.faults import FaultKind
     from loadgen.runner import FlowSample
@@ -104,6 +105,43 @@ def load_options(command: F) -> F:
             help="Run folder (default: a new folder under runs/).",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def ops_options(command: F) -> F:
+    """The options of a serving command: logging and metrics."""
+    from cluster.operations import DEFAULT_METRICS_HOST
+    from nodes.logging_setup import DEFAULT_LEVEL, LEVELS
+
+    options = [
+        click.option(
+            "--log-level",
+            default=DEFAULT_LEVEL,
+            show_default=True,
+            type=click.Choice(LEVELS, case_sensitive=False),
+            help="Log records at this level and above go to standard error.",
+        ),
+        click.option(
+            "--log-json",
+            is_flag=True,
+            help="Log JSON lines (time, level, logger, message and structured extras).",
+        ),
+        click.option(
+            "--metrics-port",
+            default=None,
+            type=click.IntRange(0, 65535),
+            help="Serve Prometheus metrics of node i on this port + i (0: free ports). "
+            "Default: no metrics.",
+        ),
+        click.option(
+            "--metrics-host",
+            default=DEFAULT_METRICS_HOST,
+            show_default=True,
+            help="Address the metrics listen on.",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -465,12 +503,13 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
 @click.option("--processes", is_flag=True, help="Run each node as its own OS process.")
 @click.option(
     "--wait-replicas",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 16),
+    default=None,
+    metavar="auto|N",
     help="Writes wait for this many replicas (WAIT) before a node answers; fewer in time is "
-    "'outcome unknown' (-32603). A real Redis only.",
+    "'outcome unknown' (-32603). Default (and config wait_replicas): auto, 1 where every "
+    "master has a replica, else 0. 0 turns waiting off.",
 )
+@ops_options
 def serve(
     nodes: int,
     base_port: int,
@@ -480,33 +519,36 @@ def serve(
     demo: bool,
     state_ttl: float | None,
     processes: bool,
-    wait_replicas: int,
+    wait_replicas: str | None,
+    log_level: str,
+    log_json: bool,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """``notes-cluster serve``."""
     from dataclasses import replace
 
     from cluster.config import ConfigError
+    from cluster.operations import OpsOptions
     from cluster.serve import serve_cluster, settings_for
+    from nodes.logging_setup import configure_logging
 
     if not _loopback(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
     if config_path is None and not demo:
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
-    if wait_replicas and redis_url is None:
-        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    waits = _wait_replicas(wait_replicas, redis_url)
     if redis_url is None:
         require_extra("sim", only=("fakeredis", "lupa"))  # the embedded store
     try:
         settings = settings_for(config_path, demo, state_ttl)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    settings = replace(settings, wait_replicas=wait_replicas)
-
-    def ready(urls: list[str]) -> None:
-        for url in urls:
-            click.echo(url)
-        click.echo("serving; Ctrl-C stops", err=True)
-
+    if waits is not None:
+        settings = replace(settings, wait_replicas=waits)
+    configure_logging(log_level, json_lines=log_json)
+    ops = OpsOptions(metrics_host=metrics_host, metrics_port=metrics_port)
+    log_args = ["--log-level", log_level, *(["--log-json"] if log_json else [])]
     try:
         trio.run(
             lambda: serve_cluster(
@@ -518,7 +560,9 @@ def serve(
                 demo=demo,
                 processes=processes,
                 config_path=config_path,
-                on_ready=ready,
+                on_ready=_print_ready,
+                ops=ops,
+                log_args=log_args,
             )
         )
     except* KeyboardInterrupt:  # trio wraps it in a group when it lands inside a nursery
@@ -607,6 +651,25 @@ def redis_cluster(masters: int, replicas: int) -> None:
     except RedisClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo("stopped", err=True)
+
+
+def _print_ready(urls: list[str]) -> None:
+    for url in urls:
+        click.echo(url)
+    click.echo("serving; Ctrl-C stops", err=True)
+
+
+def _wait_replicas(text: str | None, redis_url: str | None) -> WaitReplicas | None:
+    """``--wait-replicas`` parsed (None: not given, the config decides)."""
+    from cluster.durability import parse_wait_replicas
+
+    try:
+        waits = None if text is None else parse_wait_replicas(text)
+    except ValueError:
+        raise click.UsageError("--wait-replicas: 'auto' or a number from 0 to 16") from None
+    if waits not in (None, "auto", 0) and redis_url is None:
+        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    return waits
 
 
 def _loopback(host: str) -> bool:

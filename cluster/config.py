@@ -11,6 +11,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +22,7 @@ from cluster.demo import (
     DEMO_TOKENS,
     DEMO_WORKSPACES,
 )
+from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
 from nodes.config import DEFAULT_STATE_TTL_MS, LegacyCaps, NodeConfig
 from nodes.scope import Scope, ScopeError, normalize_uri
@@ -63,6 +65,7 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
     legacy: _Legacy = Field(default_factory=_Legacy)
 
 
@@ -74,9 +77,10 @@ class ClusterSettings:
     tokens: TokenTable
     allowed_origins: frozenset[str] = frozenset()
     replay_grace_ms: int = REPLAY_GRACE_MS
-    wait_replicas: int = 0
+    wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
-    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover)."""
+    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
+    1 where every master has a replica, else 0 (``cluster.durability``)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -121,7 +125,11 @@ def load_settings(path: Path) -> ClusterSettings:
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     return ClusterSettings(
-        node, tokens, frozenset(parsed.allowed_origins), int(parsed.replay_grace_seconds * 1000)
+        node,
+        tokens,
+        frozenset(parsed.allowed_origins),
+        int(parsed.replay_grace_seconds * 1000),
+        parsed.wait_replicas,
     )
 
 

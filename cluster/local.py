@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from cluster.durability import AUTO, WaitReplicas, resolve_wait_replicas
 from cluster.stores import seed_demo, store_url
 from loadgen.transport import NodeDown, Reply, request_headers
 from nodes.config import NodeConfig
@@ -29,8 +30,9 @@ from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteSt
 class StoreOptions:
     """How each node opens its store (defaults: as in production)."""
 
-    wait_replicas: int = 0
-    """Replicas every write must reach before the node answers (see ``NoteStore``)."""
+    wait_replicas: WaitReplicas = AUTO
+    """Replicas every write must reach before the node answers (see ``NoteStore`` and
+    ``cluster.durability``: "auto" waits for one where every master has a replica)."""
     wait_timeout_ms: int = WAIT_TIMEOUT_MS
     stream_timeout_s: float = STREAM_TIMEOUT_S
     """A Redis reply slower than this is an unknown outcome (fault runs shorten it)."""
@@ -65,7 +67,7 @@ async def serve_inprocess_node(
             client,
             prefix=prefix,
             replay_grace_ms=replay_grace_ms,
-            wait_replicas=options.wait_replicas,
+            wait_replicas=await resolve_wait_replicas(client, options.wait_replicas),
             wait_timeout_ms=options.wait_timeout_ms,
         )
         node = Node(config, store if options.wrap is None else options.wrap(store))

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import trio
 
+from cluster.durability import parse_wait_replicas
+from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions
 from cluster.serve import serve_http_node, settings_for
+from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,11 +28,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--node-id", default="node-0")
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--state-ttl", type=float, default=None)
-    p.add_argument("--wait-replicas", type=int, default=0)
+    p.add_argument("--wait-replicas", type=parse_wait_replicas, default=None)
+    p.add_argument("--metrics-host", default=DEFAULT_METRICS_HOST)
+    p.add_argument("--metrics-port", type=int, default=None)
+    p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
+    p.add_argument("--log-json", action="store_true")
     a = p.parse_args(argv)
+    configure_logging(a.log_level, json_lines=a.log_json)
     settings = settings_for(a.config, a.config is None, a.state_ttl)
-    if a.wait_replicas:
+    if a.wait_replicas is not None:
         settings = replace(settings, wait_replicas=a.wait_replicas)
+    ops = OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port)
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
@@ -41,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
                     host=a.host,
                     port=a.port,
                     node_id=a.node_id,
+                    ops=ops,
                     task_status=task_status,
                 )
             )

@@ -20,10 +20,13 @@ from pathlib import Path
 import trio
 
 from cluster.config import ClusterSettings, demo_settings, load_settings
+from cluster.durability import resolve_wait_replicas
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
+from cluster.operations import OpsOptions, operate_node
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyLimits, open_legacy_adapter
+from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.sealing import KeyRing
 from store.client import open_redis
@@ -44,31 +47,38 @@ async def serve_http_node(
     node_id: str,
     prefix: str = DEFAULT_PREFIX,
     legacy_limits: LegacyLimits | None = None,
+    ops: OpsOptions | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
-    serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store."""
+    serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store, and
+    ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``cluster.operations``)."""
     from dataclasses import replace
 
+    ops = ops or OpsOptions()
     async with open_redis(redis_url, embedded=embedded) as client:
         store = NoteStore(
             client,
             prefix=prefix,
             replay_grace_ms=settings.replay_grace_ms,
-            wait_replicas=settings.wait_replicas,
+            wait_replicas=await resolve_wait_replicas(client, settings.wait_replicas),
         )
-        node = Node(replace(settings.node, node_id=node_id), store)
+        metrics = None if ops.metrics_port is None else NodeMetrics()
+        served = store if metrics is None else metered(store, metrics)
+        node = Node(replace(settings.node, node_id=node_id), served)
         sessions = SessionStore(client, prefix=prefix)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
-            await serve_node(
-                node,
-                settings.tokens,
-                host=host,
-                port=port,
-                allowed_origins=settings.allowed_origins,
-                legacy=legacy,
-                task_status=task_status,
-            )
+            with operate_node(node, store.check_ready, metrics, ops, legacy) as operations:
+                await serve_node(
+                    node,
+                    settings.tokens,
+                    host=host,
+                    port=port,
+                    allowed_origins=settings.allowed_origins,
+                    legacy=legacy,
+                    task_status=task_status,
+                    wrap=operations.wrap,
+                )
 
 
 async def start_http_nodes(
@@ -83,6 +93,7 @@ async def start_http_nodes(
     prefix: str = DEFAULT_PREFIX,
     name: str = "node",
     legacy_limits: LegacyLimits | None = None,
+    ops: OpsOptions | None = None,
 ) -> list[str]:
     """Start ``count`` HTTP nodes in ``nursery`` (node i on ``base_port + i``, or on free ports
     when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs."""
@@ -98,6 +109,7 @@ async def start_http_nodes(
             node_id=f"{name}-{i}",
             prefix=prefix,
             legacy_limits=legacy_limits,
+            ops=(ops or OpsOptions()).for_node(i),
         )
         urls.append(await nursery.start(start))
     return urls
@@ -124,8 +136,12 @@ async def serve_cluster(
     processes: bool = False,
     config_path: Path | None = None,
     on_ready: Callable[[list[str]], None] | None = None,
+    ops: OpsOptions | None = None,
+    log_args: Sequence[str] = (),
 ) -> None:
-    """Serve ``nodes`` HTTP nodes on ``base_port + i`` until cancelled."""
+    """Serve ``nodes`` HTTP nodes on ``base_port + i`` until cancelled (with ``processes``, each
+    child gets ``log_args``: the parent's ``--log-level`` / ``--log-json``)."""
+    ops = ops or OpsOptions()
     with store_url(redis_url) as (url, embedded):
         if demo:
             await seed_demo_notes(url, embedded)
@@ -134,9 +150,10 @@ async def serve_cluster(
                 urls: list[str] = []
                 for i in range(nodes):
                     port = base_port + i if base_port else 0
+                    child = [*log_args, *_ops_args(ops.for_node(i))]
                     urls.append(
                         await nursery.start(
-                            _run_process, settings, url, embedded, host, port, i, demo, config_path
+                            _run_process, settings, url, embedded, host, port, i, config_path, child
                         )
                     )
             else:
@@ -148,6 +165,7 @@ async def serve_cluster(
                     embedded=embedded,
                     host=host,
                     base_port=base_port,
+                    ops=ops,
                 )
             if on_ready is not None:
                 on_ready(urls)
@@ -160,8 +178,8 @@ async def _run_process(
     host: str,
     port: int,
     index: int,
-    demo: bool,
     config_path: Path | None,
+    extra_args: Sequence[str],
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one node as a child process; report its URL from the line it prints when ready."""
@@ -178,6 +196,7 @@ async def _run_process(
         str(settings.node.state_ttl_ms / 1000),
         "--wait-replicas",
         str(settings.wait_replicas),
+        *extra_args,
     ]
     env = dict(os.environ)
     if embedded:
@@ -203,6 +222,12 @@ async def _run_process(
             proc.kill()
             with trio.CancelScope(shield=True):
                 await proc.wait()
+
+
+def _ops_args(ops: OpsOptions) -> list[str]:
+    if ops.metrics_port is None:
+        return []
+    return ["--metrics-host", ops.metrics_host, "--metrics-port", str(ops.metrics_port)]
 
 
 def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> ClusterSettings:

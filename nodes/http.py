@@ -9,7 +9,8 @@ back: JSON with the Reply's status, or an empty body when the Reply has none (20
 It must not know MCP methods, params, tools, protocol versions or the store: comparing headers with
 the body and every other JSON-RPC error belong to the core (``nodes.protocol``, ``nodes.headers``).
 Besides the MCP endpoint it routes ``GET|POST /setup/<token>`` to ``nodes.setup_page`` (the page
-behind ``notes_setup``'s URL-mode elicitation), which answers HTML of its own.
+behind ``notes_setup``'s URL-mode elicitation), which answers HTML of its own and reads its body
+only once it knows the caller: no route reads a body before authentication.
 It never mints or reads ``Mcp-Session-Id`` and never answers with SSE (the core has no progress to
 stream), so ``X-Accel-Buffering`` is not needed. The one exception is an injected
 ``LegacyHandler`` (the 2025-11-25 adapter, ``nodes.legacy``, which this module does not import):
@@ -329,13 +330,16 @@ class _StreamableHTTPApp:
         return _from_reply(reply)
 
     async def _setup_page(self, scope: Scope, receive: Receive) -> _Answer:
-        """A setup page; its body (a small form) is read only for POST, within the same limit."""
+        """A setup page; it reads its body (a small form) only once it knows the caller."""
         headers = _header_dict(scope["headers"])
-        body = b""
-        if scope["method"] == "POST":
-            body = await self._read_body(headers.get("content-length"), receive)
+
+        async def read_body(limit: int) -> bytes:
+            return await self._read_body(headers.get("content-length"), receive, limit)
+
         try:
-            page = await self.setup.answer(scope["method"], scope["path"], headers, body)
+            page = await self.setup.answer(scope["method"], scope["path"], headers, read_body)
+        except (_Rejected, _ClientGone):
+            raise
         except Exception:
             # Not the generic handler: it would log the path, and the path holds the link.
             log.exception("setup page failed")
@@ -353,9 +357,12 @@ class _StreamableHTTPApp:
             raise _Rejected(_UNAUTHENTICATED if authorization is None else _INVALID_TOKEN)
         return principal
 
-    async def _read_body(self, declared: str | None, receive: Receive) -> bytes:
-        """The whole body, refused with 413 from Content-Length up front or while counting."""
-        limit = self.max_body_bytes
+    async def _read_body(
+        self, declared: str | None, receive: Receive, limit: int | None = None
+    ) -> bytes:
+        """The whole body, refused with 413 from Content-Length up front or while counting
+        (``limit``: at most the node's ``max_body_bytes``)."""
+        limit = self.max_body_bytes if limit is None else min(limit, self.max_body_bytes)
         # Bounded before int(): a thousand-digit Content-Length is simply too large.
         if declared is not None and declared.isdecimal():
             too_large = len(declared) > 18 or int(declared) > limit
@@ -433,14 +440,18 @@ async def serve_node(
     port: int = 0,
     endpoint: str = DEFAULT_ENDPOINT,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
     **app_kwargs: Any,
 ) -> None:
     """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled.
 
     Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
-    ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``.
+    ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``; ``wrap`` (e.g. health
+    endpoints and metrics, ``cluster.operations``) wraps the app in middleware.
     """
     app = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
+    if wrap is not None:
+        app = wrap(app)
     config = Config()
     config.bind = [_bind(host, port)]
     config.accesslog = None

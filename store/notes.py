@@ -380,3 +380,18 @@ class NoteStore:
             self._stats.unavailable += 1
             raise StoreUnavailable(f"setup status: {type(exc).__name__}: {exc}") from exc
         return None if who is None else str(who)
+
+    async def check_ready(self) -> None:
+        """Raise StoreUnavailable unless Redis answers and holds every script of this store in
+        its script cache (on a cluster: every master). A missing script is loaded here: a Redis
+        that restarted forgot them, and loading is what makes it ready again."""
+        scripts = [*self._scripts.values(), self._time]
+        try:
+            present = await self.client.script_exists([s.sha for s in scripts])
+            for script, loaded in zip(scripts, present, strict=True):
+                if not loaded:
+                    await self.client.script_load(script.script)
+        except Exception as exc:
+            if not (outcome_unknown(exc) or isinstance(exc, coredis.exceptions.RedisError)):
+                raise
+            raise StoreUnavailable(f"ready: {type(exc).__name__}: {exc}") from exc

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.config import ConfigError, load_settings
+from cluster.durability import AUTO, WaitReplicas
 
 KEY_K1 = base64.b64encode(b"\x01" * 32).decode()
 KEY_K2 = base64.b64encode(b"\x02" * 32).decode()
@@ -146,3 +147,27 @@ def test_a_grant_with_a_traversal_uri_is_refused(tmp_path: Path, key_file: Path)
 def test_the_active_key_must_be_named(tmp_path: Path, key_file: Path) -> None:
     with pytest.raises(ConfigError, match="active"):
         load_settings(write(tmp_path, config_text(key_file).replace('active = "k2"\n', "")))
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("", AUTO),
+        ('wait_replicas = "auto"', AUTO),
+        ("wait_replicas = 0", 0),
+        ("wait_replicas = 2", 2),
+    ],
+)
+def test_the_config_file_sets_the_durability_mode_auto_by_default(
+    tmp_path: Path, key_file: Path, line: str, expected: WaitReplicas
+) -> None:
+    settings = load_settings(write(tmp_path, config_text(key_file, line)))
+    assert settings.wait_replicas == expected
+
+
+@pytest.mark.parametrize("line", ['wait_replicas = "sometimes"', "wait_replicas = -1"])
+def test_a_wrong_durability_mode_is_named_in_the_error(
+    tmp_path: Path, key_file: Path, line: str
+) -> None:
+    with pytest.raises(ConfigError, match="wait_replicas"):
+        load_settings(write(tmp_path, config_text(key_file, line)))

@@ -24,8 +24,10 @@ OURS = {"cluster", "loadgen", "nodes", "store", "tests"}
 SERVE_FILES = (
     "cluster/config.py",
     "cluster/demo.py",
+    "cluster/durability.py",
     "cluster/load_fixture.py",
     "cluster/node_process.py",
+    "cluster/operations.py",
     "cluster/serve.py",
     "cluster/stores.py",
 )

@@ -90,8 +90,13 @@ async def open_page(
     headers = dict(FORM)
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
+
+    async def read_body(limit: int) -> bytes:
+        assert len(body) <= limit
+        return body
+
     page = await SetupPages(node.config, node.store, TOKENS).answer(
-        method, page_path(url), headers, body
+        method, page_path(url), headers, read_body
     )
     return page.status
 

@@ -184,6 +184,10 @@ class LegacyAdapter:
         try:
             await self._serve(request, receive, send)
         except _Answer as answer:
+            if answer.status >= 400 and answer.body is not None:
+                # Fixed messages only (no client input, no session id): the reason, for the log.
+                reason = answer.body.get("error", {}).get("message", "")
+                log.info("legacy request refused: %s (status=%d)", reason, answer.status)
             await _send_json(send, answer.status, answer.body, answer.headers)
         except StoreUnavailable as exc:
             log.warning("store error answering a legacy request: %s", exc)

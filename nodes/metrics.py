@@ -1,0 +1,253 @@
+"""Metrics in Prometheus' text format (prometheus-client), served on an address of their own.
+
+Layer: node, operations. Three pieces, none of which the protocol core knows about:
+
+- ``NodeMetrics``: the metric families of one node, in a ``CollectorRegistry`` of its own (never
+  the process-global one), so several in-process nodes (tests, ``serve --nodes N``) never mix or
+  leak their counts; each node serves its own registry.
+- ``with_metrics``: ASGI middleware counting requests by method, tool and HTTP status, and the
+  requests in flight. Labels come from the ``Mcp-Method`` / ``Mcp-Name`` headers, which the core
+  refuses when they disagree with the body; every label value is drawn from a fixed set (the
+  node's own methods and tool names, anything else ``other``), so no client can grow the series.
+- ``MeteredStore``: a ``NoteStoreAPI`` proxy timing every store call (histogram by call name) and
+  counting confirmation and setup decisions by status.
+
+``serve_metrics`` runs prometheus-client's own HTTP server (a thread) on the given address: a
+separate port, so the MCP port never exposes them. Off unless configured; loopback by default.
+
+Metric names (all prefixed ``notes_``): ``requests_total{method,tool,status}``,
+``requests_in_flight``, ``confirmations_total{status}``, ``setup_completions_total{status}``,
+``store_call_seconds{call}`` (histogram), ``store_call_errors_total{call}``,
+``node_rounds_total``, ``node_executions_total``, ``node_replays_total``,
+``node_rejections_total``, ``legacy_waiting_calls``, ``legacy_pending_calls``,
+``legacy_sessions_opened_total``, ``legacy_sessions_ended_total``,
+``legacy_sessions_evicted_total``, ``legacy_refused_by_cap_total``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, cast
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from nodes.protocol import Node
+from store.api import NoteStoreAPI
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Mapping[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PREFIX = "notes"
+OTHER = "other"
+"""The label value of anything outside the node's own lists."""
+MODERN_METHODS = frozenset({"server/discover", "tools/list", "tools/call"})
+STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Store call latency buckets (seconds): a healthy loopback script takes well under a
+millisecond; the top buckets catch WAIT timeouts and the 5 s stream timeout."""
+STORE_CALLS = frozenset(n for n in vars(NoteStoreAPI) if not n.startswith("_"))
+"""The calls ``MeteredStore`` times: exactly the methods of the node's store interface."""
+SETUP_PATH_PREFIX = "/setup/"
+
+
+LEGACY_FAMILIES: tuple[tuple[str, str, str], ...] = (
+    ("waiting_calls", "gauge", "Legacy tools/call streams waiting for their client now."),
+    ("pending_calls", "gauge", "Legacy calls open now."),
+    ("sessions_opened", "counter", "Legacy sessions opened on this node."),
+    ("sessions_ended", "counter", "Legacy sessions ended (DELETE) on this node."),
+    ("sessions_evicted", "counter", "Legacy sessions evicted by the per-principal cap."),
+    ("refused_by_cap", "counter", "Legacy requests refused by a cap."),
+)
+"""What the legacy adapter's ``statistics()`` reports, by field name. Sessions live in Redis and
+may end on another node, so they are counted where they open and end, not as a gauge."""
+
+
+class _Callbacks(Collector):
+    """Families read at scrape time from the node's and the legacy adapter's own counters."""
+
+    def __init__(self) -> None:
+        self.node: Callable[[], Any] | None = None
+        self.legacy: Callable[[], Any] | None = None
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        if self.node is not None:
+            stats = self.node()
+            for name, text in (
+                ("rounds", "Confirmation rounds 1 answered (forms and links offered)."),
+                ("executions", "Confirmations that executed (deleted or moved a note)."),
+                ("replays", "Answers served from the replay store."),
+                ("rejections", "Refused request states (each with its reason in the log)."),
+            ):
+                yield CounterMetricFamily(f"{PREFIX}_node_{name}", text, value=getattr(stats, name))
+        if self.legacy is not None:
+            yield from _legacy_families(self.legacy())
+
+
+def _legacy_families(stats: Any) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    for field, kind, text in LEGACY_FAMILIES:
+        value = getattr(stats, field, None)
+        if value is None:  # an adapter that does not report it
+            continue
+        family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+        yield family(f"{PREFIX}_legacy_{field}", text, value=value)
+
+
+class NodeMetrics:
+    """The metric families of one node, in their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.tool_names: frozenset[str] = frozenset()
+        """The ``tool`` label values besides ``other``: the watched node's tools."""
+        r = self.registry
+        self.requests = Counter(
+            f"{PREFIX}_requests",
+            "HTTP requests answered, by MCP method, tool and HTTP status.",
+            ["method", "tool", "status"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            f"{PREFIX}_requests_in_flight", "HTTP requests being answered.", registry=r
+        )
+        self.confirmations = Counter(
+            f"{PREFIX}_confirmations", "Confirmation decisions by status.", ["status"], registry=r
+        )
+        self.setups = Counter(
+            f"{PREFIX}_setup_completions",
+            "Setup link completions by status.",
+            ["status"],
+            registry=r,
+        )
+        self.store_seconds = Histogram(
+            f"{PREFIX}_store_call_seconds",
+            "Store call latency by call.",
+            ["call"],
+            buckets=STORE_BUCKETS,
+            registry=r,
+        )
+        self.store_errors = Counter(
+            f"{PREFIX}_store_call_errors", "Store calls that raised, by call.", ["call"], registry=r
+        )
+        self._callbacks = _Callbacks()
+        r.register(self._callbacks)
+
+    def watch_node(self, node: Node) -> None:
+        """Label requests with ``node``'s tool names; expose its own counters at scrape time."""
+        self.tool_names = frozenset(node.tools)
+        self._callbacks.node = node.statistics
+
+    def watch_legacy(self, statistics: Callable[[], Any]) -> None:
+        """Expose the legacy adapter's ``statistics()`` (``LEGACY_FAMILIES``) at scrape time."""
+        self._callbacks.legacy = statistics
+
+    def labels_for(self, scope: Scope) -> tuple[str, str]:
+        """The bounded ``(method, tool)`` labels of one HTTP request."""
+        path = str(scope.get("path", ""))
+        if path.startswith(SETUP_PATH_PREFIX):
+            return "setup_page", ""
+        method = name = None
+        for key, value in scope.get("headers", ()):
+            if key == b"mcp-method":
+                method = value.decode("latin-1")
+            elif key == b"mcp-name":
+                name = value.decode("latin-1")
+        if method is None:
+            return "none", ""
+        if method not in MODERN_METHODS:
+            return OTHER, ""
+        if method != "tools/call":
+            return method, ""
+        return method, name if name in self.tool_names else OTHER
+
+
+def with_metrics(app: ASGIApp, metrics: NodeMetrics) -> ASGIApp:
+    """``app`` with its HTTP requests counted and timed into ``metrics``."""
+
+    async def metered_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        method, tool = metrics.labels_for(scope)
+        status = 0
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        metrics.in_flight.inc()
+        try:
+            await app(scope, receive, tracked)
+        finally:
+            metrics.in_flight.dec()
+            metrics.requests.labels(method, tool, str(status) if status else "none").inc()
+
+    return metered_app
+
+
+class MeteredStore:
+    """A ``NoteStoreAPI`` in front of another one, timing every call of the interface.
+
+    Everything else (``check_ready``, ``statistics``, ``client``...) passes through untouched. The
+    proxy wraps by name rather than by hand, so a method added to the interface is timed too.
+    """
+
+    def __init__(self, inner: NoteStoreAPI, metrics: NodeMetrics) -> None:
+        self.inner = inner
+        self._metrics = metrics
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name not in STORE_CALLS:
+            return attr
+        wrapped = self._timed(name, attr)
+        # Cached on the instance: __getattr__ then runs once per name.
+        setattr(self, name, wrapped)
+        return wrapped
+
+    def _timed(
+        self, name: str, call: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]:
+        m = self._metrics
+        seconds = m.store_seconds.labels(name)
+        errors = m.store_errors.labels(name)
+        decisions = {"confirm": m.confirmations, "complete_setup": m.setups}.get(name)
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                out = await call(*args, **kwargs)
+            except Exception:
+                errors.inc()
+                raise
+            finally:
+                seconds.observe(time.perf_counter() - start)
+            if decisions is not None:
+                decisions.labels(str(out.status)).inc()
+            return out
+
+        return timed
+
+
+def metered(store: NoteStoreAPI, metrics: NodeMetrics) -> NoteStoreAPI:
+    """``store`` behind a ``MeteredStore``, typed as the interface the node uses."""
+    return cast(NoteStoreAPI, MeteredStore(store, metrics))
+
+
+@contextmanager
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> Iterator[int]:
+    """Serve ``registry`` at ``http://host:port/metrics`` (any path, as prometheus-client does)
+    in a thread while the context lasts; yield the port bound (``port=0`` picks a free one)."""
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        yield int(server.server_port)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

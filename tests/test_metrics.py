@@ -1,0 +1,192 @@
+"""Metrics: scrape a node's own registry after a delete flow and see exactly what moved.
+
+Two nodes over HTTP (embedded and real Redis, via the ``store`` fixture), each with a registry of
+its own behind prometheus-client's server on a free loopback port; the flow runs round 1 on node
+0 and round 2 on node 1, then a replay on node 1.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from cluster.config import demo_settings
+from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
+from cluster.operations import OpsOptions
+from cluster.serve import serve_http_node
+from nodes import http
+from nodes.auth import TokenTable
+from nodes.metrics import NodeMetrics, metered, serve_metrics, with_metrics
+from nodes.protocol import Node
+from store.notes import NoteStore
+from tests.harness import accept, make_nodes, meta
+from tests.test_http_transport import delete_call, good_headers
+
+TOKENS = TokenTable.from_plain(DEMO_TOKENS)
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@dataclass
+class Metered:
+    nodes: list[Node]
+    metrics: list[NodeMetrics]
+    urls: list[str]
+    scrape_urls: list[str]
+    client: httpx.AsyncClient
+
+
+@pytest.fixture
+async def metered_nodes(store: NoteStore, nursery: trio.Nursery) -> AsyncIterator[Metered]:
+    metrics = [NodeMetrics(), NodeMetrics()]
+    nodes = [
+        Node(node.config, metered(store, m))
+        for node, m in zip(make_nodes(store, 2), metrics, strict=True)
+    ]
+    urls = []
+    for node, m in zip(nodes, metrics, strict=True):
+        m.watch_node(node)
+        wrap = partial(with_metrics, metrics=m)
+        urls.append(await nursery.start(partial(http.serve_node, node, TOKENS, wrap=wrap)))
+    with (
+        serve_metrics(metrics[0].registry, "127.0.0.1", 0) as port0,
+        serve_metrics(metrics[1].registry, "127.0.0.1", 0) as port1,
+    ):
+        scrape = [f"http://127.0.0.1:{p}/metrics" for p in (port0, port1)]
+        async with httpx.AsyncClient(timeout=10) as client:
+            yield Metered(nodes, metrics, urls, scrape, client)
+
+
+async def scrape(m: Metered, node: int) -> Samples:
+    response = await m.client.get(m.scrape_urls[node])
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    out: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def post(m: Metered, node: int, msg: dict[str, Any], **headers: str) -> httpx.Response:
+    return await m.client.post(m.urls[node], json=msg, headers={**good_headers(msg), **headers})
+
+
+async def test_a_delete_flow_moves_exactly_the_expected_counters(
+    metered_nodes: Metered, store: NoteStore
+) -> None:
+    m = metered_nodes
+    note = await store.create(DEMO_TENANT, ALICE_NOTES, "TPS report", "body", "alice")
+    before = [await scrape(m, 0), await scrape(m, 1)]
+
+    first = (await post(m, 0, delete_call())).json()["result"]
+    retry = delete_call(
+        request_id=2, requestState=first["requestState"], inputResponses=accept(note.note_id)
+    )
+    assert (await post(m, 1, retry)).status_code == 200
+    assert (await post(m, 1, retry)).status_code == 200  # a replay
+    assert (await post(m, 1, delete_call(), authorization="Bearer wrong")).status_code == 401
+
+    a, b = await scrape(m, 0), await scrape(m, 1)
+    call = {"method": "tools/call", "tool": "notes_delete"}
+    assert value(a, "notes_requests_total", status="200", **call) == 1
+    assert value(b, "notes_requests_total", status="200", **call) == 2
+    assert value(b, "notes_requests_total", status="401", **call) == 1
+    assert value(a, "notes_confirmations_total", status="executed") == 0
+    assert value(b, "notes_confirmations_total", status="executed") == 1
+    assert value(b, "notes_confirmations_total", status="replay") == 1
+    assert value(a, "notes_store_call_seconds_count", call="find") == 1
+    assert value(a, "notes_store_call_seconds_count", call="confirm") == 0
+    assert value(b, "notes_store_call_seconds_count", call="confirm") == 2
+    assert value(a, "notes_node_rounds_total") == 1
+    assert value(b, "notes_node_executions_total") == 1
+    assert value(b, "notes_node_replays_total") == 1
+    assert value(a, "notes_requests_in_flight") == 0
+    for node, samples in enumerate((a, b)):
+        moved = {k for k, v in samples.items() if v != before[node].get(k, 0.0)}
+        assert all(name.startswith("notes_") for name, _ in moved), moved
+
+
+async def test_labels_stay_bounded_whatever_the_headers_say(metered_nodes: Metered) -> None:
+    m = metered_nodes
+    msg = delete_call()
+    for i in range(5):
+        await post(m, 0, msg, **{"mcp-name": f"made-up-{i}"})
+        await post(m, 0, msg, **{"mcp-method": f"made/up/{i}"})
+    await m.client.get(m.urls[0].removesuffix("/mcp") + "/setup/nothing")
+    samples = await scrape(m, 0)
+    labels = {dict(k[1]).get("tool") for k in samples if k[0] == "notes_requests_total"}
+    methods = {dict(k[1]).get("method") for k in samples if k[0] == "notes_requests_total"}
+    assert labels <= {"", "other", *m.nodes[0].tools}
+    assert methods <= {"tools/call", "other", "setup_page"}
+    assert value(samples, "notes_requests_total", method="tools/call", tool="other", status="400")
+    assert value(samples, "notes_requests_total", method="setup_page", tool="", status="404")
+
+
+async def test_each_node_has_its_own_registry_and_the_global_one_stays_empty(
+    metered_nodes: Metered, store: NoteStore
+) -> None:
+    m = metered_nodes
+    await post(m, 0, delete_call())
+    assert value(await scrape(m, 1), "notes_store_call_seconds_count", call="find") == 0
+    assert not [name for name in REGISTRY._names_to_collectors if name.startswith("notes_")]
+
+
+async def test_legacy_families_come_from_the_adapters_statistics() -> None:
+    @dataclass
+    class Stats:
+        waiting_calls: int = 2
+        pending_calls: int = 3
+        sessions_opened: int = 5
+
+    metrics = NodeMetrics()
+    assert metrics.registry.get_sample_value("notes_legacy_waiting_calls") is None
+    metrics.watch_legacy(Stats)
+    get = metrics.registry.get_sample_value
+    assert get("notes_legacy_waiting_calls") == 2
+    assert get("notes_legacy_pending_calls") == 3
+    assert get("notes_legacy_sessions_opened_total") == 5
+    assert get("notes_legacy_sessions_ended_total") is None, "not reported: not exposed"
+
+
+async def test_a_served_node_exposes_metrics_on_their_own_port_only(
+    embedded_url: str, nursery: trio.Nursery
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = int(s.getsockname()[1])
+    ops = OpsOptions(metrics_port=metrics_port)
+    url = await nursery.start(
+        partial(serve_http_node, demo_settings(), embedded_url, embedded=True, host="127.0.0.1",
+                port=0, node_id="metrics-0", prefix="ncmetrics", ops=ops)
+    )  # fmt: skip
+    msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}}
+    async with httpx.AsyncClient(timeout=10) as client:
+        assert (await client.post(url, json=msg, headers=good_headers(msg))).status_code == 200
+        assert (await client.get(url.removesuffix("/mcp") + "/readyz")).status_code == 200
+        assert (await client.get(url.removesuffix("/mcp") + "/metrics")).status_code == 404
+        scraped = await client.get(f"http://127.0.0.1:{metrics_port}/metrics")
+    assert scraped.status_code == 200
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scraped.text)
+        for s in family.samples
+    }
+    key = ("notes_requests_total", (("method", "tools/list"), ("status", "200"), ("tool", "")))
+    assert samples[key] == 1
+    assert samples[("notes_legacy_waiting_calls", ())] == 0, "the served legacy adapter's"
+    assert ("notes_requests_total", (("method", "none"), ("status", "200"), ("tool", ""))) not in (
+        samples
+    ), "health probes are answered in front of the metrics"
