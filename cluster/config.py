@@ -24,7 +24,15 @@ from cluster.demo import (
 )
 from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
-from nodes.config import DEFAULT_STATE_TTL_MS, LegacyCaps, NodeConfig
+from nodes.config import (
+    DEFAULT_LIST_PAGE_SIZE,
+    DEFAULT_MAX_NOTE_BODY_BYTES,
+    DEFAULT_MAX_NOTES_PER_WORKSPACE,
+    DEFAULT_STATE_TTL_MS,
+    MAX_LIST_PAGE_SIZE,
+    LegacyCaps,
+    NodeConfig,
+)
 from nodes.scope import Scope, ScopeError, normalize_uri
 from nodes.sealing import KeyRing
 from store.notes import REPLAY_GRACE_MS
@@ -65,6 +73,12 @@ class _File(BaseModel):
     principals: dict[str, _Principal] = Field(min_length=1)
     archives: dict[str, str] = Field(default_factory=dict)
     public_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    # A body must fit in one request (nodes.http's 1 MiB), with room for the envelope.
+    max_note_body_bytes: int = Field(default=DEFAULT_MAX_NOTE_BODY_BYTES, ge=1, le=524_288)
+    max_notes_per_workspace: int = Field(
+        default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
+    )
+    list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
     wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
     legacy: _Legacy = Field(default_factory=_Legacy)
 
@@ -122,6 +136,9 @@ def load_settings(path: Path) -> ClusterSettings:
         state_ttl_ms=int(parsed.state_ttl_seconds * 1000),
         archives=dict(parsed.archives),
         public_url=parsed.public_url,
+        max_note_body_bytes=parsed.max_note_body_bytes,
+        max_notes_per_workspace=parsed.max_notes_per_workspace,
+        list_page_size=parsed.list_page_size,
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     return ClusterSettings(

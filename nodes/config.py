@@ -24,6 +24,22 @@ decides expiry; the node's early reject is only an optimisation and must never r
 Redis clock would still honour, even on a node whose clock is wrong by many minutes."""
 
 
+DEFAULT_MAX_NOTE_BODY_BYTES = 65_536
+"""Largest note body, in UTF-8 bytes (64 KiB): a note is a page of text, and every read that shows
+a body stays cheap. Counted in bytes, not characters, so four-byte characters cannot make it
+256 KiB."""
+
+DEFAULT_MAX_NOTES_PER_WORKSPACE = 10_000
+"""Most notes one workspace holds; a create or move into a full workspace is refused. Bounds what
+one principal can store and what one listing can walk."""
+
+DEFAULT_LIST_PAGE_SIZE = 100
+"""Notes per ``notes_list`` page; the rest follow through ``nextCursor``."""
+
+MAX_LIST_PAGE_SIZE = 1_000
+"""Largest page size a configuration may set: a page is read in one Redis script."""
+
+
 def wall_clock_ms() -> int:
     """This node's wall clock (not trio's, not Redis'): used only for the early reject."""
     return int(time.time() * 1000)
@@ -80,5 +96,11 @@ class NodeConfig:
     public_url: str | None = None
     """Base URL (``http://host:port``) at which this node serves its setup pages, for the links
     of ``notes_setup``; set from the bound address when the node serves HTTP."""
+    max_note_body_bytes: int = DEFAULT_MAX_NOTE_BODY_BYTES
+    """Largest note body in UTF-8 bytes (``notes_create``, ``notes_update``)."""
+    max_notes_per_workspace: int = DEFAULT_MAX_NOTES_PER_WORKSPACE
+    """Most notes per workspace, checked atomically by the create and move scripts."""
+    list_page_size: int = DEFAULT_LIST_PAGE_SIZE
+    """Notes per ``notes_list`` page (1..``MAX_LIST_PAGE_SIZE``)."""
     legacy: LegacyCaps = field(default_factory=LegacyCaps)
     """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from nodes import errors
 from nodes.sealing import Candidate
-from store.api import ConfirmAction, Note
+from store.api import ConfirmAction, NoteHead
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Answer:
         return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
 
-def pick_form(message: str, notes: tuple[Note, ...], confirm_title: str) -> dict[str, Any]:
+def pick_form(message: str, notes: tuple[NoteHead, ...], confirm_title: str) -> dict[str, Any]:
     """The flat form: a titled single-select of the candidates and a required boolean."""
     options = [
         {

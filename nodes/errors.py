@@ -8,7 +8,7 @@ Layer: node, protocol core. Pure module: no I/O.
      ├── code -32601  method not found                  HTTP 404
      ├── code -32602  invalid params                    HTTP 400
      │    └── InvalidState  every rejected requestState (one fixed message)
-     ├── code -32603  internal error / unknown outcome  HTTP 500
+     ├── code -32603  internal error / unknown outcome  HTTP 500 (also a full store)
      ├── code -32020  header mismatch                   HTTP 400
      ├── code -32021  missing required capability       HTTP 400
      └── code -32022  unsupported protocol version      HTTP 400
@@ -105,7 +105,16 @@ def outcome_unknown() -> JsonRpcError:
     return JsonRpcError(
         INTERNAL_ERROR,
         "Store unavailable: the outcome is unknown; retry the same request",
-        {"retryable": True},
+        {"retryable": True, "reason": "store_unavailable"},
+    )
+
+
+def store_full() -> JsonRpcError:
+    """-32603: the store is out of memory and refused the request; nothing was written."""
+    return JsonRpcError(
+        INTERNAL_ERROR,
+        "Store full: the request was refused and nothing was changed; retry later",
+        {"retryable": True, "reason": "store_full"},
     )
 
 

@@ -31,14 +31,14 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NoReturn, Protocol, cast
+from typing import Any, Protocol, cast
 
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.typing import Framework
 
-from nodes import errors
+from nodes import errors, json_strict
 from nodes.auth import TokenTable
 from nodes.protocol import Node, Reply, RequestContext
 from nodes.setup_page import SERVICE_UNAVAILABLE_PAGE, SetupPages
@@ -87,14 +87,6 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 """ASCII output: a lone surrogate echoed from a request cannot break the UTF-8 encoding."""
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-"""Strict JSON: NaN and Infinity are parse errors."""
-
-
 def _rpc_error(exc: errors.JsonRpcError, *headers: tuple[bytes, bytes]) -> _Answer:
     body = {"jsonrpc": "2.0", "id": None, "error": exc.to_dict()}
     return _Answer(exc.http_status, _ENCODER.encode(body).encode("ascii"), headers)
@@ -126,7 +118,6 @@ _UNSUPPORTED_MEDIA = _http_error(
     415, "Unsupported Media Type: Content-Type must be application/json"
 )
 _TOO_LARGE = _http_error(413, "Payload Too Large")
-_PARSE_ERROR = _rpc_error(errors.JsonRpcError(errors.PARSE_ERROR, "Parse error"))
 _BATCH = _rpc_error(errors.invalid_request("Invalid Request: batches are not supported"))
 _TOO_DEEP = _rpc_error(errors.invalid_request("Invalid Request: JSON nested too deeply"))
 _INTERNAL = _rpc_error(errors.JsonRpcError(errors.INTERNAL_ERROR, "Internal error"))
@@ -385,13 +376,14 @@ class _StreamableHTTPApp:
     def _decode(self, body: bytes) -> object:
         """One JSON-RPC object; anything else is rejected with -32700 or -32600."""
         try:
-            message = _DECODER.decode(body.decode("utf-8"))
+            message = json_strict.decode(body)
         except RecursionError:
             # Nested deeper than the interpreter's recursion limit, so far beyond ours.
             raise _Rejected(_TOO_DEEP) from None
-        except ValueError:
-            # Bad syntax, bad UTF-8, NaN/Infinity, or an integer literal too long to convert.
-            raise _Rejected(_PARSE_ERROR) from None
+        except ValueError as exc:
+            # Bad syntax or UTF-8, duplicate keys, numbers out of range, NaN, lone surrogates.
+            parse = errors.JsonRpcError(errors.PARSE_ERROR, json_strict.parse_error_message(exc))
+            raise _Rejected(_rpc_error(parse)) from None
         if isinstance(message, list):
             raise _Rejected(_BATCH)
         # Each level of nesting needs a bracket, so few brackets cannot nest too deep.

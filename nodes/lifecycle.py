@@ -13,6 +13,7 @@ changes nothing. "done" is each tool's own word (``deleted``, ``archived``).
     shown      change         shown      reask             input_required again, fresh candidates
     shown      vanish         shown      gone              isError: the note no longer exists
     shown      leave          shown      left              isError: the note left the workspace
+    shown      refuse         shown      full              isError: the target workspace is full
     shown      expire         expired    refused           the fixed invalid-state error
     executed   same_answer    executed   replay_done       the recorded outcome, marked as a replay
     declined   same_answer    declined   replay_not_done   the recorded outcome, marked as a replay
@@ -41,12 +42,21 @@ LifecycleEvent = Literal[
     "change",
     "vanish",
     "leave",
+    "refuse",
     "expire",
     "same_answer",
     "other_answer",
 ]
 Reply = Literal[
-    "done", "not_done", "reask", "gone", "left", "refused", "replay_done", "replay_not_done"
+    "done",
+    "not_done",
+    "reask",
+    "gone",
+    "left",
+    "full",
+    "refused",
+    "replay_done",
+    "replay_not_done",
 ]
 """What the client gets, named; each confirming tool words it (``nodes.tools.confirming``)."""
 
@@ -71,6 +81,7 @@ TRANSITIONS: Mapping[tuple[LifecycleState, LifecycleEvent], Step] = MappingProxy
         ("shown", "change"): Step("shown", "reask"),
         ("shown", "vanish"): Step("shown", "gone"),
         ("shown", "leave"): Step("shown", "left"),
+        ("shown", "refuse"): Step("shown", "full"),
         ("shown", "expire"): Step("expired", "refused"),
         ("executed", "same_answer"): Step("executed", "replay_done"),
         ("declined", "same_answer"): Step("declined", "replay_not_done"),
@@ -87,6 +98,7 @@ STORE_EVENTS: Mapping[ConfirmStatus, LifecycleEvent] = MappingProxyType(
         "changed": "change",
         "gone": "vanish",
         "moved": "leave",
+        "full": "refuse",
         "expired": "expire",
         "replay": "same_answer",
         "conflict": "other_answer",

@@ -18,7 +18,7 @@ from nodes.config import NodeConfig
 from nodes.headers import check_headers
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.base import CallContext, NodeCounters, Tool
-from store.api import NoteStoreAPI, StoreUnavailable
+from store.api import NoteStoreAPI, StoreFull, StoreUnavailable
 
 log = logging.getLogger("nodes.protocol")
 
@@ -61,6 +61,14 @@ class NodeStatistics:
     replays: int
     rejections: int
     errors: Mapping[int, int] = field(default_factory=dict)
+
+
+def _what(message: dict[str, Any]) -> str:
+    """``method`` or ``method tool`` for a log line (cut short: both are client input)."""
+    method = str(message.get("method"))[:40]
+    params = message.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return f"{method} {name[:40]}" if isinstance(name, str) else method
 
 
 @dataclass(frozen=True)
@@ -175,8 +183,11 @@ class Node:
             result = await self._dispatch(message, ctx)
         except errors.JsonRpcError as exc:
             return self._error(request_id, exc)
+        except StoreFull as exc:
+            log.warning("store full, request refused (%s): %s", _what(message), exc)
+            return self._error(request_id, errors.store_full())
         except StoreUnavailable as exc:
-            log.warning("store unavailable: %s", exc)
+            log.warning("store unavailable (%s): %s", _what(message), exc)
             return self._error(request_id, errors.outcome_unknown())
         meta = result.setdefault("_meta", {})
         meta[META_SERVER_INFO] = self.server_info

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 ConfirmStatus = Literal[
-    "executed", "replay", "conflict", "expired", "cancelled", "declined", "gone", "moved", "changed"
+    "executed",
+    "replay",
+    "conflict",
+    "expired",
+    "cancelled",
+    "declined",
+    "gone",
+    "moved",
+    "changed",
+    "full",
 ]
 ConfirmAction = Literal["accept", "decline", "cancel"]
 StoreOp = Literal["delete", "move"]
@@ -20,12 +29,12 @@ RecordedDecision = Literal["executed", "declined"]
 
 
 @dataclass(frozen=True, slots=True)
-class Note:
-    """One note as stored. ``version`` is bumped by every change (edit, move)."""
+class NoteHead:
+    """A note without its body: what listings and pick lists read and show. ``version`` is
+    bumped by every change (edit, move)."""
 
     note_id: str
     title: str
-    body: str
     workspace: str
     version: int
     created_ms: int
@@ -38,11 +47,20 @@ class Note:
 
 
 @dataclass(frozen=True, slots=True)
+class Note(NoteHead):
+    """One note as stored, body included."""
+
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Notes read in one step together with the Redis server clock at that step."""
+    """One page of notes (no bodies) read in one step, with the Redis server clock at that step.
+    ``next_after`` is where the next page starts (a note id), or "" when this page is the last."""
 
     redis_now_ms: int
-    notes: tuple[Note, ...]
+    notes: tuple[NoteHead, ...]
+    next_after: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +82,8 @@ class Confirmation:
     tool: str
     op: StoreOp = "delete"
     target_workspace: str = ""
+    max_notes: int = 0
+    """For ``move``: most notes the target may hold (0: no limit); status ``full`` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +116,7 @@ class WriteOutcome:
     after the write when it happened."""
 
     status: str
-    note: Note | None
+    note: NoteHead | None
     redis_now_ms: int
 
 
@@ -118,6 +138,23 @@ class StoreUnavailable(Exception):
     The caller must not claim that nothing happened."""
 
 
+class StoreFull(StoreUnavailable):
+    """Redis refused a write for lack of memory (``maxmemory`` under ``noeviction``). Redis
+    refuses a script at its first write, so nothing was written: a caller that only knows
+    ``StoreUnavailable`` still answers safely ("outcome unknown"), one that knows this can say
+    more."""
+
+
+class WorkspaceFull(Exception):
+    """A create or move was refused because the target workspace holds its maximum number of
+    notes (the count is checked and the write made in one script). Nothing was written."""
+
+    def __init__(self, workspace: str, limit: int) -> None:
+        super().__init__(f"{workspace} holds {limit} notes, its limit")
+        self.workspace = workspace
+        self.limit = limit
+
+
 class NoteStoreAPI(Protocol):
     """The async interface the node's protocol core uses."""
 
@@ -126,21 +163,34 @@ class NoteStoreAPI(Protocol):
         ...
 
     async def create(
-        self, tenant: str, workspace: str, title: str, body: str, principal: str
+        self,
+        tenant: str,
+        workspace: str,
+        title: str,
+        body: str,
+        principal: str,
+        created_ms: int = 0,
+        *,
+        max_notes: int = 0,
     ) -> Note:
-        """Create a note; ids are chosen by the store."""
+        """Create a note; ids are chosen by the store. WorkspaceFull when the workspace holds
+        ``max_notes`` already (0: no limit)."""
         ...
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
         """One note by id, or None."""
         ...
 
-    async def find(self, tenant: str, workspace: str, title: str, limit: int) -> Snapshot:
-        """Notes with exactly this title in this workspace, through the title index."""
+    async def find(
+        self, tenant: str, workspace: str, title: str, limit: int, after: str = ""
+    ) -> Snapshot:
+        """One page of the notes with exactly this title in this workspace (title index), in
+        note id order after ``after``; no bodies."""
         ...
 
-    async def list(self, tenant: str, workspace: str, limit: int) -> Snapshot:
-        """Notes in this workspace."""
+    async def list(self, tenant: str, workspace: str, limit: int, after: str = "") -> Snapshot:
+        """One page of the notes in this workspace, in note id order after ``after``; no
+        bodies."""
         ...
 
     async def update(
@@ -150,9 +200,17 @@ class NoteStoreAPI(Protocol):
         ...
 
     async def move(
-        self, tenant: str, note_id: str, source: str, target: str, principal: str
+        self,
+        tenant: str,
+        note_id: str,
+        source: str,
+        target: str,
+        principal: str,
+        *,
+        max_notes: int = 0,
     ) -> WriteOutcome:
-        """Move a note between two workspaces of one tenant."""
+        """Move a note between two workspaces of one tenant (status ``full`` when the target
+        holds ``max_notes`` already; 0: no limit)."""
         ...
 
     async def confirm(self, confirmation: Confirmation) -> ConfirmOutcome:

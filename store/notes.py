@@ -20,11 +20,14 @@ from store.api import (
     ConfirmOutcome,
     ConfirmStatus,
     Note,
+    NoteHead,
     SetupOutcome,
     SetupStatus,
     Snapshot,
+    StoreFull,
     StoreOp,
     StoreUnavailable,
+    WorkspaceFull,
     WriteOutcome,
 )
 from store.keys import TenantKeys
@@ -67,8 +70,10 @@ _UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (
 timeout (the script may have run), too few replicas acknowledged (it ran, but may be lost),
 a cluster between masters (failover). The node must answer "outcome unknown", never "no"."""
 
-_UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN")
-"""Error replies of a server that is starting, busy or failing over: transient, like the above."""
+_UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN", "OOM")
+"""Error replies of a server that is starting, busy, failing over or full: transient, like the
+above. A full server (``OOM``) wrote nothing, which ``store_error`` says more precisely; callers
+that only ask ``outcome_unknown`` stay safe."""
 
 _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
 _SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
@@ -83,6 +88,16 @@ def outcome_unknown(exc: BaseException) -> bool:
     return isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith(
         _UNKNOWN_REPLY_PREFIXES
     )
+
+
+def store_error(exc: BaseException, what: str) -> StoreUnavailable | None:
+    """The store error ``exc`` amounts to (``StoreFull`` for a Redis out of memory, which wrote
+    nothing; ``StoreUnavailable`` when the outcome is unknown), or None for any other error."""
+    if isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith("OOM"):
+        return StoreFull(f"{what}: Redis is out of memory (maxmemory, noeviction)")
+    if outcome_unknown(exc):
+        return StoreUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+    return None
 
 
 def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
@@ -106,14 +121,31 @@ def _script(name: str) -> str:
     return resources.files("store").joinpath("scripts", f"{name}.lua").read_text("utf-8")
 
 
-def _note_from_fields(f: list[Any]) -> Note:
-    return Note(
+HEAD_FIELDS = 6
+"""Fields of a ``NoteHead`` as ``read_notes.lua`` returns them: id, title, workspace, version,
+created_ms, updated_ms."""
+
+
+def _head_from_fields(f: list[Any]) -> NoteHead:
+    return NoteHead(
         note_id=str(f[0]),
         title=str(f[1]),
         workspace=str(f[2]),
         version=int(f[3]),
         created_ms=int(f[4]),
         updated_ms=int(f[5]),
+    )
+
+
+def _note_from_fields(f: list[Any]) -> Note:
+    head = _head_from_fields(f)
+    return Note(
+        head.note_id,
+        head.title,
+        head.workspace,
+        head.version,
+        head.created_ms,
+        head.updated_ms,
         body=str(f[6] or ""),
     )
 
@@ -178,21 +210,23 @@ class NoteStore:
             else:
                 reply = await self._scripts[name](keys=keys, args=args)
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"{name}: {type(exc).__name__}: {exc}") from exc
+            raise self._failed(exc, name) from exc
         return list(reply)
+
+    def _failed(self, exc: Exception, what: str) -> StoreUnavailable:
+        """The store error to raise for ``exc``; re-raises ``exc`` itself when it is none."""
+        error = store_error(exc, what)
+        if error is None:
+            raise exc
+        self._stats.unavailable += 1
+        return error
 
     async def redis_time_ms(self) -> int:
         """The Redis server clock (TIME), in milliseconds since the epoch."""
         try:
             reply: Any = await self._time(keys=[], args=[])
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"time: {exc}") from exc
+            raise self._failed(exc, "time") from exc
         # Not client.time(): coredis' TIME callback divides the microseconds by 1000, so its
         # datetime keeps whole seconds only. A script reads TIME raw, as every other script does.
         sec, usec = reply
@@ -206,53 +240,78 @@ class NoteStore:
         body: str,
         principal: str,
         created_ms: int = 0,
+        *,
+        max_notes: int = 0,
     ) -> Note:
         """Create a note with a fresh random id (retried on the astronomically rare collision).
-        ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now."""
+        ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now. WorkspaceFull
+        when the workspace already holds ``max_notes`` (0: no limit), checked in the script."""
         k = self.keys(tenant)
         for _ in range(4):
             note_id = "n" + secrets.token_hex(8)
             status, version, now = await self._run(
                 "create",
                 [k.note(note_id), k.workspace(workspace), k.title(workspace, title), k.journal],
-                [note_id, title, body, workspace, principal, self.journal_maxlen, created_ms],
+                [
+                    note_id,
+                    title,
+                    body,
+                    workspace,
+                    principal,
+                    self.journal_maxlen,
+                    created_ms,
+                    max_notes,
+                ],
             )
+            if status == "full":
+                raise WorkspaceFull(workspace, max_notes)
             if status == "created":
-                return Note(note_id, title, body, workspace, int(version), int(now), int(now))
+                return Note(note_id, title, workspace, int(version), int(now), int(now), body)
         raise StoreUnavailable("create: could not find a free note id")
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
-        """One note by id, or None."""
+        """One note by id, body included, or None."""
+        fields = await self._fields(tenant, note_id, with_body=True)
+        return None if fields is None else _note_from_fields(fields)
+
+    async def head(self, tenant: str, note_id: str) -> NoteHead | None:
+        """One note by id without its body, or None."""
+        fields = await self._fields(tenant, note_id, with_body=False)
+        return None if fields is None else _head_from_fields(fields)
+
+    async def _fields(self, tenant: str, note_id: str, *, with_body: bool) -> list[Any] | None:
+        names = ["id", "title", "workspace", "version", "created_ms", "updated_ms"]
         try:
             fields = await self.client.hmget(
-                self.keys(tenant).note(note_id),
-                ["id", "title", "workspace", "version", "created_ms", "updated_ms", "body"],
+                self.keys(tenant).note(note_id), [*names, "body"] if with_body else names
             )
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"get: {type(exc).__name__}: {exc}") from exc
-        if fields[0] is None:
-            return None
-        return _note_from_fields(list(fields))
+            raise self._failed(exc, "get") from exc
+        return None if fields[0] is None else list(fields)
 
-    async def _read(self, tenant: str, index_key: str, limit: int) -> Snapshot:
+    async def _read(self, tenant: str, index_key: str, limit: int, after: str) -> Snapshot:
         k = self.keys(tenant)
-        reply = await self._run("read_notes", [index_key], [f"{k.base}:note:", limit])
-        now = int(reply[0])
-        notes = tuple(_note_from_fields(reply[i : i + 7]) for i in range(1, len(reply), 7))
-        return Snapshot(now, tuple(sorted(notes, key=lambda n: (n.created_ms, n.note_id))))
+        reply = await self._run("read_notes", [index_key], [f"{k.base}:note:", limit, after])
+        now, next_after = int(reply[0]), str(reply[1] or "")
+        heads = (
+            _head_from_fields(reply[i : i + HEAD_FIELDS]) for i in range(2, len(reply), HEAD_FIELDS)
+        )
+        notes = tuple(sorted(heads, key=lambda n: (n.created_ms, n.note_id)))
+        return Snapshot(now, notes, next_after)
 
     async def find(
-        self, tenant: str, workspace: str, title: str, limit: int = READ_LIMIT
+        self, tenant: str, workspace: str, title: str, limit: int = READ_LIMIT, after: str = ""
     ) -> Snapshot:
-        """Notes titled exactly ``title`` in ``workspace``, oldest first, via the title index."""
-        return await self._read(tenant, self.keys(tenant).title(workspace, title), limit)
+        """One page of the notes titled exactly ``title`` in ``workspace`` (title index): the
+        first ``limit`` in note id order after ``after``, shown oldest first; no bodies."""
+        return await self._read(tenant, self.keys(tenant).title(workspace, title), limit, after)
 
-    async def list(self, tenant: str, workspace: str, limit: int = READ_LIMIT) -> Snapshot:
-        """Notes in ``workspace``, oldest first."""
-        return await self._read(tenant, self.keys(tenant).workspace(workspace), limit)
+    async def list(
+        self, tenant: str, workspace: str, limit: int = READ_LIMIT, after: str = ""
+    ) -> Snapshot:
+        """One page of the notes in ``workspace``: the first ``limit`` in note id order after
+        ``after``, shown oldest first; no bodies."""
+        return await self._read(tenant, self.keys(tenant).workspace(workspace), limit, after)
 
     async def update(
         self, tenant: str, note: Note, title: str, body: str, principal: str
@@ -280,18 +339,26 @@ class NoteStore:
         if status != "updated":
             return WriteOutcome(str(status), None, int(now))
         new = Note(
-            note.note_id, title, body, note.workspace, int(version), note.created_ms, int(now)
+            note.note_id, title, note.workspace, int(version), note.created_ms, int(now), body
         )
         return WriteOutcome("updated", new, int(now))
 
     async def move(
-        self, tenant: str, note_id: str, source: str, target: str, principal: str
+        self,
+        tenant: str,
+        note_id: str,
+        source: str,
+        target: str,
+        principal: str,
+        *,
+        max_notes: int = 0,
     ) -> WriteOutcome:
         """Move a note from ``source`` to ``target`` (same tenant). Reads the title first to find
-        the index entries; a concurrent edit makes the script refuse and this call retry."""
+        the index entries; a concurrent edit makes the script refuse and this call retry. Status
+        ``full`` when ``target`` already holds ``max_notes`` (0: no limit)."""
         k = self.keys(tenant)
         for _ in range(8):
-            note = await self.get(tenant, note_id)
+            note = await self.head(tenant, note_id)
             if note is None:
                 return WriteOutcome("gone", None, 0)
             if note.workspace != source:
@@ -306,11 +373,11 @@ class NoteStore:
                     k.title(target, note.title),
                     k.journal,
                 ],
-                [note_id, source, target, principal, self.journal_maxlen],
+                [note_id, source, target, principal, self.journal_maxlen, max_notes],
             )
             if status == "moved":
-                moved = Note(
-                    note_id, note.title, note.body, target, int(version), note.created_ms, int(now)
+                moved = NoteHead(
+                    note_id, note.title, target, int(version), note.created_ms, int(now)
                 )
                 return WriteOutcome("moved", moved, int(now))
             if status != "elsewhere":
@@ -349,6 +416,7 @@ class NoteStore:
                 # A replay answer waits for replicas too: the script then rewrites the entry's
                 # expiry, a write whose offset covers the recorded outcome it returns.
                 1 if self.wait_replicas > 0 else 0,
+                c.max_notes,
             ],
         )
         out = parse_confirm_reply(reply)
@@ -375,10 +443,7 @@ class NoteStore:
         try:
             who = await self.client.get(self.keys(tenant).setup(nonce))
         except Exception as exc:
-            if not outcome_unknown(exc):
-                raise
-            self._stats.unavailable += 1
-            raise StoreUnavailable(f"setup status: {type(exc).__name__}: {exc}") from exc
+            raise self._failed(exc, "setup status") from exc
         return None if who is None else str(who)
 
     async def check_ready(self) -> None:

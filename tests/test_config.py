@@ -149,6 +149,29 @@ def test_the_active_key_must_be_named(tmp_path: Path, key_file: Path) -> None:
         load_settings(write(tmp_path, config_text(key_file).replace('active = "k2"\n', "")))
 
 
+def test_the_input_bounds_have_safe_defaults_and_load_from_the_file(
+    tmp_path: Path, key_file: Path
+) -> None:
+    default = load_settings(write(tmp_path, config_text(key_file))).node
+    assert (default.max_note_body_bytes, default.max_notes_per_workspace) == (65_536, 10_000)
+    assert default.list_page_size == 100
+    extra = "max_note_body_bytes = 4096\nmax_notes_per_workspace = 50\nlist_page_size = 20\n"
+    node = load_settings(write(tmp_path, config_text(key_file, extra))).node
+    assert (node.max_note_body_bytes, node.max_notes_per_workspace) == (4096, 50)
+    assert node.list_page_size == 20
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["max_note_body_bytes = 0", "max_notes_per_workspace = 0", "list_page_size = 1001"],
+)
+def test_an_input_bound_out_of_range_is_refused_by_name(
+    tmp_path: Path, key_file: Path, line: str
+) -> None:
+    with pytest.raises(ConfigError, match=line.split(" ")[0]):
+        load_settings(write(tmp_path, config_text(key_file, line + "\n")))
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [

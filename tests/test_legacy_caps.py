@@ -143,8 +143,14 @@ async def test_a_cancellation_naming_an_invalid_id_is_refused_and_stores_nothing
         cancel = notify("notifications/cancelled", {"requestId": request_id})
         response = await post(http, served, cancel, session)
         assert response.status_code == 400, response.text
-        assert response.json()["error"]["code"] == errors.INVALID_PARAMS
-        assert "at most 32 characters" in response.json()["error"]["message"]
+        error = response.json()["error"]
+        if request_id == 2**64:
+            # Refused before the adapter: the HTTP edge decodes no integer beyond 64 bits.
+            assert error["code"] == errors.PARSE_ERROR
+            assert "integer out of range" in error["message"]
+        else:
+            assert error["code"] == errors.INVALID_PARAMS
+            assert "at most 32 characters" in error["message"]
         assert await served.sessions.client.xlen(inbox) == 0
         ok = notify("notifications/cancelled", {"requestId": "r" * 32})
         assert (await post(http, served, ok, session)).status_code == 202

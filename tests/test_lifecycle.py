@@ -24,7 +24,7 @@ from nodes.results import META_REPLAY
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.confirming import ConfirmingTool
 from nodes.tools.confirming_table import ARCHIVE, CONFIRMING_TOOLS, DELETE, ConfirmingKind
-from store.api import Confirmation, ConfirmOutcome, ConfirmStatus, Note, Snapshot
+from store.api import Confirmation, ConfirmOutcome, ConfirmStatus, NoteHead, Snapshot
 from tests.harness import call_tool, error, make_nodes, result
 
 NOTE = "n-1"
@@ -114,7 +114,7 @@ class CannedStore:
 
     async def find(self, tenant: str, workspace: str, title: str, limit: int) -> Snapshot:
         assert tenant == DEMO_TENANT
-        note = Note(NOTE, title, "body", ALICE_NOTES, 1, NOW_MS, NOW_MS)
+        note = NoteHead(NOTE, title, ALICE_NOTES, 1, NOW_MS, NOW_MS)
         return Snapshot(NOW_MS, (note,))
 
     async def confirm(self, c: Confirmation) -> ConfirmOutcome:
@@ -130,6 +130,11 @@ EXPECTED: dict[tuple[LifecycleState, LifecycleEvent], tuple[str, bool | None, bo
     ("shown", "change"): ("input_required", None, False),
     ("shown", "vanish"): ("isError: That note no longer exists", False, False),
     ("shown", "leave"): ("isError: That note is no longer in the workspace", False, False),
+    ("shown", "refuse"): (
+        "isError: The target workspace holds 10000 notes, its limit",
+        False,
+        False,
+    ),
     ("shown", "expire"): ("invalid_state", None, False),
     ("executed", "same_answer"): ("complete", True, True),
     ("declined", "same_answer"): ("complete", False, True),

@@ -46,7 +46,7 @@ from pydantic import BaseModel
 from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
 from cluster.load_fixture import load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError
-from store.api import Confirmation, Note
+from store.api import Confirmation, NoteHead
 from store.client import open_redis
 from store.notes import NoteStore
 
@@ -79,7 +79,7 @@ class StaticTokens:
         return AccessToken(token=token, client_id=principal, scopes=[], subject=principal)
 
 
-def _form(notes: tuple[Note, ...]) -> ElicitRequest:
+def _form(notes: tuple[NoteHead, ...]) -> ElicitRequest:
     options = [{"const": n.note_id, "title": f"{n.title} ({n.uri})"} for n in notes]
     pick: dict[str, Any] = {"type": "string", "title": "Note", "oneOf": options}
     if len(notes) == 1:

@@ -17,7 +17,6 @@ from nodes.scope import ScopeError, Workspace
 from store.api import NoteStoreAPI
 
 TITLE_MAX = 200
-BODY_MAX = 65_536
 URI_MAX = 2048
 MAX_CANDIDATES_ERROR = 50
 """Most notes one pick list offers; more matches than this are refused with a clear error."""
@@ -29,7 +28,12 @@ class Arguments(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-Title = Field(min_length=1, max_length=TITLE_MAX, pattern=r"^[^\x00-\x1f\x7f]*$")
+Title = Field(
+    min_length=1,
+    max_length=TITLE_MAX,
+    description="NFC-normalised; no control, invisible or bidirectional characters, no "
+    "space other than U+0020, none at either end (see nodes.tools.text_rules)",
+)
 
 
 @dataclass

@@ -142,6 +142,7 @@ class ConfirmingTool(StatefulTool[C]):
                 tool=self.name,
                 op=self.kind.op,
                 target_workspace=target,
+                max_notes=ctx.config.max_notes_per_workspace if self.kind.op == "move" else 0,
             )
         )
         return await self.result_for(ctx, args, payload, out)
@@ -182,6 +183,12 @@ class ConfirmingTool(StatefulTool[C]):
             case "left":
                 return tool_error(
                     f"That note is no longer in the workspace; nothing was {self.done}", **not_done
+                )
+            case "full":
+                limit = ctx.config.max_notes_per_workspace
+                return tool_error(
+                    f"The target workspace holds {limit} notes, its limit; nothing was {self.done}",
+                    **not_done,
                 )
             case _:  # pragma: no cover - mypy checks the match is exhaustive
                 assert_never(reply)

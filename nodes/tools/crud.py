@@ -5,13 +5,13 @@ Layer: node, protocol core. Each takes ``workspaceUri`` explicitly; nothing is s
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from nodes.results import complete
 from nodes.tools.base import (
-    BODY_MAX,
     URI_MAX,
     Arguments,
     CallContext,
@@ -19,16 +19,41 @@ from nodes.tools.base import (
     Tool,
     ToolFailure,
 )
-from store.api import Note
+from nodes.tools.cursors import (
+    MAX_CURSOR_CHARS,
+    CursorRejected,
+    Listing,
+    make_cursor,
+    open_cursor,
+)
+from nodes.tools.text_rules import body_problem, normalize_title
+from store.api import NoteHead, WorkspaceFull
 from store.keys import NOTE_ID_PATTERN
 
+log = logging.getLogger("nodes.tools")
+
 WorkspaceArg = Annotated[str, Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")]
-TitleArg = Annotated[str, Title]
-BodyArg = Annotated[str, Field(max_length=BODY_MAX)]
+TitleArg = Annotated[str, BeforeValidator(normalize_title), Title]
+BodyArg = Annotated[
+    str,
+    Field(
+        description="Free text: tabs and newlines allowed, other control characters refused; "
+        "at most the server's body limit in UTF-8 bytes (65,536 by default)"
+    ),
+]
 NoteIdArg = Annotated[str, Field(pattern=NOTE_ID_PATTERN.pattern, alias="noteId")]
 
 
-def note_summary(note: Note) -> dict[str, Any]:
+def check_body(ctx: CallContext, body: str | None) -> None:
+    """Refuse a body with control characters or over the configured size in UTF-8 bytes."""
+    if body is None:
+        return
+    problem = body_problem(body, ctx.config.max_note_body_bytes)
+    if problem is not None:
+        raise ToolFailure(f"Invalid arguments: body: {problem}")
+
+
+def note_summary(note: NoteHead) -> dict[str, Any]:
     """The public view of a note in listings."""
     return {"noteId": note.note_id, "title": note.title, "uri": note.uri, "version": note.version}
 
@@ -56,37 +81,70 @@ class CreateTool(Tool[CreateArgs]):
     }
 
     async def run(self, ctx: CallContext, args: CreateArgs) -> dict[str, Any]:
+        check_body(ctx, args.body)
         ws = ctx.authorize(args.workspace_uri)
-        note = await ctx.store.create(ws.tenant, ws.uri, args.title, args.body, ctx.principal)
+        limit = ctx.config.max_notes_per_workspace
+        try:
+            note = await ctx.store.create(
+                ws.tenant, ws.uri, args.title, args.body, ctx.principal, max_notes=limit
+            )
+        except WorkspaceFull:
+            raise ToolFailure(
+                f"{ws.uri} holds {limit} notes, its limit; nothing was created"
+            ) from None
         return complete({"noteId": note.note_id, "uri": note.uri, "title": note.title})
 
 
 class ListArgs(Arguments):
     workspace_uri: WorkspaceArg
     title: TitleArg | None = None
+    cursor: Annotated[str | None, Field(min_length=1, max_length=MAX_CURSOR_CHARS)] = None
 
 
 class ListTool(Tool[ListArgs]):
     name = "notes_list"
     title = "List notes"
-    description = "List the notes of `workspaceUri`, optionally only those titled exactly `title`."
+    description = (
+        "List the notes of `workspaceUri`, optionally only those titled exactly `title`, one "
+        "page at a time: when the result has `nextCursor`, call again with the same arguments "
+        "and `cursor` set to it for the next page."
+    )
     args_model = ListArgs
     annotations = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True}
     output_schema = {
         "type": "object",
-        "properties": {"notes": {"type": "array", "items": {"type": "object"}}},
+        "properties": {
+            "notes": {"type": "array", "items": {"type": "object"}},
+            "nextCursor": {"type": "string"},
+        },
         "required": ["notes"],
     }
 
     async def run(self, ctx: CallContext, args: ListArgs) -> dict[str, Any]:
         ws = ctx.authorize(args.workspace_uri)
+        listing = Listing(ctx.config.server_name, ctx.principal, ws.uri, args.title or "")
+        after = ""
+        if args.cursor is not None:
+            try:
+                after = open_cursor(ctx.config.key_ring, listing, args.cursor)
+            except CursorRejected as exc:
+                log.info("notes_list cursor rejected: %s", exc.reason)
+                raise ToolFailure(
+                    "Invalid cursor: pass back the nextCursor of the previous page unchanged, "
+                    "with the same arguments, or list again without a cursor"
+                ) from None
+        size = ctx.config.list_page_size
         if args.title is None:
-            snap = await ctx.store.list(ws.tenant, ws.uri, 1000)
+            snap = await ctx.store.list(ws.tenant, ws.uri, size, after)
         else:
-            snap = await ctx.store.find(ws.tenant, ws.uri, args.title, 1000)
+            snap = await ctx.store.find(ws.tenant, ws.uri, args.title, size, after)
         # Defence in depth: only notes whose record still names this workspace are shown.
-        notes = [note_summary(n) for n in snap.notes if n.workspace == ws.uri]
-        return complete({"notes": notes})
+        content: dict[str, Any] = {
+            "notes": [note_summary(n) for n in snap.notes if n.workspace == ws.uri]
+        }
+        if snap.next_after:
+            content["nextCursor"] = make_cursor(ctx.config.key_ring, listing, snap.next_after)
+        return complete(content)
 
 
 class MoveArgs(Arguments):
@@ -114,7 +172,12 @@ class MoveTool(Tool[MoveArgs]):
             raise ToolFailure("Notes can move only between workspaces of the same tenant")
         if src.uri == dst.uri:
             raise ToolFailure("The note is already in that workspace")
-        out = await ctx.store.move(src.tenant, args.note_id, src.uri, dst.uri, ctx.principal)
+        limit = ctx.config.max_notes_per_workspace
+        out = await ctx.store.move(
+            src.tenant, args.note_id, src.uri, dst.uri, ctx.principal, max_notes=limit
+        )
+        if out.status == "full":
+            raise ToolFailure(f"{dst.uri} holds {limit} notes, its limit; nothing was moved")
         if out.note is None:
             raise ToolFailure(f"No note {args.note_id} in {src.uri}", noteId=args.note_id)
         return complete(note_summary(out.note))
@@ -141,6 +204,7 @@ class UpdateTool(Tool[UpdateArgs]):
     async def run(self, ctx: CallContext, args: UpdateArgs) -> dict[str, Any]:
         if args.title is None and args.body is None:
             raise ToolFailure("Invalid arguments: give a new title, a new body, or both")
+        check_body(ctx, args.body)
         ws = ctx.authorize(args.workspace_uri)
         for _ in range(UPDATE_RETRIES):
             note = await ctx.store.get(ws.tenant, args.note_id)

@@ -7,6 +7,7 @@
 --       10 op (delete|move)  11 target workspace  12 journal maxlen  13 tool
 --       14 '1' when the node waits for replicas (WAIT) before answering: a replay then rewrites
 --          the entry's expiry (same value), so the WAIT that follows covers the recorded outcome
+--       15 most notes the target workspace may hold, for op 'move' (0: no limit)
 -- Returns {status, recorded outcome, now_ms}; the recorded outcome ('deleted:<id>', 'moved:<id>',
 -- 'declined' or '') is read in one place, store/notes.py's parse_confirm_reply. status:
 --   replay    same answer seen before: recorded outcome returned again, nothing changes
@@ -15,6 +16,7 @@
 --   cancelled answer was cancel: nothing written, the state stays usable
 --   declined  recorded as terminal, nothing mutated
 --   gone / moved / changed   the note is deleted, outside the workspace, or edited since shown
+--   full      op 'move' and the target workspace holds its limit: nothing written
 --   executed  the mutation happened and its outcome is recorded under the nonce
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -46,6 +48,8 @@ if cur[1] ~= ARGV[7] then return {'moved', '', now} end
 if cur[2] ~= ARGV[6] then return {'changed', '', now} end
 local outcome
 if ARGV[10] == 'move' then
+  local limit = tonumber(ARGV[15] or '0')
+  if limit > 0 and redis.call('SCARD', KEYS[6]) >= limit then return {'full', '', now} end
   local version = tonumber(cur[2]) + 1
   redis.call('HSET', KEYS[2], 'workspace', ARGV[11], 'version', version, 'updated_ms', now)
   redis.call('SREM', KEYS[3], ARGV[5])

@@ -2,11 +2,17 @@
 -- KEYS: 1 note  2 workspace set  3 title index  4 journal
 -- ARGV: 1 note id  2 title  3 body  4 workspace  5 principal  6 journal maxlen
 --       7 created ms (0: now; a seeding tool may backdate a note)
--- Returns {status, version, created_ms}; status 'created' or 'exists' (id collision).
+--       8 most notes the workspace may hold (0: no limit); the workspace set's size is the count
+-- Returns {status, version, created_ms}; status 'created', 'exists' (id collision) or 'full'
+-- (the workspace already holds its limit; nothing written).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'exists', 0, now}
+end
+local limit = tonumber(ARGV[8] or '0')
+if limit > 0 and redis.call('SCARD', KEYS[2]) >= limit then
+  return {'full', 0, now}
 end
 local created = tonumber(ARGV[7])
 if created == 0 then created = now end

@@ -2,12 +2,16 @@
 -- KEYS: 1 note  2 source workspace set  3 target workspace set  4 source title index
 --       5 target title index  6 journal
 -- ARGV: 1 note id  2 source workspace  3 target workspace  4 principal  5 journal maxlen
--- Returns {status, version, now_ms}; status 'moved', 'gone' or 'elsewhere' (not in the source).
+--       6 most notes the target workspace may hold (0: no limit)
+-- Returns {status, version, now_ms}; status 'moved', 'gone', 'elsewhere' (not in the source) or
+-- 'full' (the target holds its limit; nothing written).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('HMGET', KEYS[1], 'workspace', 'version', 'title')
 if not cur[1] then return {'gone', 0, now} end
 if cur[1] ~= ARGV[2] then return {'elsewhere', 0, now} end
+local limit = tonumber(ARGV[6] or '0')
+if limit > 0 and redis.call('SCARD', KEYS[3]) >= limit then return {'full', 0, now} end
 local version = tonumber(cur[2]) + 1
 redis.call('HSET', KEYS[1], 'workspace', ARGV[3], 'version', version, 'updated_ms', now)
 redis.call('SREM', KEYS[2], ARGV[1])

@@ -1,0 +1,162 @@
+"""Strict JSON at the HTTP edge (issue 13, findings 5 and 6), driven through the ASGI app.
+
+Findings reproduced: ``"protocolVersion": 1e400`` gave HTTP 500 and a traceback (the decoder
+turned it into ``inf``, which the legacy ``initialize`` echoed into an error's ``data`` and the
+strict encoder could not write), and duplicate keys were accepted with the last one winning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
+from nodes import json_strict
+from nodes.auth import TokenTable
+from nodes.headers import request_headers
+from nodes.http import make_app
+from nodes.legacy import LegacyAdapter
+from nodes.protocol import PROTOCOL_VERSION, Node
+from store.notes import NoteStore
+from store.sessions import SessionStore
+from tests.harness import demo_config, meta
+
+ALICE = "alice-demo-token"
+BOB_NOTES = "file:///Users/bob/Documents/Notes"
+
+
+@pytest.fixture
+async def client(store: NoteStore) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client on the ASGI app of one node (with the legacy adapter, as served)."""
+    node = Node(demo_config(), store)
+    legacy = LegacyAdapter(node, SessionStore(store.client, prefix=store.prefix))
+    app = make_app(node, TokenTable.from_plain(DEMO_TOKENS), legacy=legacy)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://node") as http:
+        yield http
+
+
+def headers(method: str, params: dict[str, Any], *, modern: bool = True) -> dict[str, str]:
+    out = {
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "authorization": f"Bearer {ALICE}",
+    }
+    if modern:
+        out.update(request_headers(method, params, PROTOCOL_VERSION))
+    return out
+
+
+def list_params(workspace: str = ALICE_NOTES) -> dict[str, Any]:
+    return {"name": "notes_list", "arguments": {"workspaceUri": workspace}, "_meta": meta()}
+
+
+async def post_raw(http: httpx.AsyncClient, body: str, hdrs: dict[str, str]) -> httpx.Response:
+    return await http.post("/mcp", content=body.encode("utf-8"), headers=hdrs)
+
+
+def parse_error(response: httpx.Response) -> str:
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == -32700, error
+    message: str = error["message"]
+    return message
+
+
+async def test_protocol_version_1e400_in_initialize_is_a_parse_error_not_a_500(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    body = (
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1e400,'
+        '"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}'
+    )
+    response = await post_raw(client, body, headers("initialize", {}, modern=False))
+    assert "out of range" in parse_error(response)
+    assert "Traceback" not in caplog.text
+    assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "literal", ["1e400", "-1e400", "123456789012345678901234567890", "NaN", "-Infinity"]
+)
+async def test_numbers_out_of_range_anywhere_are_a_parse_error(
+    client: httpx.AsyncClient, literal: str
+) -> None:
+    params = list_params()
+    body = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"notes_list",'
+        f'"arguments":{{"workspaceUri":"{ALICE_NOTES}"}},"_meta":{{'
+        f'"io.modelcontextprotocol/protocolVersion":{literal},'
+        '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+    )
+    response = await post_raw(client, body, headers("tools/call", params))
+    message = parse_error(response)
+    assert "range" in message or "not JSON" in message
+
+
+async def test_duplicate_workspace_keys_are_refused_not_served_for_the_last_one(
+    client: httpx.AsyncClient, store: NoteStore
+) -> None:
+    await store.create(DEMO_TENANT, ALICE_NOTES, "mine", "", "alice")
+    params = list_params()
+    body = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"notes_list",'
+        f'"arguments":{{"workspaceUri":"{BOB_NOTES}","workspaceUri":"{ALICE_NOTES}"}},'
+        '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+    )
+    response = await post_raw(client, body, headers("tools/call", params))
+    assert parse_error(response) == "Parse error: duplicate key 'workspaceUri'"
+
+
+async def test_duplicate_keys_at_the_top_level_are_refused(client: httpx.AsyncClient) -> None:
+    body = '{"jsonrpc":"2.0","id":1,"id":2,"method":"server/discover","params":{}}'
+    response = await post_raw(client, body, headers("server/discover", {}))
+    assert parse_error(response) == "Parse error: duplicate key 'id'"
+
+
+async def test_a_lone_surrogate_is_a_parse_error_and_a_pair_is_a_character(
+    client: httpx.AsyncClient, store: NoteStore
+) -> None:
+    def create(title_json: str) -> str:
+        return (
+            '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"notes_create",'
+            f'"arguments":{{"workspaceUri":"{ALICE_NOTES}","title":"{title_json}"}},'
+            '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+            '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+        )
+
+    params = {"name": "notes_create", "arguments": {}, "_meta": meta()}
+    lone = await post_raw(client, create("a\\ud800b"), headers("tools/call", params))
+    assert "surrogate" in parse_error(lone)
+    pair = await post_raw(client, create("smile \\ud83d\\ude00"), headers("tools/call", params))
+    assert pair.status_code == 200, pair.text
+    assert pair.json()["result"]["structuredContent"]["title"] == "smile \U0001f600"
+
+
+async def test_bad_syntax_says_only_parse_error(client: httpx.AsyncClient) -> None:
+    response = await post_raw(client, '{"jsonrpc": "2.0", "id": 1,', headers("x", {}))
+    assert parse_error(response) == "Parse error"
+
+
+def test_the_strict_decoder_accepts_ordinary_json_unchanged() -> None:
+    text = b'{"a": [1, -2, 3.5, 1e300, 9223372036854775807, "\\u00e9\\\\ud800", null, true]}'
+    assert json_strict.decode(text) == {
+        "a": [1, -2, 3.5, 1e300, 2**63 - 1, "\u00e9\\ud800", None, True]
+    }
+
+
+def test_the_strict_decoder_refuses_what_plain_json_accepts() -> None:
+    for text in (
+        b'{"k": 1, "k": 1}',
+        b'{"o": {"k": 1, "k": 2}}',
+        b"[1e999]",
+        b"-9223372036854775808",
+    ):
+        with pytest.raises(json_strict.JsonRefused):
+            json_strict.decode(text)
