@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cluster.experiments.simulate import Simulation
     from cluster.faults import FaultKind
     from loadgen.runner import FlowSample
+    from loadgen.tally import ExerciseRule
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,7 +87,7 @@ def load_options(command: F) -> F:
             "--duration",
             default=45.0,
             show_default=True,
-            type=click.FloatRange(0.1, 3600),
+            type=click.FloatRange(0.1, 86_400),
             help="Stop starting flows after this many seconds.",
         ),
         click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 4096)),
@@ -105,10 +106,30 @@ def load_options(command: F) -> F:
             help="Run folder (default: a new folder under runs/).",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout."),
+        *exercise_options(),
     ]
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def exercise_options() -> list[Callable[[F], F]]:
+    """When a run counts as exercised: under it the verdict is UNKNOWN (exit 3)."""
+    return [
+        click.option(
+            "--min-completed",
+            default=None,
+            type=click.FloatRange(0.0, 1.0),
+            help="Share of flows that must get past round 1, else the verdict is UNKNOWN "
+            "[default: 0.95].",
+        ),
+        click.option(
+            "--min-per-kind",
+            default=None,
+            type=click.IntRange(0, 1_000_000),
+            help="Runs every race kind needs (fewer for small runs), else UNKNOWN [default: 3].",
+        ),
+    ]
 
 
 def ops_options(command: F) -> F:
@@ -188,6 +209,14 @@ def ops_options(command: F) -> F:
     help="Share of the flows run by legacy 2025-11-25 clients, over HTTP nodes on loopback "
     "that share the store (sessions, SSE elicitation, answers POSTed to other nodes).",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Load processes, each with its own in-process nodes and --concurrency flows at once, "
+    "against one real Redis (--redis); their histories are checked together.",
+)
 def simulate_cmd(
     nodes: int,
     redis_url: str | None,
@@ -203,6 +232,9 @@ def simulate_cmd(
     fault_seed: int | None,
     wait_replicas: int,
     legacy_share: float,
+    min_completed: float,
+    min_per_kind: int,
+    workers: int,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
@@ -212,10 +244,15 @@ def simulate_cmd(
 
     from cluster.experiments.simulate import SimulateOptions, simulate
     from loadgen.runner import RunSettings
+    from loadgen.workload import tenants_for
 
     kinds = _fault_kinds(fault_kinds, embedded=redis_url is None)
     if wait_replicas and redis_url is None:
         raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    if workers > 1 and redis_url is None:
+        raise click.UsageError(
+            "--workers needs a real Redis (--redis): the embedded store lives in one process"
+        )
     err = Console(stderr=True)
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
@@ -236,10 +273,13 @@ def simulate_cmd(
             rate=rate,
             seed=seed,
             legacy_share=legacy_share,
+            tenants=tenants_for(flows),
         ),
         faults=kinds,
         fault_seed=fault_seed,
         wait_replicas=wait_replicas,
+        exercise=_exercise_rule(min_completed, min_per_kind),
+        workers=workers,
     )
     with _nodes_log(run_dir / "nodes.log" if kinds else None):
         sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
@@ -363,6 +403,15 @@ simulate_cmd.name = "simulate"
     help="Bearer token of a load principal (default: the demo load tokens).",
 )
 @load_options
+@click.option(
+    "--process-id",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 9999),
+    help="This process's number when several loadgen processes (on one or several machines) "
+    "share the store: own flow ids and history indices; check them together with "
+    "`notes-cluster check --redis URL DIR1 DIR2 ...`.",
+)
 def loadgen(
     targets: tuple[str, ...],
     redis_url: str | None,
@@ -376,6 +425,9 @@ def loadgen(
     seed: int | None,
     out_dir: Path | None,
     as_json: bool,
+    min_completed: float,
+    min_per_kind: int,
+    process_id: int,
 ) -> None:
     """``notes-cluster loadgen``."""
     import os
@@ -386,6 +438,8 @@ def loadgen(
 
     from cluster.config import ConfigError
     from cluster.experiments.remote import run_remote
+    from cluster.experiments.simulate import INDEX_STRIDE
+    from cluster.experiments.workers import FLOW_STRIDE
     from cluster.load_fixture import load_tokens
     from cluster.serve import STATE_KEY_ENV, settings_for
     from loadgen.runner import RunSettings
@@ -404,7 +458,12 @@ def loadgen(
     run_dir = out_dir or Path("runs") / time.strftime("loadgen-%Y%m%d-%H%M%S")
     Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
     run = RunSettings(
-        flows=flows, duration_s=duration, concurrency=concurrency, rate=rate, seed=seed
+        flows=flows,
+        duration_s=duration,
+        concurrency=concurrency,
+        rate=rate,
+        seed=seed,
+        first_flow=process_id * FLOW_STRIDE,
     )
     sim = _with_progress(
         flows,
@@ -417,10 +476,95 @@ def loadgen(
                 redis_url=redis_url,
                 run_dir=run_dir,
                 on_flow=advance,
+                exercise=_exercise_rule(min_completed, min_per_kind),
+                first_index=process_id * INDEX_STRIDE,
             )
         ),
     )
     _report(sim, run_dir, as_json)
+
+
+@main.command(
+    "check",
+    help="Check run folders offline: their histories against the store facts they hold "
+    "(exit 0 valid, 1 invalid, 3 unknown). Several folders (one per load process: "
+    "`loadgen --process-id K`, on any machine sharing the store) are checked as one run; with "
+    "--redis the store facts are read now, after every process ended, into the first folder.",
+)
+@click.argument(
+    "run_dirs",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option("--redis", "redis_url", default=None, help="Read the store facts from here now.")
+@click.option("--prefix", default="nc", show_default=True, help="The store's key prefix.")
+@click.option("--tenants", default=4, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--min-completed", default=None, type=click.FloatRange(0.0, 1.0))
+@click.option("--min-per-kind", default=None, type=click.IntRange(0, 1_000_000))
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def check_cmd(
+    run_dirs: tuple[Path, ...],
+    redis_url: str | None,
+    prefix: str,
+    tenants: int,
+    min_completed: float | None,
+    min_per_kind: int | None,
+    as_json: bool,
+) -> None:
+    """``notes-cluster check``."""
+    import json
+
+    from rich.console import Console
+
+    from cluster.experiments.simulate import EXPIRY_SETTLE_S, SIM_REPLAY_GRACE_MS
+    from loadgen.partition import recheck
+    from loadgen.report import print_check
+    from loadgen.runfolder import STORE_DIR, dump_store_facts
+    from loadgen.tenants import tenants as tenant_names
+
+    first = run_dirs[0]
+    saved = _saved_settings(first)
+    if redis_url is not None:
+        grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
+        # Every state of the runs must have expired, plus grace, before the store is read.
+        time.sleep(float(saved.get("state_ttl_s", 0)) + grace / 1000 + EXPIRY_SETTLE_S)
+        dump_store_facts(first, redis_url, prefix, tenant_names(tenants), grace)
+    facts = next((d for d in run_dirs if (d / STORE_DIR / "meta.json").exists()), None)
+    if facts is None:
+        raise click.UsageError(f"no store facts in {first}/{STORE_DIR}: give --redis URL")
+    rule = _exercise_rule(
+        saved.get("min_completed_share") if min_completed is None else min_completed,
+        saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
+    )
+    legacy_share = float(saved.get("legacy_share", 0.0))
+    results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"))
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+    else:
+        print_check(results, Console())
+    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+
+
+def _exercise_rule(min_completed: float | None, min_per_kind: int | None) -> ExerciseRule:
+    """The exercise rule from the options given (the defaults for the others)."""
+    from loadgen.tally import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
+
+    return ExerciseRule(
+        MIN_COMPLETED_SHARE if min_completed is None else float(min_completed),
+        MIN_RUNS_PER_KIND if min_per_kind is None else int(min_per_kind),
+    )
+
+
+def _saved_settings(run_dir: Path) -> dict[str, Any]:
+    """The settings a run folder's ``results.json`` recorded ({} without one)."""
+    import json
+
+    path = run_dir / "results.json"
+    if not path.exists():
+        return {}
+    settings: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
+    return settings
 
 
 def _loopback_targets(targets: tuple[str, ...]) -> list[str]:

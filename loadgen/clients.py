@@ -26,6 +26,12 @@ CLIENT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 INTERNAL_ERROR = -32603
 """JSON-RPC internal error: the node could not learn whether the operation ran (info)."""
 
+RESPONSE_LOST = "response lost"
+CUT_SHORT = "cut short"
+DELIBERATE = frozenset({RESPONSE_LOST, CUT_SHORT})
+"""Reasons of the unknown outcomes the workload causes itself (lost_response, timeout_retry):
+not counted against availability."""
+
 META_REPLAY = "dev.notes-cluster/replay"
 """Result ``_meta`` key a node sets when it sends a confirmation's recorded outcome again."""
 
@@ -103,6 +109,8 @@ class Client:
         self.history = history
         self.rng = rng
         self.timeout_s = timeout_s
+        self.last_type: OpType | None = None
+        """The type of the last outcome this client recorded."""
 
     def pick_node(self, avoid: int | None = None) -> int:
         """A random node, different from ``avoid`` when there is a choice."""
@@ -120,7 +128,8 @@ class Client:
             except (NodeDown, OSError) as exc:
                 return Outcome("info", {"reason": f"unreachable: {type(exc).__name__}"})
         if scope.cancelled_caught:
-            return Outcome("info", {"reason": "timeout"})
+            # A deadline the workload set on purpose (timeout_retry) is not a fault: say so.
+            return Outcome("info", {"reason": "timeout" if timeout_s is None else CUT_SHORT})
         return classify(reply)
 
     async def op(
@@ -144,8 +153,9 @@ class Client:
         self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
         out = await self.send(node, principal, message, timeout_s)
         if lose_response and out.type != "info":
-            out = Outcome("info", {"reason": "response lost"})
+            out = Outcome("info", {"reason": RESPONSE_LOST})
         if annotate is not None:
             out = Outcome(out.type, {**out.value, **annotate(out)}, out.result)
         self.history.record(self.process, out.type, f, flow, kind, out.value)
+        self.last_type = out.type
         return out

@@ -31,7 +31,8 @@ true when a confirming tool says it ran (``op`` names which).
 ``kind`` is the flow's race kind (``loadgen.workload.RACE_KINDS``: ``plain``, ``duplicate``,
 ``lost_response``, ``timeout_retry``, ``race_delete``, ``race_move``, ``decline``,
 ``cancel_then_accept``, ``answer_changed``, ``changed_args``, ``tampered``, ``foreign``,
-``expired``, ``before_expiry``, ``edit_between``, ``archive``, ``silence``). ``action`` is
+``expired``, ``before_expiry``, ``edit_between``, ``archive``, ``silence``), or ``cleanup`` for
+the ask and confirm with which a flow deletes what its race left behind. ``action`` is
 ``accept``, ``decline``, ``cancel`` or ``silence`` (the retry carried the state but no answer);
 ``altered`` says what the workload changed so that the state does not bind the answer
 (``token``, ``arguments``, ``principal``). ``expect`` on a confirm says what the workload meant
@@ -59,7 +60,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -120,24 +121,53 @@ class History:
     ops: list[Op] = field(default_factory=list)
     sink: TextIO | None = None
     _counter: Iterator[int] = field(default_factory=itertools.count)
+    keep: bool = True
+    """Keep the ops in memory too (``ops``); off for long runs, which stream to the file only."""
+    observer: Callable[[Op], None] | None = None
+    """Called with every entry as it is recorded (the run's counters)."""
+    max_exp_ms: int = 0
+    """The latest state expiry any entry mentioned (the checker waits for it to pass)."""
 
     def record(
         self, process: int, type_: OpType, f: str, flow: int, kind: str, value: dict[str, Any]
     ) -> Op:
         """Append one entry (time is the wall clock in ms) and return it."""
         op = Op(next(self._counter), int(time.time() * 1000), process, type_, f, flow, kind, value)
-        self.ops.append(op)
+        if self.keep:
+            self.ops.append(op)
         if self.sink is not None:
             self.sink.write(op.to_json() + "\n")
+        exp = value.get("exp_ms")
+        if isinstance(exp, int) and exp > self.max_exp_ms:
+            self.max_exp_ms = exp
+        if self.observer is not None and type_ != "invoke":
+            self.observer(op)
         return op
 
 
-def open_history(run_dir: Path | None) -> History:
-    """A history streaming to ``run_dir/history.jsonl`` (created), or kept in memory only."""
+def read_history(path: Path) -> list[Op]:
+    """Load a ``history.jsonl`` file."""
+    return list(iter_history(path))
+
+
+def iter_history(path: Path) -> Iterator[Op]:
+    """Stream a ``history.jsonl`` file, one entry at a time."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield Op.from_json(line)
+
+
+def open_history(run_dir: Path | None, *, keep: bool = True, first_index: int = 0) -> History:
+    """A history streaming to ``run_dir/history.jsonl`` (created), or kept in memory only.
+    ``keep`` False keeps nothing in memory (needs ``run_dir``); ``first_index`` numbers the
+    entries from there (processes of one run get disjoint indices)."""
+    counter = itertools.count(first_index)
     if run_dir is None:
-        return History()
+        return History(_counter=counter)
     run_dir.mkdir(parents=True, exist_ok=True)
-    return History(sink=(run_dir / "history.jsonl").open("w", encoding="utf-8"))
+    sink = (run_dir / "history.jsonl").open("w", encoding="utf-8")
+    return History(sink=sink, _counter=counter, keep=keep)
 
 
 def close_history(history: History) -> None:

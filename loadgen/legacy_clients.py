@@ -51,7 +51,7 @@ import trio
 from loadgen.clients import REQUEST_TIMEOUT_S, Outcome, classify
 from loadgen.history import History, OpType
 from loadgen.transport import ACCEPT, NodeDown, Reply
-from loadgen.workload import DELETE_TOOL, TITLES
+from loadgen.workload import DELETE_TOOL, flow_title
 
 LEGACY_KINDS: tuple[str, ...] = (
     "legacy_plain",
@@ -281,6 +281,8 @@ class LegacyEnv:
     """The flow's first process; answer copies and late answers use ``process + 1``."""
     first_node: int = 0
     session: str = ""
+    tag: str = "run"
+    """The run's tag, in the flow's title (``workload.flow_title``)."""
 
     def node(self, k: int) -> int:
         """The node ``k`` steps after the flow's first one."""
@@ -298,7 +300,7 @@ async def run_legacy_flow(env: LegacyEnv) -> bool:
     if not await _initialize(env):
         return False
     try:
-        title = env.rng.choice(TITLES)
+        title = flow_title(env.tag, env.flow)
         note = await _create(env, title)
         if note is None:
             return False

@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from loadgen.runner import FlowSample, RunStats
+from loadgen.tally import Tally
 
 Fault = tuple[float, float, str]
 """A fault window: start and end in seconds from the run's start, and a label."""
@@ -105,6 +106,19 @@ def timeline(
     return buckets
 
 
+def tally_timeline(tally: Tally, bucket_s: float = 1.0) -> list[Bucket]:
+    """Completed flows per slice from a run's tally, for runs that kept no per-flow samples
+    (very long ones, or the merge of several processes): no latency per slice."""
+    if bucket_s <= 0:
+        raise ValueError("bucket_s must be positive")
+    slots: dict[int, int] = {}
+    for second, n in tally.completed_per_s.items():
+        slot = int(second // bucket_s)
+        slots[slot] = slots.get(slot, 0) + n
+    count = max(slots, default=-1) + 1
+    return [Bucket(i * bucket_s, slots.get(i, 0), None, None, None) for i in range(count)]
+
+
 def write_pictures(
     run_dir: Path, sim: RunLike, faults: Sequence[Fault] = (), bucket_s: float = 1.0
 ) -> tuple[Path, Path]:
@@ -116,7 +130,9 @@ def write_pictures(
     png = run_dir / "report.png"
     render_png(
         png,
-        timeline(stats.samples, stats.started_s, bucket_s),
+        timeline(stats.samples, stats.started_s, bucket_s)
+        if stats.samples
+        else tally_timeline(stats.tally, bucket_s),
         results,
         faults,
         bucket_s=bucket_s,
@@ -299,14 +315,25 @@ def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = (
         (f"flow latency {k}", f"{_number(v, '.1f')} ms")
         for k, v in results.get("latency_ms", {}).items()
     ]
+    tenths = results.get("flows_per_s_by_tenth")
+    if tenths:
+        load.append(
+            (
+                "flows/s first / last tenth",
+                f"{_number(tenths['first_tenth'], '.1f')} / {_number(tenths['last_tenth'], '.1f')}",
+            )
+        )
     sections = [
-        _pairs("Races exercised (flows past round 1)", _counted(results.get("races", {}))),
+        _pairs("Races exercised: started, completed, other outcomes", _kinds(results)),
         _pairs("Load", load),
         _pairs("Checker counts", _counted(results.get("counts", {}))),
         _pairs("Settings", [(k, _e(v)) for k, v in results.get("settings", {}).items()]),
     ]
     if faults:
         sections.append(_pairs("Faults", [(name, f"{a:.1f} – {b:.1f} s") for a, b, name in faults]))
+    windows = results.get("faults", [])
+    if windows:
+        sections.append(_pairs("Answered (known outcome) per fault window", _availability(windows)))
     image = base64.b64encode(png).decode("ascii")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -319,6 +346,29 @@ def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = (
         f'src="data:image/png;base64,{image}">'
         "</body></html>\n"
     )
+
+
+def _kinds(results: dict[str, Any]) -> list[tuple[object, str]]:
+    """Per race kind: started, completed and the other outcomes (races only, for old runs)."""
+    kinds = results.get("kinds")
+    if not kinds:
+        return _counted(results.get("races", {}))
+    rows: list[tuple[object, str]] = []
+    for kind, k in kinds.items():
+        other = ", ".join(f"{o} {n}" for o, n in k["outcomes"].items() if o != "completed")
+        rows.append(
+            (kind, _e(f"{k['started']} / {k['completed']}" + (f" ({other})" if other else "")))
+        )
+    return rows
+
+
+def _availability(windows: Sequence[dict[str, Any]]) -> list[tuple[object, str]]:
+    rows: list[tuple[object, str]] = []
+    for f in windows:
+        avail = f.get("availability")
+        label = f"{f['kind']} {f['action']} {f['start_s']:.1f}–{f['end_s']:.1f} s"
+        rows.append((label, "-" if avail is None else _e(f"{avail:.0%}")))
+    return rows
 
 
 def _counted(counts: dict[str, Any]) -> list[tuple[object, str]]:

@@ -15,21 +15,8 @@ STATUS_STYLE = {"valid": "bold green", "invalid": "bold red", "unknown": "bold y
 
 def summary_tables(results: dict[str, Any]) -> list[Table]:
     """The end-of-run tables: verdict per invariant, races exercised, throughput and latency."""
-    verdicts = Table(title=f"Verdict: {results['verdict'].upper()}", title_justify="left")
-    verdicts.add_column("invariant")
-    verdicts.add_column("status")
-    verdicts.add_column("evidence", overflow="fold")
-    for inv in results["invariants"]:
-        style = STATUS_STYLE.get(inv["status"], "")
-        ops = inv["ops"][:8]
-        evidence = inv["summary"] + (f" (ops {ops})" if ops and inv["status"] != "valid" else "")
-        verdicts.add_row(inv["name"], f"[{style}]{inv['status']}[/]", evidence)
-
-    races = Table(title="Races exercised (flows past round 1)", title_justify="left")
-    races.add_column("kind")
-    races.add_column("flows", justify="right")
-    for kind, n in results["races"].items():
-        races.add_row(kind, str(n))
+    verdicts = verdict_table(results)
+    races = kinds_table(results.get("kinds", {}))
 
     perf = Table(title="Load", title_justify="left")
     perf.add_column("measure")
@@ -40,6 +27,12 @@ def summary_tables(results: dict[str, Any]) -> list[Table]:
         "flows completed", f"{results['flows']['completed']} of {results['flows']['total']}"
     )
     perf.add_row("throughput", f"{results['throughput_flows_per_s']:.1f} flows/s")
+    tenths = results.get("flows_per_s_by_tenth")
+    if tenths:
+        perf.add_row(
+            "flows/s first / last tenth",
+            f"{tenths['first_tenth']:.1f} / {tenths['last_tenth']:.1f}",
+        )
     for name, ms in results["latency_ms"].items():
         perf.add_row(f"flow latency {name}", f"{ms:.1f} ms")
     for name, n in sorted(results["counts"].items()):
@@ -68,6 +61,42 @@ def model_table(model: dict[str, list[dict[str, Any]]]) -> Table:
     return table
 
 
+def kinds_table(kinds: dict[str, Any]) -> Table:
+    """Per race kind: flows started, completed (past round 1, race run), and how the rest
+    ended."""
+    table = Table(title="Races exercised, per kind", title_justify="left")
+    table.add_column("kind")
+    table.add_column("started", justify="right")
+    table.add_column("completed", justify="right")
+    table.add_column("other outcomes", overflow="fold")
+    for kind, k in kinds.items():
+        other = ", ".join(f"{o} {n}" for o, n in k["outcomes"].items() if o != "completed")
+        table.add_row(kind, str(k["started"]), str(k["completed"]), other)
+    return table
+
+
+def verdict_table(results: dict[str, Any]) -> Table:
+    """Verdict per invariant, with its evidence."""
+    verdicts = Table(title=f"Verdict: {results['verdict'].upper()}", title_justify="left")
+    verdicts.add_column("invariant")
+    verdicts.add_column("status")
+    verdicts.add_column("evidence", overflow="fold")
+    for inv in results["invariants"]:
+        style = STATUS_STYLE.get(inv["status"], "")
+        ops = inv["ops"][:8]
+        evidence = inv["summary"] + (f" (ops {ops})" if ops and inv["status"] != "valid" else "")
+        verdicts.add_row(inv["name"], f"[{style}]{inv['status']}[/]", evidence)
+    return verdicts
+
+
+def print_check(results: dict[str, Any], console: Console) -> None:
+    """``notes-cluster check``: the verdict, the kinds exercised and the flows."""
+    console.print(verdict_table(results))
+    console.print(kinds_table(results["kinds"]))
+    flows = results["flows"]
+    console.print(f"flows completed {flows['completed']} of {flows['total']}")
+
+
 def faults_table(faults: list[dict[str, Any]]) -> Table:
     """Every fault injected, with its window in seconds from the run's start."""
     table = Table(title=f"Faults injected ({len(faults)})", title_justify="left")
@@ -76,9 +105,16 @@ def faults_table(faults: list[dict[str, Any]]) -> Table:
     table.add_column("kind")
     table.add_column("action")
     table.add_column("detail", overflow="fold")
+    table.add_column("answered", justify="right")
     for f in faults:
+        avail = f.get("availability")
         table.add_row(
-            f"{f['start_s']:.2f}", f"{f['end_s']:.2f}", f["kind"], f["action"], f["detail"]
+            f"{f['start_s']:.2f}",
+            f"{f['end_s']:.2f}",
+            f["kind"],
+            f["action"],
+            f["detail"],
+            "-" if avail is None else f"{avail:.0%}",
         )
     return table
 

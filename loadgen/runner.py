@@ -12,16 +12,17 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
 from hdrh.histogram import HdrHistogram
 
 from loadgen import tenants as names
-from loadgen.clients import Client
-from loadgen.history import History
+from loadgen.clients import DELIBERATE, Client
+from loadgen.history import History, Op
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
+from loadgen.tally import Tally
 from loadgen.tenants import LOAD_TENANTS, SIDES
 from loadgen.transport import Transport
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
@@ -29,6 +30,10 @@ from nodes.sealing import KeyRing
 
 LATENCY_MAX_US = 120_000_000
 """Highest latency the histogram holds (two minutes); larger values are clamped."""
+
+KEEP_SAMPLES_MAX = 200_000
+"""Runs of more flows keep no per-flow samples (memory): their picture shows throughput from the
+tally, without latency per second."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,13 @@ class RunSettings:
     tenants: int = LOAD_TENANTS
     legacy_share: float = 0.0
     """Share of the flows (0..1) run by legacy 2025-11-25 clients (needs a ``LegacyHttp``)."""
+    tag: str = "run"
+    """Put in every flow's title (``workload.flow_title``): give each run its own, so that runs
+    sharing a store never meet each other's notes."""
+    first_flow: int = 0
+    """Id of this process's first flow: processes of one run (``--workers``) get disjoint ids."""
+    keep_samples: bool | None = None
+    """Keep every FlowSample; None: only when ``flows`` is at most ``KEEP_SAMPLES_MAX``."""
 
 
 @dataclass
@@ -54,6 +66,7 @@ class FlowSample:
     intended_s: float
     end_s: float
     completed: bool
+    outcome: str = "completed"
 
     @property
     def latency_ms(self) -> float:
@@ -69,11 +82,17 @@ class RunStats:
     started_s: float = 0.0
     ended_s: float = 0.0
     histogram: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, LATENCY_MAX_US, 3))
+    tally: Tally = field(default_factory=Tally)
+    keep_samples: bool = True
+    """Keep every FlowSample (the pictures' latency per second); off for very long runs."""
+    started_wall_ms: int = 0
 
     def add(self, sample: FlowSample) -> None:
         """Record one flow."""
-        self.samples.append(sample)
+        if self.keep_samples:
+            self.samples.append(sample)
         self.histogram.record_value(min(LATENCY_MAX_US, max(1, int(sample.latency_ms * 1000))))
+        self.tally.add_flow(sample.kind, sample.outcome, sample.end_s - self.started_s)
 
     @property
     def elapsed_s(self) -> float:
@@ -99,6 +118,89 @@ def _kinds(settings: RunSettings, rng: random.Random) -> Callable[[int], str]:
     return pick
 
 
+async def _drive(
+    settings: RunSettings, started_s: float, one: Callable[[int, float], Awaitable[None]]
+) -> None:
+    """Start flows until ``settings.flows`` ran or ``duration_s`` passed: closed loop (each of
+    ``concurrency`` workers starts its next flow when its last ended) or open loop (``rate``
+    flows per second, each at its intended time); flows still running 30 s after the duration
+    are cut off."""
+    deadline = started_s + settings.duration_s
+    ids = itertools.count()
+    with trio.move_on_at(trio.current_time() + settings.duration_s + 30):
+        async with trio.open_nursery() as nursery:
+            if settings.rate is None:
+
+                async def worker() -> None:
+                    for i in ids:
+                        if i >= settings.flows or time.monotonic() >= deadline:
+                            return
+                        await one(settings.first_flow + i, time.monotonic())
+
+                for _ in range(settings.concurrency):
+                    nursery.start_soon(worker)
+            else:
+                period = 1.0 / settings.rate
+                for i in range(settings.flows):
+                    intended = started_s + i * period
+                    if intended >= deadline:
+                        break
+                    await trio.sleep(max(0.0, intended - time.monotonic()))
+                    nursery.start_soon(one, settings.first_flow + i, intended)
+
+
+@dataclass(frozen=True)
+class _Wiring:
+    """What every flow of a run is wired to; makes each flow's environment."""
+
+    settings: RunSettings
+    transport: Transport
+    history: History
+    ring: KeyRing
+    audience: str
+    redis_offset_ms: int
+    legacy: LegacyHttp | None
+
+    def flow_env(self, flow: int, kind: str, frng: random.Random) -> FlowEnv:
+        """A modern flow's environment: a tenant and a side drawn from the flow's own rng."""
+        t = frng.randrange(self.settings.tenants)
+        side = frng.choice(SIDES)
+        return FlowEnv(
+            flow=flow,
+            kind=kind,
+            client=Client(2 * flow, self.transport, self.history, frng),
+            rival=Client(2 * flow + 1, self.transport, self.history, frng),
+            ring=self.ring,
+            audience=self.audience,
+            principal=names.principal(t, side),
+            foreigner=names.principal(t, SIDES[1 - SIDES.index(side)]),
+            tenant=names.tenant(t),
+            inbox=names.inbox(t),
+            archive=names.archive(t),
+            redis_offset_ms=self.redis_offset_ms,
+            rng=frng,
+            tag=self.settings.tag,
+        )
+
+    def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:
+        """A legacy flow's environment (the same draws as ``flow_env``)."""
+        assert self.legacy is not None
+        t = frng.randrange(self.settings.tenants)
+        side = frng.choice(SIDES)
+        return LegacyEnv(
+            flow=flow,
+            kind=kind,
+            http=self.legacy,
+            history=self.history,
+            rng=frng,
+            principal=names.principal(t, side),
+            tenant=names.tenant(t),
+            inbox=names.inbox(t),
+            process=2 * flow,
+            tag=self.settings.tag,
+        )
+
+
 async def run_load(
     transport: Transport,
     ring: KeyRing,
@@ -116,48 +218,37 @@ async def run_load(
         raise ValueError("legacy_share must be between 0 and 1")
     if settings.legacy_share > 0 and legacy is None:
         raise ValueError("legacy_share > 0 needs HTTP nodes for the legacy clients")
-    rng = random.Random(settings.seed)
+    rng = random.Random(f"{settings.seed}:{settings.first_flow}")
     pick_kind = _kinds(settings, rng)
-    stats = RunStats(started_s=time.monotonic())
-    deadline = stats.started_s + settings.duration_s
-    ids = itertools.count()
+    stats = RunStats(
+        started_s=time.monotonic(),
+        keep_samples=(
+            settings.flows <= KEEP_SAMPLES_MAX
+            if settings.keep_samples is None
+            else settings.keep_samples
+        ),
+        started_wall_ms=int(time.time() * 1000),
+    )
+
+    def observe(op: Op) -> None:
+        if op.value.get("reason") not in DELIBERATE:
+            stats.tally.add_answer(op.time_ms, op.type == "info")
+
+    history.observer = observe
+
+    wiring = _Wiring(settings, transport, history, ring, audience, redis_offset_ms, legacy)
 
     async def one(flow: int, intended: float) -> None:
+        stats.tally.loaded_s = max(stats.tally.loaded_s, intended - stats.started_s)
         frng = random.Random(f"{settings.seed}:{flow}")
-        t = frng.randrange(settings.tenants)
-        side = frng.choice(SIDES)
         kind = pick_kind(flow)
         if kind in LEGACY_KINDS:
-            assert legacy is not None
-            lenv = LegacyEnv(
-                flow=flow,
-                kind=kind,
-                http=legacy,
-                history=history,
-                rng=frng,
-                principal=names.principal(t, side),
-                tenant=names.tenant(t),
-                inbox=names.inbox(t),
-                process=2 * flow,
-            )
-            done(FlowSample(kind, intended, 0.0, await run_legacy_flow(lenv)))
+            ok = await run_legacy_flow(wiring.legacy_env(flow, kind, frng))
+            done(FlowSample(kind, intended, 0.0, ok, "completed" if ok else "setup_failed"))
             return
-        env = FlowEnv(
-            flow=flow,
-            kind=kind,
-            client=Client(2 * flow, transport, history, frng),
-            rival=Client(2 * flow + 1, transport, history, frng),
-            ring=ring,
-            audience=audience,
-            principal=names.principal(t, side),
-            foreigner=names.principal(t, SIDES[1 - SIDES.index(side)]),
-            tenant=names.tenant(t),
-            inbox=names.inbox(t),
-            archive=names.archive(t),
-            redis_offset_ms=redis_offset_ms,
-            rng=frng,
-        )
-        done(FlowSample(env.kind, intended, 0.0, await run_flow(env)))
+        env = wiring.flow_env(flow, kind, frng)
+        ok = await run_flow(env)
+        done(FlowSample(env.kind, intended, 0.0, ok, env.outcome))
 
     def done(sample: FlowSample) -> None:
         sample.end_s = time.monotonic()
@@ -165,25 +256,7 @@ async def run_load(
         if on_flow is not None:
             on_flow(sample)
 
-    with trio.move_on_at(trio.current_time() + settings.duration_s + 30):
-        async with trio.open_nursery() as nursery:
-            if settings.rate is None:
-
-                async def worker() -> None:
-                    for flow in ids:
-                        if flow >= settings.flows or time.monotonic() >= deadline:
-                            return
-                        await one(flow, time.monotonic())
-
-                for _ in range(settings.concurrency):
-                    nursery.start_soon(worker)
-            else:
-                period = 1.0 / settings.rate
-                for flow in range(settings.flows):
-                    intended = stats.started_s + flow * period
-                    if intended >= deadline:
-                        break
-                    await trio.sleep(max(0.0, intended - time.monotonic()))
-                    nursery.start_soon(one, flow, intended)
+    await _drive(settings, stats.started_s, one)
     stats.ended_s = time.monotonic()
+    stats.tally.elapsed_s = stats.elapsed_s
     return stats

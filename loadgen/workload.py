@@ -17,9 +17,12 @@ from typing import Any
 import trio
 
 from loadgen.clients import Client, Outcome, request
+from loadgen.tenants import LOAD_TENANTS
 from nodes.sealing import KeyRing, StateRejected
 
 TITLES = ("Weekly report", "TPS report", "Minutes", "Todo")
+"""Title stems; every flow adds its run tag and flow id (``flow_title``), so no flow ever meets
+another flow's notes: whatever a flow leaves behind never grows a later flow's candidate list."""
 FORM_KEY = "confirm_delete"
 DELETE_TOOL = "notes_delete"
 ARCHIVE_TOOL = "notes_archive"
@@ -35,6 +38,36 @@ unavailable), each time on another node. The replay store makes every retry safe
 
 RETRY_BACKOFF_S = 0.05
 """Pause before such a retry, so a briefly unavailable store has a moment to recover."""
+
+SETUP_ATTEMPTS = 6
+"""Tries of each setup step (create, round 1) whose outcome stays unknown, each on another node,
+with exponential backoff from ``RETRY_BACKOFF_S``: faults cost a flow latency, not its race."""
+
+SETUP_BACKOFF_MAX_S = 1.0
+"""Longest pause between two setup tries."""
+
+TWINS: dict[str, int] = {"duplicate": 1, "race_delete": 1}
+"""Notes each kind creates beside its own under the same title, so that round 1 shows a
+candidate list to pick from and the race is over one pick among several (the other kinds race
+on a single candidate: a twin would only add a create and a cleanup to them)."""
+
+CLEANUP_ROUNDS = 4
+"""Most notes one flow's cleanup deletes per workspace (its twins, a declined or expired note,
+a note moved away, a create that landed twice): candidate sets stay bounded by design."""
+
+CLEANUP_KIND = "cleanup"
+"""The ``kind`` of a flow's cleanup operations in the history: confirmed deletes like any other,
+checked by every invariant, but not part of the flow's race."""
+
+SETUP_OUTCOMES = (
+    "completed",
+    "create_refused",
+    "create_unknown",
+    "ask_refused",
+    "ask_unknown",
+    "not_candidate",
+)
+"""How a flow ended: ``completed`` (past round 1, its race ran) or where its setup stopped."""
 
 RACE_KINDS: tuple[str, ...] = (
     "plain",
@@ -62,6 +95,18 @@ DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
     "expired": 0.5,
     "before_expiry": 0.5,
 }
+
+
+FLOWS_PER_TENANT = 5_000
+"""``tenants_for``: a run gets a tenant per this many flows, so that the checker, which holds one
+tenant's history at a time, needs the same memory for any run length."""
+
+MAX_TENANTS = 1_000
+
+
+def tenants_for(flows: int) -> int:
+    """Load tenants for a run of ``flows`` flows (at least ``LOAD_TENANTS``)."""
+    return max(LOAD_TENANTS, min(MAX_TENANTS, -(-flows // FLOWS_PER_TENANT)))
 
 
 @dataclass
@@ -93,15 +138,41 @@ class FlowEnv:
     archive: str
     redis_offset_ms: int
     rng: random.Random
+    tag: str = "run"
     steps: list[str] = field(default_factory=list)
+    outcome: str = "completed"
+    done: bool = False
+    """Some answer of this flow said its note was deleted or archived."""
+    leftovers: dict[str, int] = field(default_factory=dict)
+    """Workspace -> notes this flow may have left there (its cleanup deletes them)."""
+
+    @property
+    def title(self) -> str:
+        """This flow's own title (see ``flow_title``)."""
+        return flow_title(self.tag, self.flow)
+
+    def leave(self, workspace: str, notes: int = 1) -> None:
+        """Note that up to ``notes`` more notes of this flow may remain in ``workspace``."""
+        self.leftovers[workspace] = self.leftovers.get(workspace, 0) + notes
 
     def redis_now_ms(self) -> int:
         """The load generator's estimate of the Redis clock."""
         return int(time.time() * 1000) + self.redis_offset_ms
 
 
-async def create(env: FlowEnv, title: str, client: Client | None = None) -> str | None:
-    """Create a fresh note (steady creation, so deletions never run dry)."""
+def flow_title(tag: str, flow: int) -> str:
+    """A title no other flow uses: a stem, the run's tag and the flow id."""
+    return f"{TITLES[flow % len(TITLES)]} {tag}-{flow}"
+
+
+def backoff_s(attempt: int, rng: random.Random) -> float:
+    """Pause before setup try ``attempt`` (1, 2, ...): exponential, jittered, capped."""
+    base = min(SETUP_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2.0 ** (attempt - 1))
+    return base * (0.5 + rng.random() / 2)
+
+
+async def create_once(env: FlowEnv, title: str, node: int, client: Client | None = None) -> Outcome:
+    """One ``notes_create`` of ``title`` in the inbox, on ``node``."""
     c = client or env.client
     args = {"workspaceUri": env.inbox, "title": title, "body": f"flow {env.flow}"}
     msg = request("tools/call", {"name": "notes_create", "arguments": args})
@@ -111,19 +182,53 @@ async def create(env: FlowEnv, title: str, client: Client | None = None) -> str 
         "workspace": env.inbox,
         "title": title,
     }
-    out = await c.op(
-        "create",
-        env.flow,
-        env.kind,
-        invoke,
-        c.pick_node(),
-        env.principal,
-        msg,
-    )
+    return await c.op("create", env.flow, env.kind, invoke, node, env.principal, msg)
+
+
+def _created(out: Outcome) -> str | None:
     if out.type != "ok" or out.value["isError"]:
         return None
     note_id: str = out.value["noteId"]  # classify copies it from structuredContent
     return note_id
+
+
+async def create(env: FlowEnv, title: str, client: Client | None = None) -> str | None:
+    """Create a note titled ``title`` as a careful client: an answer of unknown outcome is
+    resolved first, by round 1 on ``title`` (the title is the flow's own, so any note it shows
+    is the one that landed), and only then tried again, on another node. None: refused, or still
+    unknown after ``SETUP_ATTEMPTS`` (``env.outcome`` says which)."""
+    c = client or env.client
+    node = c.pick_node()
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        out = await create_once(env, title, node, c)
+        if out.type != "info":
+            note = _created(out)
+            env.outcome = "completed" if note else "create_refused"
+            return note
+        await trio.sleep(backoff_s(attempt, env.rng))
+        landed = await _lookup(env, title, c)
+        if landed is None:
+            break  # unresolved: never make another note that may be a second one
+        if landed:
+            env.leave(env.inbox, len(landed) - 1)  # an earlier try may have landed too
+            return landed[0]
+        node = c.pick_node(avoid=node)
+    env.outcome = "create_unknown"
+    return None
+
+
+async def _lookup(env: FlowEnv, title: str, c: Client) -> list[str] | None:
+    """Note ids titled ``title`` in the inbox, oldest first, by round 1 of ``notes_delete``
+    (a read: safe to retry). [] when there are none; None when no node answered."""
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        out = await ask_once(env, title, c.pick_node(), c, DELETE_TOOL, env.inbox)
+        asked = _opened(out, {})
+        if asked is not None:
+            return [n for n, _ in asked.candidates]
+        if out.type != "info":
+            return []  # "No note titled ...": the create did not land
+        await trio.sleep(backoff_s(attempt, env.rng))
+    return None
 
 
 def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
@@ -153,30 +258,53 @@ def _opened(out: Outcome, arguments: dict[str, Any], tool: str = DELETE_TOOL) ->
     return Asked(token, facts["nonce"], facts["exp_ms"], cands, arguments, tool)
 
 
-async def ask(
-    env: FlowEnv, title: str, client: Client | None = None, tool: str = DELETE_TOOL
-) -> Asked | None:
-    """Round 1 on a random node."""
+async def ask_once(
+    env: FlowEnv,
+    title: str,
+    node: int,
+    client: Client | None = None,
+    tool: str = DELETE_TOOL,
+    workspace: str | None = None,
+    kind: str | None = None,
+) -> Outcome:
+    """One round 1 of ``tool`` on ``title`` in ``workspace`` (default: the inbox)."""
     c = client or env.client
-    args = {"workspaceUri": env.inbox, "title": title}
+    ws = workspace or env.inbox
+    args = {"workspaceUri": ws, "title": title}
     msg = request("tools/call", {"name": tool, "arguments": args})
-    invoke = {
-        "principal": env.principal,
-        "tenant": env.tenant,
-        "workspace": env.inbox,
-        "title": title,
-    }
-    out = await c.op(
+    invoke = {"principal": env.principal, "tenant": env.tenant, "workspace": ws, "title": title}
+    return await c.op(
         "ask",
         env.flow,
-        env.kind,
+        kind or env.kind,
         invoke,
-        c.pick_node(),
+        node,
         env.principal,
         msg,
         annotate=lambda o: _state_facts(env, o),
     )
-    return _opened(out, args, tool)
+
+
+async def ask(
+    env: FlowEnv,
+    title: str,
+    client: Client | None = None,
+    tool: str = DELETE_TOOL,
+    workspace: str | None = None,
+    kind: str | None = None,
+) -> Asked | None:
+    """Round 1, retried on another node (with backoff) while its outcome is unknown: a round 1
+    only reads, so every retry is safe. None: refused, or unknown after ``SETUP_ATTEMPTS``."""
+    c = client or env.client
+    ws = workspace or env.inbox
+    node = c.pick_node()
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        out = await ask_once(env, title, node, c, tool, ws, kind)
+        if out.type != "info":
+            return _opened(out, {"workspaceUri": ws, "title": title}, tool)
+        await trio.sleep(backoff_s(attempt, env.rng))
+        node = c.pick_node(avoid=node)
+    return None
 
 
 async def confirm(
@@ -195,6 +323,7 @@ async def confirm(
     lose: bool = False,
     timeout_s: float | None = None,
     extra: dict[str, Any] | None = None,
+    kind: str | None = None,
 ) -> Outcome:
     """Round 2: answer the form under ``asked``'s state (or a deliberately wrong variant)."""
     c = client or env.client
@@ -231,7 +360,7 @@ async def confirm(
         out = await c.op(
             "confirm",
             env.flow,
-            env.kind,
+            kind or env.kind,
             invoke,
             target,
             who,
@@ -241,6 +370,7 @@ async def confirm(
             annotate=lambda o: _state_facts(env, o),
         )
         if out.type != "info" or retries == 0:
+            env.done = env.done or _executed(out)
             return out
         retries -= 1
         await trio.sleep(RETRY_BACKOFF_S)
@@ -249,19 +379,50 @@ async def confirm(
             invoke["redis_send_ms"] = env.redis_now_ms()
 
 
+def _executed(out: Outcome) -> bool:
+    sc = (out.result or {}).get("structuredContent") or {}
+    return out.type == "ok" and (sc.get("deleted") is True or sc.get("archived") is True)
+
+
 def _reasked(out: Outcome, asked: Asked) -> Asked | None:
     return _opened(out, asked.arguments, asked.tool)
 
 
 async def _start(env: FlowEnv) -> tuple[Asked, str] | None:
-    title = env.rng.choice(TITLES)
+    title = env.title
     note = await create(env, title)
     if note is None:
         return None
-    asked = await ask(env, title, tool=ARCHIVE_TOOL if env.kind == "archive" else DELETE_TOOL)
-    if asked is None or note not in {c[0] for c in asked.candidates}:
+    for _ in range(TWINS.get(env.kind, 0)):  # placed on purpose: a list to pick from
+        env.leave(env.inbox)
+        await create(env, title)
+    env.outcome = "completed"
+    tool = ARCHIVE_TOOL if env.kind == "archive" else DELETE_TOOL
+    asked = await ask(env, title, tool=tool)
+    if asked is None:
+        env.outcome = "ask_unknown" if _last_unknown(env) else "ask_refused"
+        return None
+    if note not in {c[0] for c in asked.candidates}:
+        env.outcome = "not_candidate"
         return None
     return asked, note
+
+
+def _last_unknown(env: FlowEnv) -> bool:
+    """Whether the flow's last recorded answer was of unknown outcome."""
+    return env.client.last_type == "info"
+
+
+async def cleanup(env: FlowEnv) -> None:
+    """Delete what the flow may have left behind (twins, a declined, expired or moved note),
+    each by a confirmed ``notes_delete`` of kind ``cleanup``: the history and the journal show
+    them like any deletion, and no later flow meets them."""
+    for workspace, most in env.leftovers.items():
+        for _ in range(min(most, CLEANUP_ROUNDS)):
+            asked = await ask(env, env.title, workspace=workspace, kind=CLEANUP_KIND)
+            if asked is None or not asked.candidates:
+                break
+            await confirm(env, asked, asked.candidates[0][0], kind=CLEANUP_KIND)
 
 
 async def flow_plain(env: FlowEnv, asked: Asked, note: str) -> None:
@@ -427,11 +588,22 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
 }
 
 
+MOVES_AWAY = {"race_move": True, "archive": True}
+"""Kinds whose race may leave the flow's note in the archive workspace."""
+
+
 async def run_flow(env: FlowEnv) -> bool:
-    """Run one flow of ``env.kind``; False when its setup (create, ask) did not complete."""
+    """Run one flow of ``env.kind`` and clean up after it; False when its setup (create, round
+    1) did not complete (``env.outcome`` says where it stopped)."""
     started = await _start(env)
-    if started is None:
-        return False
-    asked, note = started
-    await FLOWS[env.kind](env, asked, note)
-    return True
+    if started is not None:
+        asked, note = started
+        await FLOWS[env.kind](env, asked, note)
+        if env.kind in MOVES_AWAY:
+            env.leave(env.archive)
+        if not env.done:
+            env.leave(env.inbox)
+    elif env.outcome != "create_refused":
+        env.leave(env.inbox)
+    await cleanup(env)
+    return started is not None

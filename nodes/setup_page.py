@@ -48,7 +48,7 @@ from nodes.setup_session import (
     seal_session,
     set_cookie,
 )
-from store.api import NoteStoreAPI
+from store.api import NoteStoreAPI, StoreUnavailable
 
 log = logging.getLogger("nodes.setup_page")
 
@@ -202,14 +202,24 @@ class SetupPages:
             log.info("setup link refused: workspace no longer authorized")
             return _FOREIGN
         request = _Request(method, token, link, headers, read_body)
-        if "authorization" in headers:
-            return await self._with_bearer(request)
-        value = read_cookie(headers.get("cookie"), cookie_name(link))
+        try:
+            return await self._for_caller(request)
+        except StoreUnavailable as exc:
+            # Not a bug of the page: the try-again page and one line, no traceback. The message
+            # names the store call and the Redis error, never the link or a token.
+            log.warning("setup page answered 503, store error: %s", exc)
+            return SERVICE_UNAVAILABLE_PAGE
+
+    async def _for_caller(self, r: _Request) -> Page:
+        """The page for a bearer client, a signed-in browser, or one still to sign in."""
+        if "authorization" in r.headers:
+            return await self._with_bearer(r)
+        value = read_cookie(r.headers.get("cookie"), cookie_name(r.link))
         if value is not None:
-            return await self._with_cookie(request, value)
-        if method == "GET":
+            return await self._with_cookie(r, value)
+        if r.method == "GET":
             return _sign_in()
-        return await self._sign_in(request)
+        return await self._sign_in(r)
 
     async def _with_bearer(self, r: _Request) -> Page:
         """A non-browser client: the bearer token on every request, no CSRF token."""

@@ -37,7 +37,7 @@ import anyio
 import coredis
 import coredis.exceptions
 
-from store.api import StoreUnavailable
+from store.api import StoreFull, StoreUnavailable
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 """Session ids we mint are 32 url-safe characters; anything else names no session (and could not
@@ -235,7 +235,7 @@ class InboxBatch:
     wake_position: str | None = None
 
 
-class SessionStoreFull(StoreUnavailable):
+class SessionStoreFull(StoreFull):
     """Redis refused a write for want of memory (``maxmemory``, ``noeviction``): nothing was
     written, so the outcome is known; retrying later may succeed."""
 

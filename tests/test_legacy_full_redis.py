@@ -5,12 +5,15 @@ Layer: tests. Issue 13, finding 2, on a redis-server of this module's own (free 
 900 KB ``clientInfo``, grew Redis by 38.6 MB; now it stores a few hundred bytes a session and at
 most ``sessions_per_principal`` of them, so Redis stays small and other principals keep working.
 Then Redis is filled on purpose: every legacy request answers a JSON-RPC -32603 carrying its own
-id, with one log line and no traceback.
+id, with one log line and no traceback: ``store_full`` whether the session store or the note
+store found Redis full, as on the modern path; an unreachable note store answers "outcome
+unknown" (``store_unavailable``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -19,19 +22,29 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis
+import trio
 
+from cluster.config import demo_settings
+from cluster.local import seed_demo
 from nodes import errors
-from nodes.legacy import LEGACY_VERSION
-from nodes.legacy.bridge import STORE_FULL_MESSAGE
+from nodes.http import serve_node
+from nodes.legacy import LEGACY_VERSION, open_legacy_adapter
+from nodes.protocol import Node
+from store.client import open_redis, redis_client
+from store.notes import NoteStore
+from store.sessions import SessionStore
+from tests.conftest import require_real_redis
 from tests.test_legacy import BOB_TOKEN, STEP_S, legacy_headers
-from tests.test_legacy_waiting import one_node, open_session
+from tests.test_legacy_waiting import LIMITS, one_node, open_session
+from tests.test_store_errors import free_port
 
 ATTACKS = 40
 CLIENT_INFO_BYTES = 900_000
@@ -110,7 +123,7 @@ def session_bytes(url: str, prefix: str) -> int:
         return sum(int(c.memory_usage(k) or 0) for k in keys)
 
 
-def initialize_message(client_info: dict[str, Any], request_id: int = 0) -> dict[str, Any]:
+def initialize_message(client_info: dict[str, Any], request_id: int | str = 0) -> dict[str, Any]:
     params = {
         "protocolVersion": LEGACY_VERSION,
         "capabilities": {"elicitation": {}},
@@ -204,8 +217,129 @@ def assert_store_full(response: httpx.Response, request_id: int) -> None:
     assert response.status_code == 500, response.text
     body = response.json()
     assert body["id"] == request_id
-    assert body["error"] == {
-        "code": errors.INTERNAL_ERROR,
-        "message": STORE_FULL_MESSAGE,
-        "data": {"retryable": True},
+    assert body["error"] == errors.store_full().to_dict()
+    assert body["error"]["data"] == {"retryable": True, "reason": "store_full"}
+
+
+@contextlib.asynccontextmanager
+async def notes_on(notes_url: str, prefix: str, *, reachable: bool = True) -> AsyncIterator[str]:
+    """A served node whose notes live at ``notes_url`` (seeded, unless not ``reachable``) and
+    whose legacy sessions live on the real Redis (under ``prefix``, deleted afterwards): a full
+    or unreachable note store, sessions that work."""
+    settings = demo_settings()
+    sessions_url = require_real_redis()
+    notes_client = open_redis(notes_url) if reachable else redis_client(notes_url)
+    try:
+        async with notes_client as notes, open_redis(sessions_url) as shared:
+            store = NoteStore(notes, prefix=prefix)
+            if reachable:
+                await seed_demo(store)
+            node = Node(settings.node, store)
+            sessions = SessionStore(shared, prefix=prefix)
+            async with (
+                open_legacy_adapter(node, sessions, LIMITS) as adapter,
+                trio.open_nursery() as nursery,
+            ):
+                serve = partial(serve_node, node, settings.tokens, legacy=adapter)
+                yield await nursery.start(serve)
+                nursery.cancel_scope.cancel()
+    finally:
+        with redis.Redis.from_url(sessions_url) as c:
+            keys = list(c.scan_iter(match=f"{prefix}:*", count=1000))
+            if keys:
+                c.delete(*keys)
+
+
+NOTES_CREATE = {
+    "name": "notes_create",
+    "arguments": {"workspaceUri": "file:///Users/bob/Notes", "title": "refused"},
+}
+
+
+async def test_a_full_note_store_answers_a_legacy_call_store_full_as_the_modern_path(
+    redis_url: str, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The note store's own ``StoreFull`` (not the session store's) during a legacy
+    ``tools/call``: the modern answer (``reason: store_full``), not "outcome unknown"."""
+    caplog.set_level(logging.INFO)
+    async with notes_on(redis_url, key_prefix) as url, httpx.AsyncClient(timeout=STEP_S) as http:
+        session = await open_session(http, url, BOB_TOKEN)
+        filler = f"{key_prefix}:filler"
+        with redis.Redis.from_url(redis_url) as filling:
+            try:
+                fill(filling, filler)
+                caplog.clear()
+                params = NOTES_CREATE
+                call = {"jsonrpc": "2.0", "id": "c-7", "method": "tools/call", "params": params}
+                headers = legacy_headers(session, BOB_TOKEN)
+                response = await http.post(url, json=call, headers=headers)
+            finally:
+                keys = list(filling.scan_iter(match=f"{filler}:*", count=1000))
+                if keys:
+                    filling.delete(*keys)
+    # A legacy call answers on its own response (JSON here: no question was asked), HTTP 200.
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["id"] == "c-7"
+    assert body["error"] == errors.store_full().to_dict()
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in lines] == [
+        "store full, legacy call refused (tool=notes_create)"
+    ]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert "Traceback" not in caplog.text
+
+
+async def test_an_unreachable_note_store_answers_a_legacy_call_outcome_unknown(
+    key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    async with (
+        notes_on(dead, key_prefix, reachable=False) as url,
+        httpx.AsyncClient(timeout=STEP_S) as http,
+    ):
+        session = await open_session(http, url, BOB_TOKEN)
+        caplog.clear()
+        call = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": NOTES_CREATE}
+        response = await http.post(url, json=call, headers=legacy_headers(session, BOB_TOKEN))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["id"] == 8
+    assert body["error"] == errors.outcome_unknown().to_dict()
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in lines] == [
+        "store unavailable during a legacy call (tool=notes_create)"
+    ]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_an_unreachable_session_store_answers_initialize_outcome_unknown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = demo_settings()
+    caplog.set_level(logging.INFO)
+    async with redis_client(f"redis://127.0.0.1:{free_port()}/0") as gone:
+        node = Node(settings.node, NoteStore(gone, prefix="gone"))
+        sessions = SessionStore(gone, prefix="gone")
+        async with (
+            open_legacy_adapter(node, sessions, LIMITS) as adapter,
+            trio.open_nursery() as nursery,
+            httpx.AsyncClient(timeout=STEP_S) as http,
+        ):
+            serve = partial(serve_node, node, settings.tokens, legacy=adapter)
+            url = await nursery.start(serve)
+            init = initialize_message({"name": "c"}, "i-1")
+            response = await http.post(url, json=init, headers=legacy_headers(None))
+            nursery.cancel_scope.cancel()
+    assert response.status_code == 500, response.text
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": "i-1",
+        "error": errors.outcome_unknown().to_dict(),
     }
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in lines] == [
+        "store error answering a legacy request"
+    ]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -344,7 +344,7 @@ def test_a_node_process_killed_between_the_rounds_does_not_stop_another_from_fin
 RESTARTS = 5
 RESTART_GAP_S = (0.15, 0.45)
 """Seconds between restarts, drawn from the seed."""
-BY_DESIGN_INFO = frozenset({"response lost", "timeout"})
+BY_DESIGN_INFO = frozenset({"response lost", "cut short", "timeout"})
 """Unknown outcomes the workload makes on purpose (lost_response, timeout_retry flows)."""
 
 

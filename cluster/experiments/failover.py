@@ -269,11 +269,13 @@ def _run(scenario: str, wait: int, rc: RedisClusterInfo, options: FailoverOption
         state_ttl_s=options.state_ttl_s,
         run_dir=run_dir,
         wait_replicas=wait,
+        keep_history=True,  # _measure counts its unknown outcomes
         settings=RunSettings(
             flows=10_000_000,
             duration_s=options.duration_s,
             concurrency=options.concurrency,
             seed=options.seed,
+            keep_samples=True,
         ),
         custom_faults=() if scenario == "baseline" else (_fault(scenario, rc, options),),
     )

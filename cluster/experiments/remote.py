@@ -8,7 +8,9 @@ principal.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -26,6 +28,7 @@ from cluster.experiments.simulate import (
 from loadgen.checker import CheckResult, Verdict
 from loadgen.history import close_history, open_history
 from loadgen.runner import FlowSample, RunSettings, run_load
+from loadgen.tally import ExerciseRule, judge
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import HttpTransport
 from store.notes import DEFAULT_PREFIX
@@ -54,16 +57,22 @@ async def run_remote(
     prefix: str = DEFAULT_PREFIX,
     run_dir: Path | None = None,
     on_flow: Callable[[FlowSample], None] | None = None,
+    exercise: ExerciseRule | None = None,
+    first_index: int = 0,
 ) -> Simulation:
     """Run the workload against ``urls`` and, given ``redis_url``, check the history."""
+    if run.tag == "run":  # a store outlives runs: each run's titles are its own
+        run = replace(run, tag=secrets.token_hex(3))
     options = SimulateOptions(
         nodes=len(urls),
         redis_url=redis_url,
         state_ttl_s=settings.node.state_ttl_ms / 1000,
         settings=run,
         run_dir=run_dir,
+        exercise=exercise or ExerciseRule(),
+        replay_grace_ms=settings.replay_grace_ms,
     )
-    history = open_history(run_dir)
+    history = open_history(run_dir, keep=run_dir is None, first_index=first_index)
     limits = httpx.Limits(max_connections=HTTP_POOL, max_keepalive_connections=HTTP_POOL)
     try:
         offset = (
@@ -84,9 +93,13 @@ async def run_remote(
             result = NOT_CHECKED
         else:
             tenants = tenant_names(run.tenants)
+            close_history(history)
             result = await check_run(
-                history, redis_url, prefix, tenants, offset, settings.replay_grace_ms
+                history, redis_url, prefix, tenants, offset, settings.replay_grace_ms, run_dir
             )
     finally:
         close_history(history)
-    return finish(Simulation(result, stats, history, races(history), run_dir, options, "remote"))
+    result = judge(result, stats.tally, run.legacy_share, options.exercise, run.weights)
+    return finish(
+        Simulation(result, stats, history, races(stats.tally), run_dir, options, "remote")
+    )

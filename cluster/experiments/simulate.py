@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +35,15 @@ from cluster.faults import (
 )
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
-from loadgen.checker import CheckResult, check
+from loadgen.checker import CheckResult, Verdict, check
 from loadgen.history import History, close_history, open_history
 from loadgen.legacy_clients import LegacyHttp
+from loadgen.partition import check_folders
+from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
+from loadgen.tally import ExerciseRule, Tally, judge, write_tally
 from loadgen.tenants import tenants as tenant_names
+from loadgen.transport import Transport
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
@@ -52,6 +55,15 @@ from store.journal import (
     read_journal,
     scan_keys,
 )
+
+KEEP_OPS_MAX = 50_000
+"""Runs of up to this many flows also keep their history in memory (tests read it); longer
+ones only stream it to the run folder."""
+
+INDEX_STRIDE = 10**12
+"""History indices of worker k start at k * INDEX_STRIDE: one run's indices never collide."""
+
+LATENCY_FILE = "latency.hdr"
 
 SIM_REPLAY_GRACE_MS = 1_000
 """Replay grace in simulations: short, so the run can show replay entries really expire."""
@@ -81,6 +93,22 @@ class SimulateOptions:
     stream_timeout_s: float | None = None
     """The nodes' Redis reply timeout; None: the default, or the short fault-run one when
     ``redis`` faults are injected."""
+    exercise: ExerciseRule = field(default_factory=ExerciseRule)
+    """When the run counts as exercised (else its verdict is UNKNOWN)."""
+    workers: int = 1
+    """Load processes (``cluster.experiments.workers``), each with its own in-process nodes,
+    against one store."""
+    worker: int | None = None
+    """Set in a worker process: its number. A worker records and does not check."""
+    prefix: str | None = None
+    """The store's key prefix; None: a fresh one (workers of one run share their parent's)."""
+    keep_history: bool | None = None
+    """Keep the history in memory too (``Simulation.history.ops``); None: only for runs of at
+    most ``KEEP_OPS_MAX`` flows or without a run folder."""
+    replay_grace_ms: int = SIM_REPLAY_GRACE_MS
+    """The nodes' replay grace (recorded: ``check --redis`` waits it out)."""
+    transport_hook: Callable[[Transport], Transport] | None = None
+    """Wraps the transport the load uses (tests plant faults of their own with it)."""
 
 
 @dataclass
@@ -100,9 +128,18 @@ class Simulation:
     """Every fault injected during the run, in the order they ended."""
 
     def faults_json(self) -> list[dict[str, Any]]:
-        """The faults injected, by start time, with times relative to the run's start."""
+        """The faults injected, by start time, with times relative to the run's start, and the
+        share of answers of known outcome during each (``availability``)."""
         records = sorted(self.faults, key=lambda r: r.start_mono)
-        return [r.to_json(self.stats.started_s) for r in records]
+        out = []
+        for r in records:
+            d = r.to_json(self.stats.started_s)
+            wall0 = self.stats.started_wall_ms
+            d["availability"] = self.stats.tally.availability(
+                wall0 + int(d["start_s"] * 1000), wall0 + int(d["end_s"] * 1000)
+            )
+            out.append(d)
+        return out
 
     def _fault_settings(self) -> dict[str, Any]:
         o = self.options
@@ -117,7 +154,8 @@ class Simulation:
     def to_json(self) -> dict[str, Any]:
         """``results.json``: verdicts, race counts, throughput and latency percentiles."""
         h = self.stats.histogram
-        completed = sum(1 for s in self.stats.samples if s.completed)
+        tally = self.stats.tally
+        completed = tally.completed
         return {
             "verdict": self.result.status,
             "invariants": [
@@ -133,8 +171,10 @@ class Simulation:
             "counts": dict(self.result.counts),
             "races": self.races,
             "model": self.result.model,
-            "flows": {"total": len(self.stats.samples), "completed": completed},
+            "kinds": tally.per_kind(),
+            "flows": {"total": tally.total, "completed": completed},
             "throughput_flows_per_s": completed / self.stats.elapsed_s,
+            "flows_per_s_by_tenth": tally.tenth_rates(),
             "elapsed_s": self.stats.elapsed_s,
             "latency_ms": {
                 f"p{p:g}": h.get_value_at_percentile(p) / 1000 for p in (50, 90, 99, 99.9)
@@ -144,12 +184,18 @@ class Simulation:
                 "nodes": self.options.nodes,
                 "store": self.store,
                 "state_ttl_s": self.options.state_ttl_s,
+                "replay_grace_ms": self.options.replay_grace_ms,
                 "flows": self.options.settings.flows,
                 "duration_s": self.options.settings.duration_s,
                 "concurrency": self.options.settings.concurrency,
                 "rate": self.options.settings.rate,
                 "seed": self.options.settings.seed,
                 "legacy_share": self.options.settings.legacy_share,
+                "weights": self.options.settings.weights,
+                "tenants": self.options.settings.tenants,
+                "workers": self.options.workers,
+                "min_completed_share": self.options.exercise.min_completed_share,
+                "min_runs_per_kind": self.options.exercise.min_runs_per_kind,
             }
             | self._fault_settings(),
         } | (
@@ -170,11 +216,9 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
     )
 
 
-def races(history: History) -> dict[str, int]:
+def races(tally: Tally) -> dict[str, int]:
     """Flows of each race kind that got past round 1 (so their race was really exercised)."""
-    asked = {op.flow for op in history.ops if op.f == "ask" and "nonce" in op.value}
-    seen: dict[int, str] = {op.flow: op.kind for op in history.ops if op.flow in asked}
-    return dict(sorted(Counter(seen.values()).items()))
+    return {k: v["completed"] for k, v in tally.per_kind().items()}
 
 
 def _read_store(url: str, prefix: str, tenants: list[str]) -> tuple[Any, Any, Any, int]:
@@ -198,7 +242,7 @@ def redis_offset_ms(url: str) -> int:
         client.close()
 
 
-def _drop_keys(url: str, prefix: str) -> None:
+def drop_keys(url: str, prefix: str) -> None:
     client = sync_client(url)
     try:
         batch = list(scan_keys(client, f"{prefix}:*"))  # on a cluster: every master
@@ -223,13 +267,26 @@ async def simulate(
     options: SimulateOptions, on_flow: Callable[[FlowSample], None] | None = None
 ) -> Simulation:
     """Run the workload on an in-process cluster and check the recorded history."""
+    if options.workers > 1 and options.worker is None:
+        from cluster.experiments.workers import (
+            simulate_workers,  # the parent of several load processes
+        )
+
+        return await simulate_workers(options)
     settings = options.settings
+    if settings.tag == "run":
+        settings = replace(settings, tag=secrets.token_hex(3))
+        options = replace(options, settings=settings)
     config = simulation_config(options.state_ttl_s, settings.tenants)
-    prefix = "nc" if options.redis_url is None else "ncsim" + secrets.token_hex(4)
+    prefix = options.prefix or ("nc" if options.redis_url is None else new_prefix())
     tenants = tenant_names(settings.tenants)
     if options.wait_replicas and options.redis_url is None:
         raise ValueError("wait_replicas needs a real Redis: the embedded store has no WAIT")
-    history = open_history(options.run_dir)
+    keep = options.run_dir is None or settings.flows <= KEEP_OPS_MAX
+    if options.keep_history is not None and options.run_dir is not None:
+        keep = options.keep_history
+    first_index = (options.worker or 0) * INDEX_STRIDE
+    history = open_history(options.run_dir, keep=keep, first_index=first_index)
     dist: dict[str, int] | None = None
     try:
         async with open_local_cluster(
@@ -237,6 +294,7 @@ async def simulate(
             options.nodes,
             redis_url=options.redis_url,
             prefix=prefix,
+            seed=not options.worker,
             replay_grace_ms=SIM_REPLAY_GRACE_MS,
             store_options=store_options(options, prefix),
         ) as cluster:
@@ -246,21 +304,44 @@ async def simulate(
                 stats, faults = await _load(
                     options, cluster, config, history, offset, on_flow, legacy
                 )
-            result = await check_run(history, url, prefix, tenants, offset, SIM_REPLAY_GRACE_MS)
+            close_history(history)
+            if options.worker is not None:
+                return _recorded(options, stats, history, faults)
+            result = await check_run(
+                history, url, prefix, tenants, offset, SIM_REPLAY_GRACE_MS, options.run_dir
+            )
             if options.redis_url is not None:
                 dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
             if options.redis_url is not None and not options.keep_keys:
-                await trio.to_thread.run_sync(_drop_keys, url, prefix)
+                await trio.to_thread.run_sync(drop_keys, url, prefix)
     finally:
         close_history(history)
     store = "embedded" if options.redis_url is None else "redis"
     if dist is not None:
         store = "redis-cluster"
-    return finish(
-        Simulation(
-            result, stats, history, races(history), options.run_dir, options, store, dist, faults
-        )
+    result = judge(result, stats.tally, settings.legacy_share, options.exercise, settings.weights)
+    sim = Simulation(
+        result, stats, history, races(stats.tally), options.run_dir, options, store, dist, faults
     )
+    return finish(sim)
+
+
+def new_prefix() -> str:
+    """A fresh key prefix for a run on a shared Redis."""
+    return "ncsim" + secrets.token_hex(4)
+
+
+def _recorded(
+    options: SimulateOptions, stats: RunStats, history: History, faults: list[FaultRecord]
+) -> Simulation:
+    """A worker's part: its history is on disk; write its tally and latency, check nothing."""
+    assert options.run_dir is not None
+    write_tally(options.run_dir, stats.tally)
+    (options.run_dir / LATENCY_FILE).write_bytes(stats.histogram.encode())
+    extra = {"max_exp_ms": history.max_exp_ms, "started_wall_ms": stats.started_wall_ms}
+    (options.run_dir / "worker.json").write_text(json.dumps(extra) + "\n", encoding="utf-8")
+    result = CheckResult((Verdict("checked", "unknown", "A worker records; its parent checks."),))
+    return Simulation(result, stats, history, races(stats.tally), options.run_dir, options, "")
 
 
 def store_options(options: SimulateOptions, prefix: str) -> StoreOptions:
@@ -302,7 +383,9 @@ async def _load(
             legacy=legacy,
         )
 
-    plain = InProcessTransport(cluster)
+    plain: Any = InProcessTransport(cluster)
+    if options.transport_hook is not None:
+        plain = options.transport_hook(plain)
     if not (options.faults or options.custom_faults):
         return await load(plain), []
     injector: FaultInjector = await open_injector(
@@ -343,23 +426,37 @@ async def legacy_nodes(
 
 
 async def check_run(
-    history: History, url: str, prefix: str, tenants: list[str], offset_ms: int, grace_ms: int
+    history: History,
+    url: str,
+    prefix: str,
+    tenants: list[str],
+    offset_ms: int,
+    grace_ms: int,
+    run_dir: Path | None = None,
 ) -> CheckResult:
-    """Wait until every state of the run expired plus grace, read the store, check the history."""
-    last_exp = max(
-        (int(op.value["exp_ms"]) for op in history.ops if "exp_ms" in op.value), default=0
-    )
-    wait_ms = last_exp + grace_ms - (int(time.time() * 1000) + offset_ms)
-    await trio.sleep(max(0.0, wait_ms / 1000) + EXPIRY_SETTLE_S)
+    """Wait until every state of the run expired plus grace, read the store, check the history.
+    With a run folder, the store facts are written into it first and the check streams the
+    folder tenant by tenant (``loadgen.partition``); without one, it runs in memory."""
+    await wait_for_expiry(history.max_exp_ms, offset_ms, grace_ms)
+    if run_dir is not None:
+        await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace_ms)
+        return await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
     journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
         _read_store, url, prefix, tenants
     )
     return check(history.ops, journal, final, replay, redis_end_ms=redis_end_ms, grace_ms=grace_ms)
 
 
+async def wait_for_expiry(last_exp_ms: int, offset_ms: int, grace_ms: int) -> None:
+    """Sleep until ``last_exp_ms`` plus grace (Redis clock) and a settling margin passed."""
+    wait_ms = last_exp_ms + grace_ms - (int(time.time() * 1000) + offset_ms)
+    await trio.sleep(max(0.0, wait_ms / 1000) + EXPIRY_SETTLE_S)
+
+
 def finish(sim: Simulation) -> Simulation:
     """Write ``results.json`` into the run folder (if any) and return ``sim``."""
     if sim.run_dir is not None:
+        write_tally(sim.run_dir, sim.stats.tally)
         (sim.run_dir / "results.json").write_text(
             json.dumps(sim.to_json(), indent=2) + "\n", encoding="utf-8"
         )

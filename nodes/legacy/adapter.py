@@ -48,7 +48,7 @@ import anyio
 from nodes import errors
 from nodes.http import LegacyRequest, Receive, Send
 from nodes.legacy import wire
-from nodes.legacy.bridge import LegacyCall, LegacyLimits, id_key, store_error
+from nodes.legacy.bridge import LegacyCall, LegacyLimits, id_key, refusal_reason, store_error
 from nodes.legacy.inbox import InboxReader
 from nodes.legacy.stream import EventStream, StreamClosed
 from nodes.protocol import Node
@@ -243,13 +243,16 @@ class LegacyAdapter:
         requested = params.get("protocolVersion")
         capabilities = params.get("capabilities", {})
         client_info = params.get("clientInfo", {})
+        exc: errors.JsonRpcError | None
         if not isinstance(requested, str):
             data = {"supported": [wire.LEGACY_VERSION], "requested": requested}
             exc = errors.invalid_params("Unsupported protocol version", data)
-            await _send_json(send, 200, wire.error_response(request_id, exc))
-            return
-        if not isinstance(capabilities, dict) or not isinstance(client_info, dict):
+        elif not isinstance(capabilities, dict) or not isinstance(client_info, dict):
             exc = errors.invalid_params("capabilities and clientInfo must be objects")
+        else:
+            exc = None
+        if exc is not None:
+            log.info("legacy initialize refused: %s", refusal_reason(exc))
             await _send_json(send, 200, wire.error_response(request_id, exc))
             return
         # We speak one handshake version: the same if asked for, else our counter-offer, which
@@ -356,6 +359,7 @@ class LegacyAdapter:
             else:
                 raise errors.method_not_found(str(method))
         except errors.JsonRpcError as exc:
+            log.info("legacy request refused: %s", refusal_reason(exc))
             await _send_json(send, 200, wire.error_response(request_id, exc))
             return
         await _send_json(send, 200, wire.response(request_id, result))

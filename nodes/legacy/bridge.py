@@ -49,8 +49,8 @@ from nodes.legacy.inbox import InboxReader, InboxWatch
 from nodes.legacy.stream import EventStream
 from nodes.protocol import Node, PreparedCall
 from nodes.sealing import StateRejected
-from store.api import StoreUnavailable
-from store.sessions import SessionRecord, SessionStore, SessionStoreFull, new_request_id
+from store.api import StoreFull, StoreUnavailable
+from store.sessions import SessionRecord, SessionStore, new_request_id
 
 log = logging.getLogger("nodes.legacy")
 
@@ -178,20 +178,28 @@ class LegacyCall:
         try:
             return wire.response(self.request_id, await self._drive())
         except _Cancelled:
+            log.info("legacy call cancelled by its client (tool=%s)", self.call.tool)
             return None
         except _SessionEnded:
+            log.info("legacy call ended: its session ended (tool=%s)", self.call.tool)
             return wire.error_response(self.request_id, errors.invalid_request("Session ended"))
         except _Refused as refused:
             log.info("legacy call refused: %s (tool=%s)", refused.message, self.call.tool)
             await self._cancel_outstanding(refused.message)
             return wire.response(self.request_id, wire.tool_refusal(refused.message))
         except errors.InvalidState:
-            # The client never saw a requestState: say what happened instead.
+            # The client never saw a requestState: say what happened instead. (Why the state
+            # was rejected is logged where it was opened.)
+            log.info("legacy call refused: %s (tool=%s)", EXPIRED, self.call.tool)
             return wire.response(self.request_id, wire.tool_refusal(EXPIRED))
         except errors.JsonRpcError as exc:
+            log.info("legacy call refused: %s (tool=%s)", refusal_reason(exc), self.call.tool)
             return wire.error_response(self.request_id, exc)
+        except StoreFull as exc:
+            log.warning("store full, legacy call refused (tool=%s): %s", self.call.tool, exc)
+            return wire.error_response(self.request_id, store_error(exc))
         except StoreUnavailable as exc:
-            log.warning("store unavailable during a legacy call: %s", exc)
+            log.warning("store unavailable during a legacy call (tool=%s): %s", self.call.tool, exc)
             return wire.error_response(self.request_id, store_error(exc))
 
     async def _drive(self) -> dict[str, Any]:
@@ -408,13 +416,20 @@ class LegacyCall:
             await self.stream.event(wire.notification("notifications/cancelled", params))
 
 
-STORE_FULL_MESSAGE = "Store full: nothing was stored; retry later"
+def refusal_reason(exc: errors.JsonRpcError) -> str:
+    """What the log says of an error answer: its message, without the client's own text that
+    two messages echo (a method's or a tool's name: neither ours to log, nor bounded in form)."""
+    for fixed in ("Method not found", "Unknown tool"):
+        if exc.message.startswith(fixed + ":"):
+            return fixed
+    return exc.message
 
 
 def store_error(exc: StoreUnavailable) -> errors.JsonRpcError:
-    """-32603 for a store failure: full (nothing was written) or unavailable (outcome unknown)."""
-    if isinstance(exc, SessionStoreFull):
-        return errors.JsonRpcError(errors.INTERNAL_ERROR, STORE_FULL_MESSAGE, {"retryable": True})
+    """-32603 for a store failure, as the modern path answers it: full (the note store's or the
+    session store's ``StoreFull``: nothing was written) or unavailable (outcome unknown)."""
+    if isinstance(exc, StoreFull):
+        return errors.store_full()
     return errors.outcome_unknown()
 
 

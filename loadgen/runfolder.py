@@ -1,0 +1,104 @@
+"""A run folder that checks offline: the store facts the checker needs, written as files.
+
+Layer: loadgen. Reads the store once after a run (``store.journal``) and writes, per tenant,
+``store/<tenant>.journal.jsonl``, ``store/<tenant>.notes.jsonl`` and ``store/<tenant>.replay.jsonl``
+plus ``store/meta.json`` (grace, and per tenant the Redis clock read right after its replay
+entries were listed). With ``history.jsonl`` (one per load process: the folder's own, or those of
+its ``worker-*`` subfolders) that is all ``notes-cluster check RUN_DIR`` needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from store.client import sync_client
+from store.journal import (
+    JournalEntry,
+    list_replay_entries,
+    read_final_notes,
+    read_journal,
+    redis_time_ms,
+)
+
+STORE_DIR = "store"
+META_FILE = "meta.json"
+HISTORY_FILE = "history.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantFacts:
+    """What the store held for one tenant after the run."""
+
+    tenant: str
+    journal: list[JournalEntry]
+    final_notes: dict[tuple[str, str], str]
+    replay_left: dict[tuple[str, str], int]
+    redis_end_ms: int
+
+
+def _write_lines(path: Path, rows: Iterable[Any]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+
+def _read_lines(path: Path) -> Iterator[Any]:
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def dump_store_facts(
+    run_dir: Path, url: str, prefix: str, tenants: Iterable[str], grace_ms: int
+) -> None:
+    """Read every tenant's journal, surviving notes and replay entries; write them as files
+    (before the run's keys are deleted)."""
+    out = run_dir / STORE_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    client = sync_client(url, decode_responses=True)
+    ends: dict[str, int] = {}
+    try:
+        for tenant in tenants:
+            journal = read_journal(client, prefix, [tenant])
+            notes = read_final_notes(client, prefix, [tenant])
+            replay = list_replay_entries(client, prefix, [tenant])
+            ends[tenant] = redis_time_ms(client)  # after the PTTLs: see check_replay_entries
+            _write_lines(out / f"{tenant}.journal.jsonl", (dataclasses.asdict(e) for e in journal))
+            _write_lines(out / f"{tenant}.notes.jsonl", ([n, ws] for (_, n), ws in notes.items()))
+            _write_lines(out / f"{tenant}.replay.jsonl", ([n, t] for (_, n), t in replay.items()))
+    finally:
+        client.close()
+    meta = {"grace_ms": grace_ms, "prefix": prefix, "redis_end_ms": ends}
+    (out / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+
+def store_meta(run_dir: Path) -> dict[str, Any]:
+    """``store/meta.json`` of a run folder (FileNotFoundError: the folder has no store facts)."""
+    meta: dict[str, Any] = json.loads((run_dir / STORE_DIR / META_FILE).read_text("utf-8"))
+    return meta
+
+
+def tenants_of(run_dir: Path) -> list[str]:
+    """The tenants whose facts the folder holds."""
+    return sorted(store_meta(run_dir)["redis_end_ms"])
+
+
+def read_tenant_facts(run_dir: Path, tenant: str) -> TenantFacts:
+    """One tenant's store facts, as ``dump_store_facts`` wrote them."""
+    base = run_dir / STORE_DIR
+    journal = [JournalEntry(**d) for d in _read_lines(base / f"{tenant}.journal.jsonl")]
+    notes = {(tenant, str(n)): str(ws) for n, ws in _read_lines(base / f"{tenant}.notes.jsonl")}
+    replay = {(tenant, str(n)): int(t) for n, t in _read_lines(base / f"{tenant}.replay.jsonl")}
+    end = int(store_meta(run_dir)["redis_end_ms"][tenant])
+    return TenantFacts(tenant, journal, notes, replay, end)
+
+
+def history_files(run_dir: Path) -> list[Path]:
+    """The folder's ``history.jsonl`` and those of its subfolders (one per load process)."""
+    own = [run_dir / HISTORY_FILE] if (run_dir / HISTORY_FILE).exists() else []
+    return own + sorted(p for p in run_dir.glob(f"*/{HISTORY_FILE}"))

@@ -1,0 +1,239 @@
+"""What a run exercised: flows per race kind (started, completed, how the others ended), flows
+completed and answers per second, and the rule that calls an under-exercised run UNKNOWN.
+
+Layer: loadgen. Pure data, mergeable: every load process (``simulate --workers``, several
+``loadgen`` processes) keeps its own Tally and writes it into its run folder (``tally.json``);
+``merge`` adds them up, and the exercise verdict is judged on the sum.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadgen.checker import CheckResult, Verdict
+from loadgen.legacy_clients import LEGACY_KINDS
+from loadgen.workload import RACE_KINDS
+
+TALLY_FILE = "tally.json"
+
+MIN_COMPLETED_SHARE = 0.95
+"""Default: fewer flows than this share got past round 1 and ran their race: UNKNOWN."""
+
+MIN_RUNS_PER_KIND = 3
+"""Default: a race kind exercised fewer times than this (scaled down for tiny runs): UNKNOWN."""
+
+
+@dataclass(frozen=True)
+class ExerciseRule:
+    """When a run counts as exercised (``--min-completed``, ``--min-per-kind``)."""
+
+    min_completed_share: float = MIN_COMPLETED_SHARE
+    min_runs_per_kind: int = MIN_RUNS_PER_KIND
+
+    def needed_per_kind(self, flows: int, share: float) -> int:
+        """Runs a kind drawn with probability ``share`` needs among ``flows`` flows: the
+        configured number, or half of what the draw gives it on average when the run is too
+        small for that (rounded down)."""
+        return min(self.min_runs_per_kind, int(flows * share / 2))
+
+
+@dataclass
+class Tally:
+    """Counters of one run (or the sum of several)."""
+
+    kinds: dict[str, Counter[str]] = field(default_factory=dict)
+    """kind -> outcome -> flows (``completed`` or where the setup stopped)."""
+    completed_per_s: Counter[int] = field(default_factory=Counter)
+    """Second since the run's start -> flows completed in it."""
+    answers_per_s: dict[int, list[int]] = field(default_factory=dict)
+    """Wall-clock second -> [definite answers, answers of unknown outcome]."""
+    elapsed_s: float = 0.0
+    loaded_s: float = 0.0
+    """Seconds from the run's start to its last flow's start: the span the load was on (after
+    it, the flows in flight drain)."""
+
+    def add_flow(self, kind: str, outcome: str, end_s: float) -> None:
+        """Count one finished flow; ``end_s`` in seconds since the run's start."""
+        self.kinds.setdefault(kind, Counter())[outcome] += 1
+        if outcome == "completed":
+            self.completed_per_s[max(0, int(end_s))] += 1
+
+    def add_answer(self, wall_ms: int, unknown: bool) -> None:
+        """Count one answer (ok, fail: definite; info: unknown) at wall time ``wall_ms``."""
+        slot = self.answers_per_s.setdefault(wall_ms // 1000, [0, 0])
+        slot[1 if unknown else 0] += 1
+
+    @property
+    def total(self) -> int:
+        """Flows run."""
+        return sum(sum(c.values()) for c in self.kinds.values())
+
+    @property
+    def completed(self) -> int:
+        """Flows past round 1 that ran their race."""
+        return sum(c["completed"] for c in self.kinds.values())
+
+    def per_kind(self) -> dict[str, dict[str, Any]]:
+        """kind -> {started, completed, outcomes}, for results.json and the summary."""
+        return {
+            kind: {
+                "started": sum(c.values()),
+                "completed": c["completed"],
+                "outcomes": dict(sorted(c.items())),
+            }
+            for kind, c in sorted(self.kinds.items())
+        }
+
+    def tenth_rates(self) -> dict[str, float]:
+        """Flows completed per second in the first and in the last tenth of the span the load
+        was on (``loaded_s``; the drain after the last start is left out), in whole seconds."""
+        span = int(self.loaded_s or self.elapsed_s)
+        k = max(1, round(span / 10))
+        if span < 2 * k:  # too short to cut: one rate for the whole run
+            rate = self.completed / max(self.elapsed_s, 1e-9)
+            return {"first_tenth": rate, "last_tenth": rate}
+        first = sum(n for s, n in self.completed_per_s.items() if s < k)
+        last = sum(n for s, n in self.completed_per_s.items() if span - k <= s < span)
+        return {"first_tenth": first / k, "last_tenth": last / k}
+
+    def availability(self, start_wall_ms: int, end_wall_ms: int) -> float | None:
+        """Share of answers of known outcome between two wall times (None: no answer)."""
+        ok = unknown = 0
+        for second in range(start_wall_ms // 1000, end_wall_ms // 1000 + 1):
+            a, u = self.answers_per_s.get(second, (0, 0))
+            ok, unknown = ok + a, unknown + u
+        return None if ok + unknown == 0 else ok / (ok + unknown)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``tally.json`` content."""
+        return {
+            "kinds": {k: dict(c) for k, c in sorted(self.kinds.items())},
+            "completed_per_s": {str(s): n for s, n in sorted(self.completed_per_s.items())},
+            "answers_per_s": {str(s): v for s, v in sorted(self.answers_per_s.items())},
+            "elapsed_s": self.elapsed_s,
+            "loaded_s": self.loaded_s,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Tally:
+        """Read what ``to_json`` wrote."""
+        return cls(
+            {k: Counter({o: int(n) for o, n in c.items()}) for k, c in d["kinds"].items()},
+            Counter({int(s): int(n) for s, n in d["completed_per_s"].items()}),
+            {int(s): [int(v[0]), int(v[1])] for s, v in d["answers_per_s"].items()},
+            float(d["elapsed_s"]),
+            float(d.get("loaded_s", 0.0)),
+        )
+
+
+def merge(tallies: Iterable[Tally]) -> Tally:
+    """The sum of several processes' tallies (elapsed: the longest)."""
+    out = Tally()
+    for t in tallies:
+        for kind, c in t.kinds.items():
+            out.kinds.setdefault(kind, Counter()).update(c)
+        out.completed_per_s.update(t.completed_per_s)
+        for s, (a, u) in t.answers_per_s.items():
+            slot = out.answers_per_s.setdefault(s, [0, 0])
+            slot[0], slot[1] = slot[0] + a, slot[1] + u
+        out.elapsed_s = max(out.elapsed_s, t.elapsed_s)
+        out.loaded_s = max(out.loaded_s, t.loaded_s)
+    return out
+
+
+def write_tally(run_dir: Path, tally: Tally) -> None:
+    """Write ``tally.json`` into ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / TALLY_FILE).write_text(json.dumps(tally.to_json()) + "\n", encoding="utf-8")
+
+
+def read_tally(run_dir: Path) -> Tally:
+    """Read ``run_dir/tally.json``."""
+    return Tally.from_json(json.loads((run_dir / TALLY_FILE).read_text(encoding="utf-8")))
+
+
+def exercise_verdict(
+    tally: Tally,
+    families: Sequence[Sequence[str]],
+    rule: ExerciseRule,
+    weights: Mapping[str, float] | None = None,
+) -> Verdict:
+    """``exercised``: valid when at least ``rule.min_completed_share`` of the flows got past
+    round 1 and every kind of each family (modern kinds; legacy kinds) completed at least
+    ``rule.needed_per_kind`` times for its share of that family's flows (``weights``; kinds
+    without one, and families without weights, count as evenly drawn: a kind weighted zero
+    is a hole in the run's coverage); otherwise unknown, saying why: the run proves nothing
+    about what it did not exercise."""
+    total, completed = tally.total, tally.completed
+    reasons: list[str] = []
+    if total == 0:
+        reasons.append("no flow ran")
+    elif completed < math.ceil(rule.min_completed_share * total - 1e-9):
+        reasons.append(
+            f"only {completed} of {total} flows ({completed / total:.1%}) got past round 1, "
+            f"under the {rule.min_completed_share:.0%} required"
+        )
+    least = rule.min_runs_per_kind
+    for family in families:
+        flows = sum(sum(tally.kinds.get(k, Counter()).values()) for k in family)
+        short = []
+        for kind, share in _shares(family, weights or {}).items():
+            need = rule.needed_per_kind(flows, share)
+            done = tally.kinds.get(kind, Counter())["completed"]
+            least = min(least, need)
+            if done < need:
+                short.append(f"{kind} {done} (needs {need})")
+        if short:
+            reasons.append(f"race kinds exercised too rarely: {', '.join(short)}")
+    if reasons:
+        return Verdict("exercised", "unknown", "Under-exercised: " + "; ".join(reasons) + ".")
+    return Verdict(
+        "exercised",
+        "valid",
+        f"{completed} of {total} flows got past round 1; every race kind ran at least "
+        f"{least} times.",
+    )
+
+
+def _shares(family: Sequence[str], weights: Mapping[str, float]) -> dict[str, float]:
+    """Each kind's share of its family's draws; an even share for a kind weighted zero (or
+    for every kind, when none of the family is weighted)."""
+    even = 1 / len(family) if family else 0.0
+    total = sum(weights.get(k, 0.0) for k in family)
+    if total <= 0:
+        return dict.fromkeys(family, even)
+    return {k: weights.get(k, 0.0) / total if weights.get(k, 0.0) > 0 else even for k in family}
+
+
+def expected_kinds(legacy_share: float) -> list[list[str]]:
+    """The families of race kinds a run must exercise: every modern kind, and every legacy
+    kind when a share of the flows is legacy."""
+    families = [list(RACE_KINDS)]
+    if legacy_share > 0:
+        families.append(list(LEGACY_KINDS))
+    return families
+
+
+def judge(
+    result: CheckResult,
+    tally: Tally,
+    legacy_share: float,
+    rule: ExerciseRule,
+    weights: Mapping[str, float] | None = None,
+) -> CheckResult:
+    """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
+    verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
+    return CheckResult((*result.verdicts, verdict), result.counts, result.model)
+
+
+def read_tallies(run_dir: Path) -> Tally:
+    """A folder's ``tally.json``, or the sum of its subfolders' (one per load process)."""
+    if (run_dir / TALLY_FILE).exists():
+        return read_tally(run_dir)
+    return merge(read_tally(p.parent) for p in sorted(run_dir.glob(f"*/{TALLY_FILE}")))

@@ -1,0 +1,271 @@
+"""The load at scale: UNKNOWN when under-exercised, run folders that re-check offline (and catch
+a planted violation), ``simulate --workers`` with one merged verdict, and the 30k-flow steady
+state on the real Redis.
+
+Each test plants its cause: a weight that starves a kind, a transport that refuses round 1 (a
+test wrapper, not a production flag), an edited history line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cluster.cli import EXIT_INVALID, EXIT_USAGE, EXIT_VALID, main
+from cluster.experiments.simulate import SimulateOptions, simulate
+from loadgen.checker import CheckResult, Verdict
+from loadgen.partition import UNROUTED, merge_results, split_by_tenant
+from loadgen.pictures import render_html, tally_timeline
+from loadgen.runner import RunSettings
+from loadgen.tally import ExerciseRule, Tally, exercise_verdict
+from loadgen.transport import Reply, Transport
+from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
+from tests.conftest import require_real_redis
+
+ACCEPTANCE_CONCURRENCY = 64
+"""Flows at once per worker in the 30k acceptance run (two workers)."""
+
+
+def _verdict(results: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in results["invariants"] if v["name"] == name)
+
+
+def test_exercise_rule_scales_for_tiny_runs() -> None:
+    rule = ExerciseRule(0.95, 3)
+    assert rule.needed_per_kind(10, 1 / 16) == 0
+    assert rule.needed_per_kind(64, 1 / 16) == 2
+    assert rule.needed_per_kind(30_000, 1 / 16) == 3
+    assert rule.needed_per_kind(160, 0.5 / 20) == 2
+    tally = Tally()
+    for kind in RACE_KINDS:
+        for _ in range(3):
+            tally.add_flow(kind, "completed", 0.5)
+    assert exercise_verdict(tally, [list(RACE_KINDS)], rule).status == "valid"
+    tally.add_flow("plain", "create_unknown", 0.5)
+    tally.add_flow("plain", "create_unknown", 0.5)
+    tally.add_flow("plain", "create_unknown", 0.5)
+    v = exercise_verdict(tally, [list(RACE_KINDS)], rule)
+    assert v.status == "unknown"
+    done = 3 * len(RACE_KINDS)
+    assert f"{done} of {done + 3} flows" in v.summary
+
+
+async def test_a_starved_kind_makes_the_run_unknown() -> None:
+    weights = dict(DEFAULT_WEIGHTS) | {"tampered": 0.0}
+    settings = RunSettings(flows=200, concurrency=16, seed=11, weights=weights)
+    sim = await simulate(SimulateOptions(settings=settings))
+    results = sim.to_json()
+    assert results["verdict"] == "unknown"
+    exercised = _verdict(results, "exercised")
+    assert exercised["status"] == "unknown"
+    assert "tampered 0" in exercised["summary"]
+    others = [v for v in results["invariants"] if v["name"] != "exercised"]
+    assert all(v["status"] == "valid" for v in others), others
+    assert "tampered" not in results["kinds"]
+
+
+class RefuseRoundOne:
+    """A transport whose nodes answer every round 1 of ``notes_delete`` with a tool error."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.refused = 0
+
+    @property
+    def node_count(self) -> int:
+        """As the wrapped transport."""
+        return self.inner.node_count
+
+    async def send(self, node_index: int, principal: str, message: dict[str, Any]) -> Reply:
+        """Refuse round 1 of notes_delete; pass everything else through."""
+        params = message.get("params") or {}
+        if params.get("name") == "notes_delete" and "requestState" not in params:
+            self.refused += 1
+            result = {"isError": True, "content": [{"type": "text", "text": "refused (test)"}]}
+            return Reply(200, {"jsonrpc": "2.0", "id": message["id"], "result": result})
+        return await self.inner.send(node_index, principal, message)
+
+
+async def test_a_store_that_refuses_round_one_makes_the_run_unknown() -> None:
+    hooks: list[RefuseRoundOne] = []
+
+    def hook(inner: Transport) -> Transport:
+        hooks.append(RefuseRoundOne(inner))
+        return hooks[-1]
+
+    settings = RunSettings(flows=60, concurrency=8, seed=12)
+    sim = await simulate(SimulateOptions(settings=settings, transport_hook=hook))
+    results = sim.to_json()
+    assert hooks
+    assert hooks[0].refused > 0
+    assert results["verdict"] == "unknown"
+    assert results["flows"]["total"] == 60
+    assert results["flows"]["completed"] < 10  # only the archive flows pass round 1
+    exercised = _verdict(results, "exercised")
+    assert "got past round 1" in exercised["summary"]
+    assert results["kinds"]["plain"]["outcomes"].get("ask_refused", 0) > 0
+
+
+def _plant_told_executed(history: Path) -> int:
+    """Relabel one accept that was told it deleted (not a replay) as ``no_mutation``: a refused
+    answer that mutated. Returns the invoke's index."""
+    lines = history.read_text(encoding="utf-8").splitlines()
+    ops = [json.loads(line) for line in lines]
+    invokes: dict[tuple[int, int, str], int] = {}
+    for i, op in enumerate(ops):
+        key = (op["process"], op["flow"], op["f"])
+        if op["type"] == "invoke":
+            invokes[key] = i
+            continue
+        v = op["value"]
+        told = v.get("deleted") is True and v.get("replay") is False
+        if op["f"] == "confirm" and op["kind"] == "plain" and told and key in invokes:
+            j = invokes[key]
+            ops[j]["value"]["expect"] = "no_mutation"
+            lines[j] = json.dumps(ops[j])
+            history.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            return int(ops[j]["index"])
+    raise AssertionError("no plain accept told deleted in the history")
+
+
+def test_run_folder_rechecks_offline_and_catches_a_planted_violation(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    args = ["simulate", "--flows", "120", "--concurrency", "8", "--seed", "13", "--out", str(run)]
+    first = CliRunner().invoke(main, [*args, "--json"])
+    assert first.exit_code == EXIT_VALID, first.output
+    assert (run / "store" / "meta.json").exists()
+    again = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert again.exit_code == EXIT_VALID, again.output
+    results = json.loads(again.stdout)
+    saved = json.loads((run / "results.json").read_text(encoding="utf-8"))
+    assert results["verdict"] == saved["verdict"] == "valid"
+    assert results["flows"] == saved["flows"]
+    index = _plant_told_executed(run / "history.jsonl")
+    planted = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert planted.exit_code == EXIT_INVALID, planted.output
+    bad = _verdict(json.loads(planted.stdout), "no_mutation_from_refused")
+    assert bad["status"] == "invalid"
+    assert index in bad["ops"]
+
+
+def test_check_without_store_facts_is_a_usage_error(tmp_path: Path) -> None:
+    out = CliRunner().invoke(main, ["check", str(tmp_path)])
+    assert out.exit_code == EXIT_USAGE
+    assert "no store facts" in out.output
+
+
+def test_workers_need_a_real_redis() -> None:
+    out = CliRunner().invoke(main, ["simulate", "--workers", "2", "--flows", "10"])
+    assert out.exit_code == EXIT_USAGE
+    assert "--workers needs a real Redis" in out.output
+
+
+@pytest.mark.slow
+def test_two_workers_merge_into_one_verdict(tmp_path: Path) -> None:
+    url = require_real_redis()
+    run = tmp_path / "run"
+    args = ["simulate", "--redis", url, "--workers", "2", "--flows", "200", "--seed", "14"]
+    out = CliRunner().invoke(main, [*args, "--concurrency", "8", "--out", str(run), "--json"])
+    assert out.exit_code == EXIT_VALID, out.output
+    results = json.loads(out.stdout)
+    assert results["flows"]["total"] == 200
+    assert results["settings"]["workers"] == 2
+    for k in (0, 1):
+        assert (run / f"worker-{k}" / "history.jsonl").stat().st_size > 0
+    again = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert again.exit_code == EXIT_VALID, again.output
+    assert len(json.loads(again.stdout)["histories"]) == 2
+    index = _plant_told_executed(run / "worker-1" / "history.jsonl")
+    planted = CliRunner().invoke(main, ["check", str(run), "--json"])
+    assert planted.exit_code == EXIT_INVALID, planted.output
+    assert index in _verdict(json.loads(planted.stdout), "no_mutation_from_refused")["ops"]
+
+
+@pytest.mark.slow
+def test_thirty_thousand_flows_stay_exercised(tmp_path: Path) -> None:
+    url = require_real_redis()
+    run = tmp_path / "run"
+    args = ["simulate", "--redis", url, "--workers", "2", "--flows", "30000", "--seed", "15"]
+    args += ["--concurrency", str(ACCEPTANCE_CONCURRENCY), "--duration", "900"]
+    out = CliRunner().invoke(main, [*args, "--out", str(run), "--json"])
+    results = json.loads(out.stdout)
+    print("flows/s by tenth:", results["flows_per_s_by_tenth"], "seed 15")
+    assert out.exit_code == EXIT_VALID, results["invariants"]
+    assert results["flows"]["total"] == 30_000
+    assert results["flows"]["completed"] >= 0.99 * 30_000
+    for kind in RACE_KINDS:
+        assert results["kinds"][kind]["completed"] >= 3, kind
+
+
+def test_split_by_tenant_routes_answers_to_their_invokes(tmp_path: Path) -> None:
+    def line(i: int, process: int, type_: str, tenant: str | None = None) -> str:
+        value = {"tenant": tenant} if tenant else {"noteId": f"n{i}"}
+        op = {"index": i, "time_ms": i, "process": process, "type": type_, "f": "create"}
+        return json.dumps(op | {"flow": process, "kind": "plain", "value": value})
+
+    history = tmp_path / "history.jsonl"
+    rows = [line(0, 1, "invoke", "load0"), line(1, 2, "invoke", "load1"), line(2, 2, "ok")]
+    rows += [line(3, 1, "ok"), line(4, 9, "ok")]
+    history.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    parts = split_by_tenant([history], tmp_path)
+    got = {
+        t: [json.loads(x)["index"] for x in p.read_text().splitlines()] for t, p in parts.items()
+    }
+    assert got == {"load0": [0, 3], "load1": [1, 2], UNROUTED: [4]}
+
+
+def test_merged_verdicts_keep_the_worst_and_sum_valid_counts() -> None:
+    a = CheckResult((Verdict("x", "valid", "All 3 deletes hit distinct notes."),), {"ops": 3})
+    b = CheckResult((Verdict("x", "valid", "All 4 deletes hit distinct notes."),), {"ops": 4})
+    c = CheckResult((Verdict("x", "invalid", "1 violation, first: twice.", (7,)),), {"ops": 1})
+    ok = merge_results([a, b])
+    assert ok.verdicts[0].summary == "All 7 deletes hit distinct notes."
+    assert ok.counts == {"ops": 7}
+    bad = merge_results([a, c, b])
+    assert bad.status == "invalid"
+    assert bad.verdicts[0].ops == (7,)
+    assert "In 1 of 3 partitions" in bad.verdicts[0].summary
+
+
+def test_tally_timeline_counts_completed_flows_per_slice() -> None:
+    tally = Tally()
+    for end in (0.1, 0.5, 1.2, 3.9):
+        tally.add_flow("plain", "completed", end)
+    tally.add_flow("plain", "ask_unknown", 2.0)
+    assert [b.flows for b in tally_timeline(tally, 1.0)] == [2, 1, 0, 1]
+    assert [b.flows for b in tally_timeline(tally, 2.0)] == [3, 1]
+
+
+def test_tenth_rates_leave_out_the_drain() -> None:
+    tally = Tally(elapsed_s=25.0, loaded_s=20.0)
+    for second in range(20):
+        for _ in range(10):
+            tally.add_flow("plain", "completed", second + 0.5)
+    tally.add_flow("plain", "completed", 23.0)  # the drain after the last start
+    assert tally.tenth_rates() == {"first_tenth": 10.0, "last_tenth": 10.0}
+
+
+def test_the_report_page_shows_each_kind_and_each_fault_window() -> None:
+    results = {
+        "verdict": "unknown",
+        "invariants": [],
+        "kinds": {"plain": {"started": 3, "completed": 2, "outcomes": {"ask_unknown": 1}}},
+        "faults": [
+            {"kind": "redis", "action": "kill", "start_s": 1.0, "end_s": 2.0, "availability": 0.75},
+            {
+                "kind": "nodes",
+                "action": "restart",
+                "start_s": 3.0,
+                "end_s": 4.0,
+                "availability": None,
+            },
+        ],
+    }
+    page = render_html(results, b"png")
+    assert '<th>plain</th><td class="n">3 / 2 (ask_unknown 1)</td>' in page
+    assert 'redis kill 1.0–2.0 s</th><td class="n">75%</td>' in page
+    assert 'nodes restart 3.0–4.0 s</th><td class="n">-</td>' in page
