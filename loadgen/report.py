@@ -90,9 +90,12 @@ def verdict_table(results: dict[str, Any]) -> Table:
 
 
 def print_check(results: dict[str, Any], console: Console) -> None:
-    """``notes-cluster check``: the verdict, the kinds exercised and the flows."""
+    """``notes-cluster check``: the verdict, the kinds exercised, the answers against the model
+    and the flows."""
     console.print(verdict_table(results))
     console.print(kinds_table(results["kinds"]))
+    if results.get("model"):
+        console.print(model_table(results["model"]))
     flows = results["flows"]
     console.print(f"flows completed {flows['completed']} of {flows['total']}")
 
