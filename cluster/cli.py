@@ -33,7 +33,7 @@ EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
-    "bench": ("mcp", "mcp_types", "uvicorn"),
+    "bench": ("mcp", "mcp_types"),
 }
 """Optional dependency groups (pyproject.toml) -> the modules they provide."""
 
@@ -616,6 +616,77 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     err = Console(stderr=True)
     run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
     click.echo((out_dir / "bench.md").read_text(encoding="utf-8"))
+
+
+@main.command(
+    help="Serve one node from a configuration file, in production: uvicorn (httptools, uvloop) "
+    "with WORKERS processes on one port, each its own node over the same Redis. SIGTERM drains "
+    "(stop accepting, finish in-flight requests within [timeouts] drain, end legacy streams, "
+    "close Redis). The same app for any ASGI server: cluster.asgi:create_app (a factory)."
+)
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="TOML configuration (principals, token hashes, workspaces, state keys, [timeouts]).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8700, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--redis",
+    "redis_url",
+    default="redis://127.0.0.1:6379/0",
+    show_default=True,
+    help="redis:// URL of the store (a Redis Cluster node is detected).",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(("DEBUG", "INFO", "WARNING", "ERROR"), case_sensitive=False),
+)
+@click.option("--log-json", is_flag=True, help="Log JSON lines.")
+def node(
+    config_path: Path,
+    host: str,
+    port: int,
+    workers: int,
+    redis_url: str,
+    log_level: str,
+    log_json: bool,
+) -> None:
+    """``notes-cluster node``."""
+    import os
+
+    from cluster import asgi
+    from cluster.config import ConfigError, load_settings
+    from cluster.node_server import run_server, server_config
+    from nodes.logging_setup import configure_logging
+
+    configure_logging(log_level.upper(), json_lines=log_json)
+
+    try:
+        settings = load_settings(config_path)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    # The factory runs in each worker and reads these (a worker is a fresh interpreter).
+    os.environ[asgi.CONFIG_ENV] = str(config_path.resolve())
+    os.environ[asgi.REDIS_ENV] = redis_url
+    os.environ.setdefault(asgi.PUBLIC_URL_ENV, f"http://{host}:{port}")
+    os.environ[asgi.SERVER_TIMES_BODIES_ENV] = "1"
+    os.environ[asgi.LOG_LEVEL_ENV] = log_level.upper()
+    os.environ[asgi.LOG_JSON_ENV] = "1" if log_json else "0"
+    config = server_config(
+        "cluster.asgi:create_app",
+        host=host,
+        port=port,
+        timeouts=settings.timeouts,
+        workers=workers,
+        factory=True,
+    )
+    run_server(config)
 
 
 @main.command(help="Serve N nodes over Streamable HTTP on consecutive loopback ports.\n" + EXAMPLES)

@@ -9,7 +9,7 @@ from files. The format, with an example of every key, is the README's "Configura
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,6 +33,13 @@ from nodes.config import (
     LegacyCaps,
     NodeConfig,
 )
+from nodes.http import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_HEADERS_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    ServerTimeouts,
+)
 from nodes.scope import Scope, ScopeError, normalize_uri
 from nodes.sealing import KeyRing
 from store.notes import REPLAY_GRACE_MS
@@ -46,6 +53,14 @@ class _Principal(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     token_sha256: list[str] = Field(min_length=1)
     grants: list[str] = Field(min_length=1)
+
+
+class _Timeouts(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    headers: float = Field(default=DEFAULT_HEADERS_TIMEOUT_S, gt=0, le=3600)
+    body: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600)
+    idle: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0, le=3600)
+    drain: float = Field(default=DEFAULT_DRAIN_TIMEOUT_S, gt=0, le=3600)
 
 
 class _Legacy(BaseModel):
@@ -81,6 +96,7 @@ class _File(BaseModel):
     list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
     wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
     legacy: _Legacy = Field(default_factory=_Legacy)
+    timeouts: _Timeouts = Field(default_factory=_Timeouts)
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,8 @@ class ClusterSettings:
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
     "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
     1 where every master has a replica, else 0 (``cluster.durability``)."""
+    timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
+    """Header, body, idle and drain bounds of the serving path (``[timeouts]``)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -141,12 +159,14 @@ def load_settings(path: Path) -> ClusterSettings:
         list_page_size=parsed.list_page_size,
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
+    t = parsed.timeouts
     return ClusterSettings(
         node,
         tokens,
         frozenset(parsed.allowed_origins),
         int(parsed.replay_grace_seconds * 1000),
         parsed.wait_replicas,
+        timeouts=ServerTimeouts(t.headers, t.body, t.idle, t.drain),
     )
 
 

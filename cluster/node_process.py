@@ -1,5 +1,6 @@
 """One HTTP node as an OS process (``python -m cluster.node_process``), started by ``serve
---processes``. Prints its URL on one line when ready, then serves until killed.
+--processes`` and the bench. Serves on uvicorn (``cluster.node_server``); prints its URL on one
+line when ready, then serves until SIGTERM (a graceful drain) or SIGINT.
 
 Layer: cluster.
 """
@@ -7,25 +8,31 @@ Layer: cluster.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-import trio
-
+from cluster.asgi import NodeApp, NodeOptions
 from cluster.durability import parse_wait_replicas
+from cluster.node_server import bind_socket, run_server, server_config
 from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions
-from cluster.serve import serve_http_node, settings_for
+from cluster.serve import settings_for
+from nodes.http import ServerTimeouts
 from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
+from store.notes import DEFAULT_PREFIX
+
+TIMEOUTS = ("headers", "body", "idle", "drain")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse the parent's arguments and serve."""
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cluster.node_process")
     p.add_argument("--redis", required=True)
     p.add_argument("--embedded", action="store_true")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--node-id", default="node-0")
+    p.add_argument("--prefix", default=DEFAULT_PREFIX)
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--state-ttl", type=float, default=None)
     p.add_argument("--wait-replicas", type=parse_wait_replicas, default=None)
@@ -33,33 +40,51 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
     p.add_argument("--log-json", action="store_true")
-    a = p.parse_args(argv)
+    for name in TIMEOUTS:
+        p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
+    return p
+
+
+def _timeouts(a: argparse.Namespace, base: ServerTimeouts) -> ServerTimeouts:
+    """``base`` with the timeouts given on the command line."""
+    given = {
+        f"{name}_s": getattr(a, f"{name}_timeout")
+        for name in TIMEOUTS
+        if getattr(a, f"{name}_timeout") is not None
+    }
+    return replace(base, **given)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the parent's arguments and serve."""
+    a = _parser().parse_args(argv)
     configure_logging(a.log_level, json_lines=a.log_json)
     settings = settings_for(a.config, a.config is None, a.state_ttl)
     if a.wait_replicas is not None:
         settings = replace(settings, wait_replicas=a.wait_replicas)
-    ops = OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port)
+    settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))
+    # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
+    sock = bind_socket(a.host, a.port)
+    host, port = sock.getsockname()[:2]
+    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    options = NodeOptions(
+        redis_url=a.redis,
+        node_id=a.node_id,
+        embedded=a.embedded,
+        prefix=a.prefix,
+        public_url=base,
+        ops=OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port),
+        server_times_bodies=True,
+    )
+    app = NodeApp(settings, options)
+    config = server_config(app, host=a.host, port=port, timeouts=settings.timeouts)
 
-    async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            url = await nursery.start(
-                lambda task_status: serve_http_node(
-                    settings,
-                    a.redis,
-                    embedded=a.embedded,
-                    host=a.host,
-                    port=a.port,
-                    node_id=a.node_id,
-                    ops=ops,
-                    task_status=task_status,
-                )
-            )
-            print(url, flush=True)
+    def ready() -> None:
+        print(f"{base}/mcp", flush=True)
 
-    try:
-        trio.run(run)
-    except* KeyboardInterrupt:  # trio wraps it in a group when it lands inside a nursery
-        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        run_server(config, ready, sockets=[sock])
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import anyio
+import anyio.abc
 import trio
 
 from cluster.config import ClusterSettings, demo_settings, load_settings
@@ -33,6 +36,8 @@ from store.client import open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
+STOP_GRACE_S = 2.0
+"""Beyond a node's drain timeout, how long its parent waits after SIGTERM before SIGKILL."""
 STATE_KEY_ENV = "NOTES_CLUSTER_STATE_KEY"
 """Environment variable through which a parent hands a demo key ring to its node processes."""
 
@@ -48,7 +53,7 @@ async def serve_http_node(
     prefix: str = DEFAULT_PREFIX,
     legacy_limits: LegacyLimits | None = None,
     ops: OpsOptions | None = None,
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
     serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store, and
@@ -76,6 +81,8 @@ async def serve_http_node(
                     port=port,
                     allowed_origins=settings.allowed_origins,
                     legacy=legacy,
+                    body_timeout_s=settings.timeouts.body_s,
+                    idle_timeout_s=settings.timeouts.idle_s,
                     task_status=task_status,
                     wrap=operations.wrap,
                 )
@@ -121,10 +128,6 @@ async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_
         await seed_demo(NoteStore(client, prefix=prefix))
 
 
-def _child_command(args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "cluster.node_process", *args]
-
-
 async def serve_cluster(
     settings: ClusterSettings,
     *,
@@ -147,15 +150,18 @@ async def serve_cluster(
             await seed_demo_notes(url, embedded)
         async with trio.open_nursery() as nursery:
             if processes:
-                urls: list[str] = []
-                for i in range(nodes):
-                    port = base_port + i if base_port else 0
-                    child = [*log_args, *_ops_args(ops.for_node(i))]
-                    urls.append(
-                        await nursery.start(
-                            _run_process, settings, url, embedded, host, port, i, config_path, child
-                        )
-                    )
+                urls = await start_process_nodes(
+                    nursery,
+                    settings,
+                    url,
+                    count=nodes,
+                    embedded=embedded,
+                    host=host,
+                    base_port=base_port,
+                    config_path=config_path,
+                    ops=ops,
+                    log_args=log_args,
+                )
             else:
                 urls = await start_http_nodes(
                     nursery,
@@ -171,42 +177,84 @@ async def serve_cluster(
                 on_ready(urls)
 
 
-async def _run_process(
+@dataclass(frozen=True)
+class ProcessNode:
+    """How to start one node process (``cluster.node_process``)."""
+
+    settings: ClusterSettings
+    redis_url: str
+    embedded: bool
+    host: str
+    port: int
+    node_id: str
+    prefix: str
+    config_path: Path | None
+    extra_args: Sequence[str] = ()
+    """Passed on as they are: the parent's logging and this node's metrics options."""
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The child's command line and environment."""
+        args = ["--redis", self.redis_url, "--host", self.host, "--port", str(self.port)]
+        args += ["--node-id", self.node_id, "--prefix", self.prefix]
+        args += ["--state-ttl", str(self.settings.node.state_ttl_ms / 1000)]
+        args += ["--wait-replicas", str(self.settings.wait_replicas)]
+        t = self.settings.timeouts
+        args += ["--headers-timeout", str(t.headers_s), "--body-timeout", str(t.body_s)]
+        args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
+        args += self.extra_args
+        env = dict(os.environ)
+        if self.embedded:
+            args.append("--embedded")
+        if self.config_path is not None:
+            args += ["--config", str(self.config_path)]
+        else:
+            ring = self.settings.node.key_ring
+            env[STATE_KEY_ENV] = base64.b64encode(ring.keys[ring.active]).decode("ascii")
+        return [sys.executable, "-m", "cluster.node_process", *args], env
+
+
+async def start_process_nodes(
+    nursery: trio.Nursery,
     settings: ClusterSettings,
-    url: str,
+    redis_url: str,
+    *,
+    count: int,
     embedded: bool,
-    host: str,
-    port: int,
-    index: int,
-    config_path: Path | None,
-    extra_args: Sequence[str],
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    host: str = "127.0.0.1",
+    base_port: int = 0,
+    prefix: str = DEFAULT_PREFIX,
+    name: str = "node",
+    config_path: Path | None = None,
+    ops: OpsOptions | None = None,
+    log_args: Sequence[str] = (),
+) -> list[str]:
+    """Start ``count`` node processes in ``nursery``, all at once (node i on ``base_port + i``,
+    or on free ports when ``base_port`` is 0); return their endpoint URLs once all are ready.
+    Cancelling the nursery stops each with SIGTERM (a drain), then SIGKILL past its bound.
+    Each child gets ``log_args`` and its own metrics options from ``ops``."""
+    ops = ops or OpsOptions()
+    urls: list[str] = [""] * count
+
+    async def start(i: int) -> None:
+        port = base_port + i if base_port else 0
+        extra = [*log_args, *_ops_args(ops.for_node(i))]
+        node = ProcessNode(
+            settings, redis_url, embedded, host, port, f"{name}-{i}", prefix, config_path, extra
+        )
+        urls[i] = await nursery.start(_run_process, node, i)
+
+    async with trio.open_nursery() as starting:
+        for i in range(count):
+            starting.start_soon(start, i)
+    return urls
+
+
+async def _run_process(
+    node: ProcessNode, index: int, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Run one node as a child process; report its URL from the line it prints when ready."""
-    args = [
-        "--redis",
-        url,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--node-id",
-        f"node-{index}",
-        "--state-ttl",
-        str(settings.node.state_ttl_ms / 1000),
-        "--wait-replicas",
-        str(settings.wait_replicas),
-        *extra_args,
-    ]
-    env = dict(os.environ)
-    if embedded:
-        args.append("--embedded")
-    if config_path is not None:
-        args += ["--config", str(config_path)]
-    else:
-        ring = settings.node.key_ring
-        env[STATE_KEY_ENV] = base64.b64encode(ring.keys[ring.active]).decode("ascii")
-    proc = await trio.lowlevel.open_process(_child_command(args), stdout=subprocess.PIPE, env=env)
+    command, env = node.command()
+    proc = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=env)
     try:
         assert proc.stdout is not None
         line = b""
@@ -218,10 +266,20 @@ async def _run_process(
         task_status.started(line.decode().strip())
         await proc.wait()
     finally:
+        await _stop_process(proc, node.settings.timeouts.drain_s + STOP_GRACE_S)
+
+
+async def _stop_process(proc: trio.Process, drain_s: float) -> None:
+    """SIGTERM (the node drains), then SIGKILL if it is still running after ``drain_s``."""
+    if proc.returncode is not None:
+        return
+    proc.terminate()
+    with trio.CancelScope(shield=True):
+        with trio.move_on_after(drain_s):
+            await proc.wait()
         if proc.returncode is None:
             proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
+            await proc.wait()
 
 
 def _ops_args(ops: OpsOptions) -> list[str]:

@@ -1,4 +1,8 @@
-"""Streamable HTTP (MCP 2026-07-28): a plain ASGI 3 app around ``Node.handle``, served by hypercorn.
+"""Streamable HTTP (MCP 2026-07-28): a plain ASGI 3 app around ``Node.handle``.
+
+Backend-neutral (anyio): the same app runs on asyncio, where node processes serve it with uvicorn
+(httptools, uvloop: ``cluster.node_server``), and on trio, where ``serve_node`` serves it with
+hypercorn's trio worker for nodes that live inside a trio process (simulations, tests).
 
 Layer: node, transport shell. It decides only what HTTP alone can decide, in this order: path
 (404), method (405, ``Allow: POST``), Origin (403), bearer token (401), Accept (406), Content-Type
@@ -30,12 +34,14 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, Protocol, cast
+from functools import lru_cache, partial
+from typing import Any, Protocol, cast, runtime_checkable
 
-import trio
+import anyio
+import anyio.abc
+import orjson
+import sniffio
 from hypercorn.config import Config
-from hypercorn.trio import serve
 from hypercorn.typing import Framework
 
 from nodes import errors, json_strict
@@ -50,6 +56,37 @@ DEFAULT_MAX_BODY_BYTES = 1_048_576
 """One JSON-RPC message per POST; our largest legitimate one (a 64 KiB note body) is far below."""
 DEFAULT_MAX_JSON_DEPTH = 64
 """Our messages nest about ten deep; the cap bounds the depth walk for hostile bodies."""
+DEFAULT_BODY_TIMEOUT_S = 10.0
+"""Longest wait for a request's whole body once its headers arrived. A 1 MiB body crosses a
+slow link in well under that; a client that promises a body and goes silent (slow loris) is
+answered 408 and its connection closed, so it cannot hold a slot and buffers for long."""
+DEFAULT_HEADERS_TIMEOUT_S = 10.0
+"""Longest wait for a request's complete header block, from the connection's first byte or the
+previous response (enforced by the server: ``cluster.node_server``)."""
+DEFAULT_IDLE_TIMEOUT_S = 5.0
+"""How long a keep-alive connection may sit idle between requests before the server closes it."""
+DEFAULT_DRAIN_TIMEOUT_S = 10.0
+"""On SIGTERM: how long in-flight requests may take to finish once the node stopped accepting;
+past it they are cancelled and their clients see the connection drop (outcome unknown)."""
+
+
+@dataclass(frozen=True)
+class ServerTimeouts:
+    """The serving path's time bounds (seconds), each a setting with a safe default."""
+
+    headers_s: float = DEFAULT_HEADERS_TIMEOUT_S
+    body_s: float = DEFAULT_BODY_TIMEOUT_S
+    idle_s: float = DEFAULT_IDLE_TIMEOUT_S
+    drain_s: float = DEFAULT_DRAIN_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("headers_s", "body_s", "idle_s", "drain_s"):
+            if not 0 < getattr(self, name) <= 3600:
+                raise ValueError(f"timeouts: {name} must be in (0, 3600] seconds")
+
+
+ACCEPT_CACHE_SIZE = 64
+"""Distinct Accept values remembered with their answer (a client could send many: bounded)."""
 REALM = "notes-cluster"
 """The ``realm`` of our ``WWW-Authenticate`` challenges."""
 
@@ -118,6 +155,9 @@ _UNSUPPORTED_MEDIA = _http_error(
     415, "Unsupported Media Type: Content-Type must be application/json"
 )
 _TOO_LARGE = _http_error(413, "Payload Too Large")
+_BODY_TIMEOUT = _http_error(
+    408, "Request Timeout: the body did not arrive in time", (b"connection", b"close")
+)
 _BATCH = _rpc_error(errors.invalid_request("Invalid Request: batches are not supported"))
 _TOO_DEEP = _rpc_error(errors.invalid_request("Invalid Request: JSON nested too deeply"))
 _INTERNAL = _rpc_error(errors.JsonRpcError(errors.INTERNAL_ERROR, "Internal error"))
@@ -146,8 +186,10 @@ def _zero_quality(params: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=ACCEPT_CACHE_SIZE)
 def accepts_json_and_sse(accept: str) -> bool:
-    """Whether an Accept value covers both ``application/json`` and ``text/event-stream``."""
+    """Whether an Accept value covers both ``application/json`` and ``text/event-stream``.
+    Cached: clients send the same few values on every request."""
     json_ok = sse_ok = False
     for item in accept.split(","):
         media, _, params = item.partition(";")
@@ -231,8 +273,21 @@ class LegacyHandler(Protocol):
         ...
 
 
-class _StreamableHTTPApp:
-    """The ASGI callable ``make_app`` returns."""
+@runtime_checkable
+class Drainable(Protocol):
+    """A legacy handler that can end its open streams when the node drains (SIGTERM)."""
+
+    async def shutdown(self) -> None:
+        """End every open stream cleanly and refuse new ones; return when they have ended."""
+        ...
+
+
+Route = Callable[[Scope, Receive], Awaitable["_Answer | LegacyRequest"]]
+"""One route's handler: the request's scope and receive, the whole answer back."""
+
+
+class StreamableHTTPApp:
+    """The ASGI callable ``make_app`` returns: routes, the HTTP checks, and the drain hook."""
 
     def __init__(
         self,
@@ -243,6 +298,7 @@ class _StreamableHTTPApp:
         max_body_bytes: int,
         max_json_depth: int,
         legacy: LegacyHandler | None = None,
+        body_timeout_s: float | None = DEFAULT_BODY_TIMEOUT_S,
     ) -> None:
         self.node = node
         self.legacy = legacy
@@ -251,7 +307,17 @@ class _StreamableHTTPApp:
         self.allowed_origins = allowed_origins
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
+        self.body_timeout_s = body_timeout_s
         self.setup = SetupPages(node.config, node.store, tokens)
+        self.routes: dict[str, Route] = {endpoint: self._mcp}
+        """Exact paths to handlers; add a route by adding an entry (before serving)."""
+
+    async def drain(self) -> None:
+        """Called when the node stops (SIGTERM), once it no longer accepts connections: ends
+        the legacy handler's open streams, so their connections close and in-flight requests
+        alone decide how long the drain takes."""
+        if isinstance(self.legacy, Drainable):
+            await self.legacy.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -293,10 +359,15 @@ class _StreamableHTTPApp:
                 await _send(send, _INTERNAL)
 
     async def _answer(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
+        route = self.routes.get(scope["path"])
+        if route is not None:
+            return await route(scope, receive)
         if SetupPages.handles(scope["path"]):
             return await self._setup_page(scope, receive)
-        if scope["path"] != self.endpoint:
-            return _NOT_FOUND
+        return _NOT_FOUND
+
+    async def _mcp(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
+        """The MCP endpoint: the HTTP checks in order, then the core (or the legacy handler)."""
         if scope["method"] != "POST":
             if self.legacy is not None and scope["method"] == "DELETE":
                 headers = _header_dict(scope["headers"])
@@ -352,13 +423,23 @@ class _StreamableHTTPApp:
         self, declared: str | None, receive: Receive, limit: int | None = None
     ) -> bytes:
         """The whole body, refused with 413 from Content-Length up front or while counting
-        (``limit``: at most the node's ``max_body_bytes``)."""
+        (``limit``: at most the node's ``max_body_bytes``), and with 408 (connection closed)
+        when it takes longer than the body timeout."""
         limit = self.max_body_bytes if limit is None else min(limit, self.max_body_bytes)
         # Bounded before int(): a thousand-digit Content-Length is simply too large.
         if declared is not None and declared.isdecimal():
             too_large = len(declared) > 18 or int(declared) > limit
             if too_large:
                 raise _Rejected(_TOO_LARGE)
+        if self.body_timeout_s is None:  # the server enforces it (cluster.node_server)
+            return await self._receive_body(receive, limit)
+        try:
+            with anyio.fail_after(self.body_timeout_s):
+                return await self._receive_body(receive, limit)
+        except TimeoutError:
+            raise _Rejected(_BODY_TIMEOUT) from None
+
+    async def _receive_body(self, receive: Receive, limit: int) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -396,7 +477,18 @@ class _StreamableHTTPApp:
 def _from_reply(reply: Reply) -> _Answer:
     if reply.body is None:
         return _Answer(reply.status, b"")
-    return _Answer(reply.status, _ENCODER.encode(reply.body).encode("ascii"))
+    return _Answer(reply.status, encode_json(reply.body))
+
+
+def encode_json(value: object) -> bytes:
+    """Compact JSON bytes: orjson (UTF-8) on the hot path; the ASCII encoder for what orjson
+    refuses (a lone surrogate echoed from a request, an integer beyond 64 bits), so a reply is
+    always valid UTF-8 and never an error. Non-finite floats never reach a reply: the decoder
+    refuses them in requests and the core makes none."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return _ENCODER.encode(value).encode("ascii")
 
 
 def make_app(
@@ -408,15 +500,26 @@ def make_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     legacy: LegacyHandler | None = None,
-) -> ASGIApp:
+    body_timeout_s: float | None = DEFAULT_BODY_TIMEOUT_S,
+) -> StreamableHTTPApp:
     """The ASGI 3 app serving ``node`` at ``POST endpoint`` for the principals in ``tokens``
-    (and legacy clients through ``legacy``, when given)."""
+    (and legacy clients through ``legacy``, when given). ``body_timeout_s`` bounds each body
+    read with a deadline of the app's own; None when the server enforces it."""
     if not endpoint.startswith("/"):
         raise ValueError("endpoint must be a path starting with '/'")
     if max_body_bytes < 1 or max_json_depth < 1:
         raise ValueError("max_body_bytes and max_json_depth must be positive")
-    return _StreamableHTTPApp(
-        node, tokens, endpoint, frozenset(allowed_origins), max_body_bytes, max_json_depth, legacy
+    if body_timeout_s is not None and body_timeout_s <= 0:
+        raise ValueError("body_timeout_s must be positive")
+    return StreamableHTTPApp(
+        node,
+        tokens,
+        endpoint,
+        frozenset(allowed_origins),
+        max_body_bytes,
+        max_json_depth,
+        legacy,
+        body_timeout_s,
     )
 
 
@@ -431,30 +534,36 @@ async def serve_node(
     host: str = "127.0.0.1",
     port: int = 0,
     endpoint: str = DEFAULT_ENDPOINT,
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     wrap: Callable[[ASGIApp], ASGIApp] | None = None,
     **app_kwargs: Any,
 ) -> None:
-    """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled.
+    """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled: for
+    nodes that live inside a trio process (simulations, tests). Node processes run the same app
+    on uvicorn instead (``cluster.node_server``).
 
     Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
     ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``; ``wrap`` (e.g. health
     endpoints and metrics, ``cluster.operations``) wraps the app in middleware.
     """
-    app = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
+    if sniffio.current_async_library() != "trio":
+        raise RuntimeError("serve_node runs hypercorn's trio worker: serve from a trio process")
+    from hypercorn.trio import serve
+
+    app: ASGIApp = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
     if wrap is not None:
         app = wrap(app)
     config = Config()
     config.bind = [_bind(host, port)]
     config.accesslog = None
+    config.keep_alive_timeout = idle_timeout_s
     # A Logger instance, not "-": hypercorn then leaves handlers to the application's logging.
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as tg:
         # hypercorn binds, then reports ["http://host:port"] read back from getsockname().
-        binds: list[str] = await nursery.start(
-            partial(serve, cast(Framework, app), config, mode="asgi")
-        )
+        binds: list[str] = await tg.start(partial(serve, cast(Framework, app), config, mode="asgi"))
         base = binds[0]
         if node.config.public_url is None:
             # Links to this node's setup pages (notes_setup) name the address actually bound.

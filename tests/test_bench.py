@@ -15,14 +15,15 @@ from typing import Any
 
 import pytest
 
-from cluster.experiments.bench import PEER_ROUNDS, BenchOptions, command_line, plan_for, run_bench
+from cluster.experiments.bench import BenchOptions, command_line, plan_for, run_bench
+from cluster.experiments.bench_http import PEER_ROUNDS, SIDES
 from cluster.experiments.bench_procs import cpu_seconds
 from cluster.experiments.bench_report import render_markdown
 from tests.conftest import require_real_redis
 
 BENCH_REDIS_URL = os.environ.get("NOTES_CLUSTER_BENCH_TEST_REDIS", "redis://127.0.0.1:6379/13")
 POINT_KEYS = {"flows", "failed", "elapsed_s", "flows_per_s", "p50_ms", "p99_ms", "max_ms"}
-CPU_KEYS = {"bench_process", "servers", "redis"}
+CPU_KEYS = {"bench_process", "client", "servers", "redis"}
 
 
 def tiny(out_dir: Path, **changes: Any) -> BenchOptions:
@@ -72,12 +73,15 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
 
     peer = result["scenarios"]["peer"]
     assert len(peer["rounds"]) == PEER_ROUNDS
-    for point in [peer["ours"], peer["peer"], *(p for r in peer["rounds"] for p in r.values())]:
+    assert all(set(r) == set(SIDES) for r in peer["rounds"])
+    for point in [*(peer[s] for s in SIDES), *(p for r in peer["rounds"] for p in r.values())]:
         check_point(point)
+        assert point["cpu_ms_per_flow"]["servers"] > 0
+        assert point["cpu_ms_per_flow"]["client"] > 0
     assert peer["ours"]["flows"] == sum(r["ours"]["flows"] for r in peer["rounds"])
-    assert peer["throughput_ratio"] > 0
-    assert peer["cpu_ratio"] > 0
-    assert peer["peer"]["cpu_ms_per_flow"]["servers"] > 0
+    for ratio in ("throughput_ratio_vs_peer_memory", "cpu_ratio_vs_peer_memory"):
+        assert peer[ratio] > 0
+    assert peer["http_server_share_of_node"] > 0
 
     sizes = result["scenarios"]["sizes"]
     assert [p["stored_notes"] for p in sizes["points"]] == [100, 300]
@@ -87,9 +91,10 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
         assert point["keys"] > point["stored_notes"]
 
     assert set(result["targets"]) == {
-        "ceiling_fraction_at_least_0.25",
+        "ceiling_fraction_at_least_0.35",
         "peer_throughput_at_least_2",
-        "peer_cpu_at_most_0.5",
+        "peer_cpu_at_most_one_third",
+        "http_server_at_most_0.2_of_node",
     }
     assert all(isinstance(v, bool) for v in result["targets"].values())
 
@@ -97,7 +102,7 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     assert f"Command: `{result['command']}`" in md
     for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## Targets"):
         assert heading in md
-    assert "ours flows/s ÷ peer flows/s" in md
+    assert "ours flows/s ÷ peer in memory" in md
     assert "| HTTP (node processes) | redis | 1 | 2 |" in md
     assert any("wrote" in line for line in lines)
 

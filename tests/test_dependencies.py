@@ -22,11 +22,13 @@ from tests.test_import_direction import ROOT, imported_modules
 OURS = {"cluster", "loadgen", "nodes", "store", "tests"}
 
 SERVE_FILES = (
+    "cluster/asgi.py",
     "cluster/config.py",
     "cluster/demo.py",
     "cluster/durability.py",
     "cluster/load_fixture.py",
     "cluster/node_process.py",
+    "cluster/node_server.py",
     "cluster/operations.py",
     "cluster/serve.py",
     "cluster/stores.py",

@@ -2,10 +2,12 @@
 
 Layer: tests. The SDK is the client no one here wrote. Three HTTP nodes serve one store (embedded
 and real Redis, via the ``redis_url`` fixture), each with its own ``NoteStore`` under the test's
-key prefix and all with one key ring (one ``demo_settings()``). The SDK's ``Client`` speaks
-2026-07-28 (``mode="auto"``: it probes ``server/discover`` and adopts the result) through an
-``httpx2.AsyncClient`` whose transport sends each HTTP request to the next node in turn, so
-round 1 and round 2 of ``notes_delete`` land on different nodes.
+key prefix and all with one key ring (one ``demo_settings()``); the nodes run as trio tasks of
+the test process, then (on the real Redis) as node processes on uvicorn, the production serving
+path. The SDK's ``Client`` speaks 2026-07-28 (``mode="auto"``: it probes ``server/discover``
+and adopts the result) through an ``httpx2.AsyncClient`` whose transport sends each HTTP
+request to the next node in turn, so round 1 and round 2 of ``notes_delete`` land on different
+nodes.
 
 What the SDK does with MRTR at 2026-07-28 (read from ``mcp/client/client.py`` and
 ``mcp/client/_input_required.py``): ``Client.call_tool`` sends ``tools/call``; on an
@@ -41,7 +43,7 @@ from mcp.shared.exceptions import MCPError
 
 from cluster.config import demo_settings
 from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
-from cluster.serve import seed_demo_notes, start_http_nodes
+from cluster.serve import seed_demo_notes, start_http_nodes, start_process_nodes
 from nodes.protocol import PROTOCOL_VERSION
 from nodes.tools import DEFAULT_TOOLS
 from store.notes import NoteStore
@@ -123,15 +125,23 @@ async def open_sdk_client(
             yield client, rotation
 
 
-@pytest.fixture
+@pytest.fixture(params=["in-process", "processes"])
 async def node_urls(
-    redis_url: str, embedded_url: str, key_prefix: str, nursery: trio.Nursery
+    request: pytest.FixtureRequest,
+    redis_url: str,
+    embedded_url: str,
+    key_prefix: str,
+    nursery: trio.Nursery,
 ) -> list[str]:
-    """Three HTTP nodes over the store under test, seeded with the demo notes."""
+    """Three HTTP nodes over the store under test, seeded with the demo notes: trio tasks of
+    this process (hypercorn's trio worker), then node processes (uvicorn, the production path)."""
     settings = demo_settings()
     embedded = redis_url == embedded_url
+    if embedded and request.param == "processes":
+        pytest.skip("node processes run on the real Redis (in-process covers the embedded store)")
     await seed_demo_notes(redis_url, embedded, prefix=key_prefix)
-    return await start_http_nodes(
+    start = start_process_nodes if request.param == "processes" else start_http_nodes
+    return await start(
         nursery, settings, redis_url, count=NODES, embedded=embedded, prefix=key_prefix
     )
 

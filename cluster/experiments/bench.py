@@ -29,28 +29,26 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import coredis
-import httpx
 import trio
 from hdrh.histogram import HdrHistogram
 
-from cluster.config import ClusterSettings
 from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
-from cluster.experiments.bench_flows import FLOW_TIMEOUT_S, FlowFn, PointStats, Target, run_flows
+from cluster.experiments.bench_flows import FlowFn, PointStats, Target, run_flows
 from cluster.experiments.bench_flows import transport_flow as mcp_flow
-from cluster.experiments.bench_procs import (
-    ServerProcs,
-    open_http_cluster,
-    open_server_process,
-    redis_server_pid,
-    total_cpu,
+from cluster.experiments.bench_http import (
+    PEER_CONCURRENCY,
+    http_points,
+    peer_comparison,
+    peer_summary,
 )
+from cluster.experiments.bench_procs import Cpu, redis_server_pid
 from cluster.experiments.bench_report import render_markdown
 from cluster.experiments.bench_store import (
     dbsize,
@@ -63,7 +61,6 @@ from cluster.experiments.bench_store import (
 from cluster.load_fixture import load_tokens, with_load_scope
 from cluster.local import InProcessTransport, open_local_cluster
 from cluster.serve import settings_for
-from loadgen.transport import HttpTransport
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
@@ -78,14 +75,6 @@ FULL_SECONDS = 8.0
 QUICK_SIZES = (1_000, 100_000)
 FULL_SIZES = (1_000, 100_000, 1_000_000)
 CONCURRENCIES = (8, 32)
-PEER_CONCURRENCY = 8
-PEER_ROUNDS = 4
-"""Ours and the peer alternate (ours first, then the peer first, ...) in this many rounds of
-short slots, so a burst of background load on the shared machine hits both alike."""
-MIN_SLOT_S = 0.3
-SERVER_WARMUP_FLOWS = 200
-"""Unmeasured flows each server of the peer comparison gets before its first slot."""
-SIDE_NAMES = {"ours": "ours, HTTP 1 node", "peer": "SDK peer, uvicorn"}
 SIZE_NODES = 2
 """Cluster size of the stored-notes scenario (in-process, real Redis)."""
 
@@ -100,9 +89,10 @@ WARMUP_MAX_S = 10.0
 LOCK_WAIT_S = 900.0
 """How long a bench waits for another one on the same database (a full run takes ~15 min)."""
 
-TARGET_CEILING_FRACTION = 0.25
+TARGET_CEILING_FRACTION = 0.35
 TARGET_PEER_THROUGHPUT = 2.0
-TARGET_PEER_CPU = 0.5
+TARGET_PEER_CPU = 1 / 3
+TARGET_HTTP_SERVER_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -177,33 +167,6 @@ def _tokens() -> dict[str, str]:
 
 
 @dataclass
-class Cpu:
-    """CPU seconds of this process, of server processes and of redis-server, at one instant."""
-
-    process: float
-    servers: float
-    redis: float
-
-    @classmethod
-    def now(cls, servers: Sequence[int], redis_pid: int | None) -> Cpu:
-        """Read the clocks."""
-        return cls(
-            time.process_time(),
-            total_cpu(servers),
-            total_cpu([redis_pid]) if redis_pid else 0.0,
-        )
-
-    def per_flow_ms(self, before: Cpu, flows: int) -> dict[str, float]:
-        """Milliseconds of CPU per completed flow since ``before``."""
-        n = max(1, flows)
-        return {
-            "bench_process": round((self.process - before.process) * 1000 / n, 3),
-            "servers": round((self.servers - before.servers) * 1000 / n, 3),
-            "redis": round((self.redis - before.redis) * 1000 / n, 3),
-        }
-
-
-@dataclass
 class Bench:
     """One run's shared state: the real Redis, its pid, the plan, the log."""
 
@@ -229,6 +192,11 @@ class Bench:
         self.tag += 1
         count = self.warmup(concurrency) + self.plan.cap(rate)
         return await seed_targets(client, DEFAULT_PREFIX, count, f"p{self.tag}")
+
+    @property
+    def tokens(self) -> dict[str, str]:
+        """Each load principal's bearer token."""
+        return _tokens()
 
     @staticmethod
     def warmup(concurrency: int) -> int:
@@ -307,61 +275,6 @@ async def _inprocess(bench: Bench, embedded: bool) -> list[dict[str, Any]]:
     return out
 
 
-async def _http_clients(
-    stack: AsyncExitStack, procs: ServerProcs, concurrency: int
-) -> list[FlowFn]:
-    """One flow function per worker, each over an httpx client of its own keeping one
-    connection alive per node, as independent MCP clients would. (One pool shared by all
-    workers costs httpx several times more CPU per request at concurrency 32.)"""
-    nodes = len(procs.urls)
-    limits = httpx.Limits(max_connections=nodes, max_keepalive_connections=nodes)
-    flows = []
-    for _ in range(concurrency):
-        http = httpx.AsyncClient(limits=limits, timeout=FLOW_TIMEOUT_S)
-        await stack.enter_async_context(http)
-        flows.append(mcp_flow(HttpTransport(procs.urls, _tokens(), http)))
-    return flows
-
-
-async def _http_point(
-    bench: Bench, procs: ServerProcs, concurrency: int, label: str, **measure: Any
-) -> dict[str, Any]:
-    """One HTTP point, with its servers' CPU."""
-    targets = await bench.targets(bench.client, concurrency)
-    nodes = len(procs.urls)
-    async with AsyncExitStack() as stack:
-        flows = await _http_clients(stack, procs, concurrency)
-        point: dict[str, Any] = {"label": label, "nodes": nodes, "concurrency": concurrency}
-        point |= await bench.measure(flows, nodes, targets, concurrency, procs.pids, **measure)
-    return bench.record(point)
-
-
-async def _warm_up(bench: Bench, procs: ServerProcs, concurrency: int) -> None:
-    """Unmeasured flows, so first-call costs (lazy imports, schema builds) stay out."""
-    targets = await bench.targets(bench.client, concurrency)
-    async with AsyncExitStack() as stack:
-        flows = await _http_clients(stack, procs, concurrency)
-        await run_flows(
-            flows,
-            len(procs.urls),
-            iter(targets),
-            concurrency=concurrency,
-            duration_s=WARMUP_MAX_S,
-            max_flows=SERVER_WARMUP_FLOWS,
-        )
-
-
-async def _http(bench: Bench, settings: ClusterSettings) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for n in bench.plan.nodes:
-        async with open_http_cluster(settings, n, bench.url) as procs:
-            for c in bench.plan.concurrencies:
-                label = f"HTTP redis {n} node process(es) c{c}"
-                point = await _http_point(bench, procs, c, label)
-                out.append({"transport": "http", "store": "redis"} | point)
-    return out
-
-
 async def _ceiling(bench: Bench) -> list[dict[str, Any]]:
     store = NoteStore(bench.client, prefix=DEFAULT_PREFIX)
     out: list[dict[str, Any]] = []
@@ -382,55 +295,6 @@ async def _redis_benchmark(bench: Bench) -> dict[str, Any] | None:
     targets = await bench.targets(bench.client, 1)
     n = max(1_000, int(bench.plan.seconds * 20_000))
     return await redis_benchmark_evalsha(bench.client, bench.url, targets[0], DEFAULT_PREFIX, c, n)
-
-
-async def _peer(bench: Bench, settings: ClusterSettings) -> dict[str, Any]:
-    """Ours (1 node) and the SDK peer at the peer's concurrency, alternating in short slots."""
-    c = PEER_CONCURRENCY
-    slot = max(MIN_SLOT_S, bench.plan.seconds / 2)
-    peer_args = ["cluster.experiments.peer_sdk", "--redis", bench.url, "--prefix", DEFAULT_PREFIX]
-    histograms = {side: PointStats().histogram for side in ("ours", "peer")}
-    rounds: list[dict[str, Any]] = []
-    async with (
-        open_http_cluster(settings, 1, bench.url) as ours,
-        open_server_process(peer_args) as peer,
-    ):
-        servers = {"ours": ours, "peer": peer}
-        for procs in servers.values():
-            await _warm_up(bench, procs, c)
-        for r in range(PEER_ROUNDS):
-            row: dict[str, Any] = {}
-            for side in ("ours", "peer") if r % 2 == 0 else ("peer", "ours"):
-                label = f"round {r + 1}: {SIDE_NAMES[side]} c{c}"
-                row[side] = await _http_point(
-                    bench, servers[side], c, label, seconds=slot, histogram=histograms[side]
-                )
-            rounds.append(row)
-    return {
-        "rounds": rounds,
-        "slot_s": slot,
-        "ours": _aggregate([r["ours"] for r in rounds], histograms["ours"]),
-        "peer": _aggregate([r["peer"] for r in rounds], histograms["peer"]),
-    }
-
-
-def _aggregate(points: list[dict[str, Any]], histogram: HdrHistogram) -> dict[str, Any]:
-    """Several points of one server as one: rates over the summed time, CPU per summed flows,
-    latency percentiles from the merged histogram."""
-    stats = PointStats(
-        completed=sum(int(p["flows"]) for p in points),
-        failed=sum(int(p["failed"]) for p in points),
-        elapsed_s=sum(float(p["elapsed_s"]) for p in points),
-        first_error=next((p["first_error"] for p in points if p["first_error"]), None),
-        histogram=histogram,
-    )
-    out = stats.summary()
-    flows = max(1, stats.completed)
-    out["cpu_ms_per_flow"] = {
-        key: round(sum(p["cpu_ms_per_flow"][key] * p["flows"] for p in points) / flows, 3)
-        for key in points[0]["cpu_ms_per_flow"]
-    }
-    return out
 
 
 async def _sizes(bench: Bench) -> list[dict[str, Any]]:
@@ -486,29 +350,6 @@ def _ceiling_fractions(
     return out
 
 
-def _peer_summary(block: dict[str, Any]) -> dict[str, Any]:
-    ours, peer = block["ours"], block["peer"]
-    oc, pc = ours["cpu_ms_per_flow"], peer["cpu_ms_per_flow"]
-    ours_total, peer_total = oc["servers"] + oc["redis"], pc["servers"] + pc["redis"]
-    return {
-        **block,
-        "peer_store": "same Redis, same read_notes and confirm scripts (through NoteStore)",
-        "peer_server": "mcp 2.3.0 MCPServer, streamable_http_app(json_response=True, "
-        "stateless_http=True), uvicorn 1 worker, access log off",
-        "ours_server": "1 node process (hypercorn, trio worker), the same real Redis",
-        "throughput_ratio": _ratio(ours["flows_per_s"], peer["flows_per_s"]),
-        "cpu_ms_per_flow": {
-            "ours_nodes": oc["servers"],
-            "ours_nodes_plus_redis": round(ours_total, 3),
-            "peer_process": pc["servers"],
-            "peer_process_plus_redis": round(peer_total, 3),
-        },
-        "cpu_ratio": _ratio(ours_total, peer_total),
-        "cpu_ratio_server_processes_only": _ratio(oc["servers"], pc["servers"]),
-        "cpu_ratio_vs_peer_process_only": _ratio(ours_total, pc["servers"]),
-    }
-
-
 async def _run(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
     settings = settings_for(None, True, None)
     async with redis_client(options.redis_url) as client:
@@ -525,13 +366,13 @@ async def _run(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
             ceiling = await _ceiling(bench)
             evalsha = await _redis_benchmark(bench)
             log("1. delete flows: HTTP node processes, real Redis")
-            flows += await _http(bench, settings)
+            flows += await http_points(bench, settings)
             peer = None
             if plan.peer and importlib.util.find_spec("mcp") is None:
                 log("3. the SDK peer: skipped, the mcp package is not installed")
             elif plan.peer:
                 log("3. the SDK peer and ours, alternating")
-                peer = _peer_summary(await _peer(bench, settings))
+                peer = peer_summary(await peer_comparison(bench, settings))
             sizes = None
             if plan.sizes:
                 log("4. cost per flow by stored notes")
@@ -562,17 +403,20 @@ def _report(
             "p50_ratio_largest_to_smallest": _ratio(last["p50_ms"], first["p50_ms"]),
         }
     targets: dict[str, bool | None] = {
-        "ceiling_fraction_at_least_0.25": all(
+        "ceiling_fraction_at_least_0.35": all(
             (f["fraction"] or 0) >= TARGET_CEILING_FRACTION for f in fractions
         )
         if fractions
         else None,
         "peer_throughput_at_least_2": None
         if peer is None
-        else (peer["throughput_ratio"] or 0) >= TARGET_PEER_THROUGHPUT,
-        "peer_cpu_at_most_0.5": None
+        else (peer["throughput_ratio_vs_peer_memory"] or 0) >= TARGET_PEER_THROUGHPUT,
+        "peer_cpu_at_most_one_third": None
         if peer is None
-        else (peer["cpu_ratio"] or 99) <= TARGET_PEER_CPU,
+        else (peer["cpu_ratio_vs_peer_memory"] or 99) <= TARGET_PEER_CPU,
+        "http_server_at_most_0.2_of_node": None
+        if peer is None
+        else (peer["http_server_share_of_node"] or 99) <= TARGET_HTTP_SERVER_SHARE,
     }
     return {
         "command": command_line(options),
@@ -590,6 +434,8 @@ def _report(
             "sizes": list(plan.sizes),
             "peer": plan.peer,
             "peer_concurrency": PEER_CONCURRENCY,
+            "http_client": "wrk (Lua flow script), one connection per thread, pinned off the "
+            "servers' core where the machine has two or more",
             "seed": options.seed,
             "redis_url": options.redis_url,
             "flows_per_point_cap": plan.cap(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -73,6 +74,39 @@ def _command_name(pid: int) -> str:
         return Path(f"/proc/{pid}/comm").read_text(encoding="ascii").strip()
     except OSError:
         return ""
+
+
+@dataclass
+class Cpu:
+    """CPU seconds of this process, of server processes and of redis-server, at one instant.
+    (The HTTP points' load client, wrk, is another process: its CPU comes from its exit.)"""
+
+    process: float
+    servers: float
+    redis: float
+
+    @classmethod
+    def now(cls, servers: Sequence[int], redis_pid: int | None) -> Cpu:
+        """Read the clocks."""
+        return cls(
+            time.process_time(),
+            total_cpu(servers),
+            total_cpu([redis_pid]) if redis_pid else 0.0,
+        )
+
+    def per_flow_ms(
+        self, before: Cpu, flows: int, client_s: float | None = None
+    ) -> dict[str, float]:
+        """Milliseconds of CPU per completed flow since ``before``. ``client`` is the load
+        client's: ``client_s`` when it ran in a process of its own, else this process's."""
+        n = max(1, flows)
+        process = round((self.process - before.process) * 1000 / n, 3)
+        return {
+            "bench_process": process,
+            "client": process if client_s is None else round(client_s * 1000 / n, 3),
+            "servers": round((self.servers - before.servers) * 1000 / n, 3),
+            "redis": round((self.redis - before.redis) * 1000 / n, 3),
+        }
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,17 @@ async def seed_targets(
     return targets
 
 
+def memory_targets(count: int, tag: str) -> list[Target]:
+    """``count`` targets named as ``seed_targets`` names them, for a server that keeps its
+    notes in memory (the SDK peer's in-memory variant loads them from a file)."""
+    out = []
+    for i in range(count):
+        t = i % LOAD_TENANTS
+        note_id = "n" + secrets.token_hex(8)
+        out.append(Target(f"u{t}a", tenant(t), inbox(t), f"bench {tag} {i}", note_id))
+    return out
+
+
 async def seed_filler(client: coredis.Redis[str], prefix: str, count: int) -> None:
     """Create ``count`` other notes (unique titles) in the load tenants' inboxes, server-side."""
     script = client.register_script(_FILLER_LUA)

@@ -1,35 +1,41 @@
 """The benchmark peer: ``notes_delete`` served by the official MCP Python SDK (``mcp`` 2.3.0).
 
 Layer: cluster (an experiment: the benchmark's peer; nothing in the product imports it). Run as a
-process with ``python -m cluster.experiments.peer_sdk --redis URL --prefix P``; it prints its
-endpoint URL on one line once its socket listens, then serves until killed.
+process with ``python -m cluster.experiments.peer_sdk --store redis --redis URL --prefix P`` (notes
+in Redis) or ``--store memory --notes FILE`` (notes in memory, as one SDK server keeps them:
+``peer_memory``); it prints its endpoint URL on one line once its socket listens, then serves
+until killed.
 
 The peer is written the way the SDK's multi-round-trip guide recommends for a hand-built flow:
 an ``@mcp.tool()`` function that returns an ``InputRequiredResult`` under our form key
 (``confirm_delete``) on the first round and reads ``ctx.input_responses`` / ``ctx.request_state``
 on the retry. The SDK seals the plaintext state itself (``RequestStateSecurity(keys=[...])``:
 AES-256-GCM, expiry, method/tool/arguments digest, principal), bearer tokens go through the
-SDK's ``TokenVerifier`` seam, and it is served the way ``MCPServer.run`` serves it: uvicorn, one
-worker, the Starlette app from ``streamable_http_app`` (JSON responses, stateless), access log off.
+SDK's ``TokenVerifier`` seam, and it is served the way ``MCPServer.run`` serves it (uvicorn, one
+worker, the Starlette app from ``streamable_http_app``: JSON responses, stateless; access log
+off) with what a user who wants speed adds: httptools and uvloop.
 
-Its logic is ours, over the same store: the same scope check (``nodes.scope``), the lookup by
-title in the same Redis through the same ``read_notes`` script, and the one-shot delete through
-the same ``confirm`` script (the replay entry under the state's nonce makes it one-shot). So the
-comparison measures the MCP/HTTP stack around identical store work.
+Its logic is ours, over the same store (in the Redis variant): the same scope check
+(``nodes.scope``), the lookup by title in the same Redis through the same ``read_notes`` script,
+and the one-shot delete through the same ``confirm`` script (the replay entry under the state's
+nonce makes it one-shot). So that comparison measures the MCP/HTTP stack around identical store
+work; the in-memory variant measures the peer as it is deployed on one node.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import os
 import secrets
 import socket
-from typing import Any
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, Protocol
 
 import uvicorn
+import uvloop
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
@@ -44,11 +50,12 @@ from mcp_types import (
 from pydantic import BaseModel
 
 from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
+from cluster.experiments.peer_memory import load_targets
 from cluster.load_fixture import load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError
-from store.api import Confirmation, NoteHead
+from store.api import Confirmation, ConfirmOutcome, NoteHead, Snapshot
 from store.client import open_redis
-from store.notes import NoteStore
+from store.notes import DEFAULT_PREFIX, NoteStore
 
 PEER_NAME = "notes-peer-sdk"
 FORM_KEY = "confirm_delete"
@@ -98,7 +105,19 @@ def _form(notes: tuple[NoteHead, ...]) -> ElicitRequest:
     return ElicitRequest(params=params)
 
 
-def build_server(store: NoteStore, scope: Scope, tokens: dict[str, str], key: bytes) -> MCPServer:
+class PeerStore(Protocol):
+    """What the peer calls: ``NoteStore`` (notes in Redis) or ``MemoryNotes`` (in memory)."""
+
+    async def find(self, tenant: str, workspace: str, title: str, limit: int) -> Snapshot:
+        """Notes titled ``title`` in ``workspace``."""
+        ...
+
+    async def confirm(self, c: Confirmation) -> ConfirmOutcome:
+        """Decide one answer once."""
+        ...
+
+
+def build_server(store: PeerStore, scope: Scope, tokens: dict[str, str], key: bytes) -> MCPServer:
     """The SDK server with the one tool."""
     mcp: MCPServer = MCPServer(
         PEER_NAME,
@@ -198,17 +217,31 @@ class _AnnouncingServer(uvicorn.Server):
             print(f"http://{host}:{port}/mcp", flush=True)
 
 
-async def serve_peer(redis_url: str, prefix: str, host: str) -> None:
-    """Serve on ``host`` and a free port until killed, as ``MCPServer.run`` would (uvicorn binds
-    the port itself, so its sockets get the same options, TCP_NODELAY included)."""
+async def serve_peer(options: argparse.Namespace) -> None:
+    """Serve on ``options.host`` and a free port until killed, as ``MCPServer.run`` would, on
+    uvicorn with httptools and uvloop as a user who wants speed runs it (uvicorn binds the port
+    itself, so its sockets get the same options, TCP_NODELAY included). Notes in the given Redis
+    (``--store redis``) or in memory (``--store memory``, loaded from ``--notes``)."""
     scope = with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS))
     tokens = load_tokens()
-    async with open_redis(redis_url) as client:
-        store = NoteStore(client, prefix=prefix)
+    async with AsyncExitStack() as stack:
+        store: PeerStore
+        if options.store == "memory":
+            store = load_targets(Path(options.notes))
+        else:
+            client = await stack.enter_async_context(open_redis(options.redis))
+            store = NoteStore(client, prefix=options.prefix)
         mcp = build_server(store, scope, tokens, os.urandom(32))
         app = mcp.streamable_http_app(json_response=True, stateless_http=True)
         config = uvicorn.Config(
-            app, host=host, port=0, log_level="warning", access_log=False, workers=1
+            app,
+            host=options.host,
+            port=0,
+            http="httptools",
+            loop="uvloop",
+            log_level="warning",
+            access_log=False,
+            workers=1,
         )
         await _AnnouncingServer(config).serve()
 
@@ -216,11 +249,15 @@ async def serve_peer(redis_url: str, prefix: str, host: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Serve on a free loopback port; print the endpoint URL when ready."""
     p = argparse.ArgumentParser(prog="cluster.experiments.peer_sdk")
-    p.add_argument("--redis", required=True)
-    p.add_argument("--prefix", required=True)
+    p.add_argument("--store", choices=("redis", "memory"), default="redis")
+    p.add_argument("--redis", help="with --store redis")
+    p.add_argument("--prefix", default=DEFAULT_PREFIX)
+    p.add_argument("--notes", help="with --store memory: tenant|workspace|title|note_id lines")
     p.add_argument("--host", default="127.0.0.1")
     a = p.parse_args(argv)
-    asyncio.run(serve_peer(a.redis, a.prefix, a.host))
+    if (a.store == "redis") != (a.redis is not None) or (a.store == "memory") != bool(a.notes):
+        p.error("--store redis takes --redis URL; --store memory takes --notes FILE")
+    uvloop.run(serve_peer(a))
 
 
 if __name__ == "__main__":

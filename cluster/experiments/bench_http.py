@@ -1,0 +1,221 @@
+"""The benchmark's HTTP scenarios: node processes, and ours beside the SDK peer, driven by wrk.
+
+Layer: cluster (an experiment). Every HTTP point runs the same light client (``bench_wrk``:
+wrk and a Lua script, pinned off the servers' core) and reads CPU per completed flow for the
+servers, Redis and the client separately. The peer comparison alternates four servers in short
+slots, so a burst of background load on the shared machine hits them alike:
+
+- ours: one node process (uvicorn, httptools, uvloop) over the real Redis;
+- the SDK peer with its notes in memory, as it is deployed on one node;
+- the SDK peer with its notes in the same Redis, through the same scripts;
+- the fixed-replies app on our server settings: what the HTTP server alone costs per flow.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cluster.config import ClusterSettings
+from cluster.experiments.bench_flows import Target
+from cluster.experiments.bench_procs import (
+    Cpu,
+    ServerProcs,
+    open_http_cluster,
+    open_server_process,
+)
+from cluster.experiments.bench_store import memory_targets
+from cluster.experiments.bench_wrk import WrkResult, cpu_split, pin, run_wrk
+from cluster.experiments.fixed_replies import FIXED_NOTE
+from store.notes import DEFAULT_PREFIX
+
+if TYPE_CHECKING:
+    from cluster.experiments.bench import Bench
+
+PEER_CONCURRENCY = 8
+PEER_ROUNDS = 4
+"""The four servers alternate (in turn first, then last ...) in this many rounds of slots."""
+MIN_SLOT_S = 1.0
+"""wrk runs whole seconds."""
+SIDES = ("ours", "peer_memory", "peer_redis", "fixed")
+SIDE_NAMES = {
+    "ours": "ours, 1 node process",
+    "peer_memory": "SDK peer, notes in memory",
+    "peer_redis": "SDK peer, notes in Redis",
+    "fixed": "fixed replies (HTTP server alone)",
+}
+RATE_CAP = 4_000
+"""Flows/s a slot is supplied for: above what one process reaches on two cores."""
+
+
+def _point(result: WrkResult, cpu: dict[str, float]) -> dict[str, Any]:
+    elapsed = max(result.elapsed_s, 1e-9)
+    return {
+        "flows": result.flows,
+        "failed": result.failures,
+        "elapsed_s": round(result.elapsed_s, 3),
+        "flows_per_s": round(result.flows / elapsed, 1),
+        "p50_ms": round(result.p50_ms, 3),
+        "p99_ms": round(result.p99_ms, 3),
+        "max_ms": round(result.max_ms, 3),
+        "latency": "per request (a flow is two)",
+        "first_error": f"{result.failures} flows failed" if result.failures else None,
+        "cpu_ms_per_flow": cpu,
+    }
+
+
+async def _wrk_point(
+    bench: Bench, procs: ServerProcs, targets: Sequence[Target], concurrency: int, seconds: float
+) -> dict[str, Any]:
+    """Warm up on the first targets, then one measured wrk run with the CPU it cost."""
+    warm = bench.warmup(concurrency)
+    tokens = bench.tokens
+    await run_wrk(procs.urls, targets[:warm], tokens, connections=concurrency, seconds=1)
+    before = Cpu.now(procs.pids, bench.redis_pid)
+    result = await run_wrk(
+        procs.urls, targets[warm:], tokens, connections=concurrency, seconds=seconds
+    )
+    after = Cpu.now(procs.pids, bench.redis_pid)
+    return _point(result, after.per_flow_ms(before, result.flows, result.client_cpu_s))
+
+
+def _count(bench: Bench, concurrency: int, seconds: float) -> int:
+    return bench.warmup(concurrency) + max(200, int(seconds * RATE_CAP))
+
+
+async def http_points(bench: Bench, settings: ClusterSettings) -> list[dict[str, Any]]:
+    """Flows/s over HTTP, per node count and concurrency, node processes over the real Redis."""
+    servers, _ = cpu_split()
+    out: list[dict[str, Any]] = []
+    for n in bench.plan.nodes:
+        async with open_http_cluster(settings, n, bench.url) as procs:
+            pin(procs.pids, servers)
+            for c in bench.plan.concurrencies:
+                targets = await bench.targets(bench.client, c)
+                point: dict[str, Any] = {"transport": "http", "store": "redis", "nodes": n}
+                point |= {"concurrency": c, "label": f"HTTP redis {n} node process(es) c{c}"}
+                point |= await _wrk_point(bench, procs, targets, c, bench.plan.seconds)
+                out.append(bench.record(point))
+    return out
+
+
+async def _side_targets(
+    bench: Bench, side: str, c: int, slot: float, memory: list[Target]
+) -> list[Target]:
+    """A slot's targets: seeded in Redis, taken from the in-memory peer's list, or fixed."""
+    count = _count(bench, c, slot)
+    if side == "peer_memory":
+        taken = memory[:count]
+        del memory[:count]
+        return taken
+    if side == "fixed":
+        # Ten times the supply: the HTTP server alone runs far faster than any node.
+        return [Target("u0a", "load0", "file:///load/t0/inbox", "fixed", FIXED_NOTE)] * (10 * count)
+    return await bench.targets(bench.client, c)
+
+
+async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, Any]:
+    """Ours, the SDK peer (in memory, in Redis) and the fixed replies, alternating in slots."""
+    c = PEER_CONCURRENCY
+    slot = max(MIN_SLOT_S, bench.plan.seconds / 2)
+    memory = memory_targets(PEER_ROUNDS * _count(bench, c, slot) + 1, f"m{bench.seed}")
+    servers, _ = cpu_split()
+    rounds: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-peer-") as folder:
+        notes = Path(folder) / "notes.txt"
+        lines = (f"{t.tenant}|{t.workspace}|{t.title}|{t.note_id}\n" for t in memory)
+        notes.write_text("".join(lines), encoding="utf-8")
+        peer = ["cluster.experiments.peer_sdk"]
+        in_redis = ["--store", "redis", "--redis", bench.url, "--prefix", DEFAULT_PREFIX]
+        async with AsyncExitStack() as stack:
+            procs = {
+                "ours": await stack.enter_async_context(open_http_cluster(settings, 1, bench.url)),
+                "peer_memory": await stack.enter_async_context(
+                    open_server_process([*peer, "--store", "memory", "--notes", str(notes)])
+                ),
+                "peer_redis": await stack.enter_async_context(
+                    open_server_process([*peer, *in_redis])
+                ),
+                "fixed": await stack.enter_async_context(
+                    open_server_process(["cluster.experiments.fixed_replies"])
+                ),
+            }
+            for p in procs.values():
+                pin(p.pids, servers)
+            for r in range(PEER_ROUNDS):
+                row: dict[str, Any] = {}
+                for side in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
+                    targets = await _side_targets(bench, side, c, slot, memory)
+                    point = {"label": f"round {r + 1}: {SIDE_NAMES[side]} c{c}"}
+                    point |= await _wrk_point(bench, procs[side], targets, c, slot)
+                    row[side] = bench.record(point)
+                rounds.append(row)
+    out: dict[str, Any] = {"rounds": rounds, "slot_s": slot, "concurrency": c}
+    for side in SIDES:
+        out[side] = aggregate([row[side] for row in rounds])
+    return out
+
+
+def aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several slots of one server as one: rates over the summed time, CPU per summed flows,
+    the flow-weighted median and the worst p99 (wrk's percentiles do not merge exactly)."""
+    flows = sum(int(p["flows"]) for p in points)
+    elapsed = sum(float(p["elapsed_s"]) for p in points)
+    weight = max(1, flows)
+    return {
+        "flows": flows,
+        "failed": sum(int(p["failed"]) for p in points),
+        "elapsed_s": round(elapsed, 3),
+        "flows_per_s": round(flows / elapsed, 1) if elapsed > 0 else 0.0,
+        "p50_ms": round(sum(p["p50_ms"] * p["flows"] for p in points) / weight, 3),
+        "p99_ms": max(p["p99_ms"] for p in points),
+        "max_ms": max(p["max_ms"] for p in points),
+        "latency": points[0]["latency"],
+        "first_error": next((p["first_error"] for p in points if p["first_error"]), None),
+        "cpu_ms_per_flow": {
+            key: round(sum(p["cpu_ms_per_flow"][key] * p["flows"] for p in points) / weight, 3)
+            for key in points[0]["cpu_ms_per_flow"]
+        },
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b > 0 else None
+
+
+def peer_summary(block: dict[str, Any]) -> dict[str, Any]:
+    """The ratios the targets are judged on, all within this one run."""
+    ours, mem, red, fixed = (block[s]["cpu_ms_per_flow"] for s in SIDES)
+    ours_total = ours["servers"] + ours["redis"]
+    return {
+        **block,
+        "servers": {
+            "ours": "1 node process: uvicorn (httptools, uvloop), the real Redis",
+            "peer_memory": "mcp 2.3.0 MCPServer, streamable_http_app(json_response=True, "
+            "stateless_http=True), uvicorn (httptools, uvloop) 1 worker, notes in memory",
+            "peer_redis": "the same, notes in the same Redis through the same scripts",
+            "fixed": "two fixed replies, the node processes' uvicorn settings",
+        },
+        "throughput_ratio_vs_peer_memory": _ratio(
+            block["ours"]["flows_per_s"], block["peer_memory"]["flows_per_s"]
+        ),
+        "throughput_ratio_vs_peer_redis": _ratio(
+            block["ours"]["flows_per_s"], block["peer_redis"]["flows_per_s"]
+        ),
+        "cpu_ms_per_flow": {
+            "ours_node": ours["servers"],
+            "ours_redis": ours["redis"],
+            "ours_node_plus_redis": round(ours_total, 3),
+            "ours_client": ours["client"],
+            "peer_memory_process": mem["servers"],
+            "peer_redis_process": red["servers"],
+            "peer_redis_plus_redis": round(red["servers"] + red["redis"], 3),
+            "fixed_replies_server": fixed["servers"],
+        },
+        "cpu_ratio_vs_peer_memory": _ratio(ours_total, mem["servers"]),
+        "cpu_ratio_vs_peer_redis": _ratio(ours_total, red["servers"] + red["redis"]),
+        "http_server_share_of_node": _ratio(fixed["servers"], ours["servers"]),
+    }

@@ -1,0 +1,231 @@
+"""Serving node processes: uvicorn with httptools and uvloop, header timeout and SIGTERM drain.
+
+Layer: cluster. The ASGI server of every node process (``serve --processes``, the bench's HTTP
+points, ``notes-cluster node``), chosen by a side-by-side benchmark (README, "Choosing the HTTP
+server"): on the same client, c=8, one worker, it spent less than half of granian's CPU per
+two-request flow.
+
+What uvicorn lacks is added here, small and local:
+- header and body timeouts (``ServerTimeouts``): uvicorn bounds only the idle time between
+  requests, so a client that opens a connection and sends half a header block, or headers that
+  promise a body it never sends, would hold it for ever; ``_TimedHttpToolsProtocol`` closes it;
+- a drain hook: on SIGTERM uvicorn stops accepting, closes idle connections, lets in-flight
+  requests finish within ``timeout_graceful_shutdown`` and then runs the lifespan shutdown;
+  ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``), which would
+  otherwise keep their connections open until the bound.
+(Nodes inside a trio process, on hypercorn, get the body deadline from the app instead.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from uvicorn.config import LOGGING_CONFIG
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.supervisors import multiprocess
+
+from nodes.http import ServerTimeouts
+
+log = logging.getLogger("cluster.node_server")
+
+
+class NodeServerConfig(uvicorn.Config):
+    """uvicorn's config plus the header and body timeouts (read by ``_TimedHttpToolsProtocol``);
+    a module level class so that worker processes can unpickle it."""
+
+    headers_timeout_s: float = ServerTimeouts().headers_s
+    body_timeout_s: float = ServerTimeouts().body_s
+
+
+_BODY_TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+)
+
+
+class _TimedHttpToolsProtocol(HttpToolsProtocol):
+    """httptools' protocol with two more deadlines: the header block must be complete within
+    ``headers_timeout_s`` (from the connection's start, then from each request's first byte),
+    and the body within ``body_timeout_s`` of its headers; past the first the connection is
+    closed, past the second the client gets 408 (unless a response started) and it is closed.
+    One timer per phase: far cheaper than a cancel scope around the app's body read."""
+
+    _timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.config.headers_timeout_s, self._headers_timed_out)  # type: ignore[attr-defined]
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._timer is None:
+            self._arm(self.config.headers_timeout_s, self._headers_timed_out)  # type: ignore[attr-defined]
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+        self._arm(self.config.body_timeout_s, self._body_timed_out)  # type: ignore[attr-defined]
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self, seconds: float, expire: Callable[[], None]) -> None:
+        self._timer = self.loop.call_later(seconds, expire)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _headers_timed_out(self) -> None:
+        self._timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def _body_timed_out(self) -> None:
+        self._timer = None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if not cycle.response_started and not self.transport.is_closing():
+                self.transport.write(_BODY_TIMEOUT_RESPONSE)
+            # The app's receive() now answers http.disconnect; its sends are dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+async def _drain_app(app: Any) -> None:
+    """Call ``drain()`` on the first app of uvicorn's wrapper chain that has one."""
+    for _ in range(8):
+        drain = getattr(app, "drain", None)
+        if drain is not None:
+            await drain()
+            return
+        app = getattr(app, "app", None)
+        if app is None:
+            return
+
+
+class NodeServer(uvicorn.Server):
+    """uvicorn's server: on shutdown it stops accepting, has the app end its legacy streams
+    (bounded by the drain timeout), then drains as uvicorn does. ``on_started`` is called once
+    it listens."""
+
+    def __init__(
+        self, config: uvicorn.Config, on_started: Callable[[], None] | None = None
+    ) -> None:
+        super().__init__(config)
+        self.on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start as uvicorn does, then report readiness."""
+        await super().startup(sockets=sockets)
+        if self.started and not self.should_exit and self.on_started is not None:
+            self.on_started()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stop accepting, end legacy streams, then uvicorn's graceful drain."""
+        log.info("draining: no new connections; in-flight requests finish")
+        for server in self.servers:
+            server.close()
+        bound = self.config.timeout_graceful_shutdown
+        try:
+            await asyncio.wait_for(_drain_app(self.config.loaded_app), bound)
+        except TimeoutError:
+            log.warning("legacy streams did not end within %s s", bound)
+        await super().shutdown(sockets=sockets)
+
+
+def server_config(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    timeouts: ServerTimeouts,
+    workers: int = 1,
+    factory: bool = False,
+    log_level: str | None = None,
+) -> NodeServerConfig:
+    """uvicorn settings of a node process: httptools, uvloop, no access log, no proxy headers
+    (a node trusts no forwarded address), the idle, drain and header timeouts. With
+    ``log_level``, uvicorn's own logging setup at that level (else the process's logging)."""
+    config = NodeServerConfig(
+        app,
+        host=host,
+        port=port,
+        http=_TimedHttpToolsProtocol,
+        loop="uvloop",
+        lifespan="on",
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        log_config=LOGGING_CONFIG if log_level else None,
+        log_level=log_level,
+        timeout_keep_alive=timeouts.idle_s,  # type: ignore[arg-type]  # a float works
+        timeout_graceful_shutdown=timeouts.drain_s,  # type: ignore[arg-type]
+        workers=workers,
+        factory=factory,
+    )
+    config.headers_timeout_s = timeouts.headers_s
+    config.body_timeout_s = timeouts.body_s
+    return config
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: a free port), as uvicorn binds one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_server(
+    config: NodeServerConfig,
+    on_started: Callable[[], None] | None = None,
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT, on ``sockets`` when given (else uvicorn binds), with
+    ``config.workers`` worker processes (uvicorn's supervisor passes SIGTERM on to each worker,
+    which drains as above)."""
+    # uvicorn raises a captured SIGTERM again once it has drained, under the handler it found:
+    # this one makes a drained node exit 0, as a supervisor expects of a clean stop.
+    signal.signal(signal.SIGTERM, _exit_drained)
+    if config.workers == 1:
+        NodeServer(config, on_started).run(sockets=sockets)
+        return
+    # uvicorn's supervisor builds a plain Server in each worker; have it build ours.
+    original = multiprocess.Process
+    multiprocess.Process = _NodeWorker  # type: ignore[misc]
+    try:
+        multiprocess.Multiprocess(config, sockets=sockets or [config.bind_socket()]).run()
+    finally:
+        multiprocess.Process = original  # type: ignore[misc]
+
+
+def _exit_drained(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+class _NodeWorker(multiprocess.Process):
+    """A worker process of uvicorn's supervisor, serving with ``NodeServer``."""
+
+    @property
+    def server(self) -> uvicorn.Server:
+        if self._server is None:
+            self._server = NodeServer(self.config)
+        return self._server

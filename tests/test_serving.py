@@ -1,0 +1,436 @@
+"""The production serving path: node processes on uvicorn, their timeouts and their SIGTERM drain.
+
+Layer: tests. Node processes (``python -m cluster.node_process``, as ``serve --processes`` starts
+them) serve the demo fixture on the real Redis under a key prefix of the test's own. A slow client
+that stops mid-headers or mid-body has its connection closed; a node sent SIGTERM under load from
+several clients stops accepting, finishes what it had started, and exits 0: every create it
+acknowledged is in the store, and the clients, refused or cut off, carry on on the other node.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import mcp_types as types
+import pytest
+import redis
+import trio
+from mcp.client import ClientRequestContext
+
+from cluster.config import demo_settings
+from cluster.demo import ALICE_NOTES, DEMO_TENANT
+from cluster.serve import seed_demo_notes, start_process_nodes
+from nodes.http import make_app
+from nodes.protocol import Node
+from store.client import open_redis
+from store.keys import TenantKeys
+from store.notes import NoteStore
+from tests.conftest import REAL_REDIS_URL, require_real_redis
+from tests.harness import meta
+from tests.test_legacy import ALICE_DOCS, deletions, legacy_sdk_client
+from tests.test_sdk_interop import DELETE_ARGS, Elicitations, tps_reports
+
+ALICE_TOKEN = "alice-demo-token"
+START_TIMEOUT_S = 30.0
+SHORT_TIMEOUT_S = 1.0
+"""The header and body timeouts the slow-client tests give their node."""
+DRAIN_S = 5.0
+CLIENTS = 4
+MAX_CREATES = 2000
+"""Per client: the bound on its loop (it normally stops long before, when the test is done)."""
+SIGTERM_AFTER = 30
+"""Acknowledged creates (all clients) before node A gets SIGTERM: the load is well under way."""
+REQUEST_TIMEOUT_S = 10.0
+"""Far above a create's latency: a client that waits this long saw a hang, which fails the test."""
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class NodeProc:
+    """A running node process and its URL."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/")[0])
+
+
+@contextmanager
+def node_process(prefix: str, *extra: str) -> Iterator[NodeProc]:
+    """One node process on a free port over the real Redis; SIGKILLed by pid if still running."""
+    args = ["--redis", REAL_REDIS_URL, "--prefix", prefix, "--node-id", f"n-{prefix}", *extra]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cluster.node_process", *args], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        url = _read_url(proc)
+        yield NodeProc(proc, url)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def _read_url(proc: subprocess.Popen[bytes]) -> str:
+    box: list[bytes] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()))  # type: ignore[union-attr]
+    reader.start()
+    reader.join(START_TIMEOUT_S)
+    assert box, "node process printed no URL in time"
+    assert box[0], "node process exited before it was ready"
+    return box[0].decode().strip()
+
+
+def _headers() -> dict[str, str]:
+    return {
+        "authorization": f"Bearer {ALICE_TOKEN}",
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "mcp-protocol-version": "2026-07-28",
+        "mcp-method": "tools/call",
+        "mcp-name": "notes_create",
+    }
+
+
+def _create_body(title: str, request_id: int = 1) -> bytes:
+    params = {
+        "name": "notes_create",
+        "arguments": {"workspaceUri": ALICE_NOTES, "title": title, "body": "drain"},
+        "_meta": meta(),
+    }
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    return json.dumps(message).encode()
+
+
+def _raw_request(body: bytes, *, content_length: int | None = None) -> bytes:
+    head = "".join(f"{k}: {v}\r\n" for k, v in _headers().items())
+    length = len(body) if content_length is None else content_length
+    return f"POST /mcp HTTP/1.1\r\nhost: x\r\n{head}content-length: {length}\r\n\r\n".encode()
+
+
+def _read_until_closed(sock: socket.socket, limit_s: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and how long that took."""
+    sock.settimeout(limit_s)
+    started = time.monotonic()
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data, time.monotonic() - started
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    require_real_redis()
+    name = f"t{secrets.token_hex(6)}"
+    yield name
+    client = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=f"{name}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def slow_client_node(prefix: str) -> Iterator[NodeProc]:
+    """A node with one-second header and body timeouts."""
+    t = str(SHORT_TIMEOUT_S)
+    with node_process(prefix, "--headers-timeout", t, "--body-timeout", t) as node:
+        yield node
+
+
+def test_headers_promising_a_megabyte_then_silence_get_408_and_a_closed_connection(
+    slow_client_node: NodeProc,
+) -> None:
+    with socket.create_connection(("127.0.0.1", slow_client_node.port)) as sock:
+        sock.sendall(_raw_request(b"", content_length=1_000_000))
+        data, waited = _read_until_closed(sock, limit_s=10 * SHORT_TIMEOUT_S)
+    assert data.startswith(b"HTTP/1.1 408 ")
+    assert b"connection: close" in data.lower()
+    assert waited < 10 * SHORT_TIMEOUT_S  # closed by the node, not by our socket timeout
+
+
+def test_a_header_block_left_unfinished_gets_the_connection_closed(
+    slow_client_node: NodeProc,
+) -> None:
+    with socket.create_connection(("127.0.0.1", slow_client_node.port)) as sock:
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ")
+        data, _ = _read_until_closed(sock, limit_s=10 * SHORT_TIMEOUT_S)
+    assert data == b""
+
+
+def test_a_connection_that_never_sends_a_byte_gets_closed(slow_client_node: NodeProc) -> None:
+    with socket.create_connection(("127.0.0.1", slow_client_node.port)) as sock:
+        data, _ = _read_until_closed(sock, limit_s=10 * SHORT_TIMEOUT_S)
+    assert data == b""
+
+
+def _note_exists(prefix: str, note_id: str) -> bool:
+    client = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        return bool(client.exists(TenantKeys(prefix, DEMO_TENANT).note(note_id)))
+    finally:
+        client.close()
+
+
+def test_sigterm_finishes_a_request_already_in_flight_and_refuses_new_connections(
+    prefix: str,
+) -> None:
+    with node_process(prefix, "--drain-timeout", str(DRAIN_S)) as node:
+        body = _create_body("in flight at SIGTERM")
+        with socket.create_connection(("127.0.0.1", node.port)) as sock:
+            # Headers and half the body: the request is in flight when SIGTERM lands.
+            sock.sendall(_raw_request(body) + body[:10])
+            time.sleep(0.3)
+            node.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", node.port), timeout=2).close()
+            sock.sendall(body[10:])
+            data, _ = _read_until_closed(sock, limit_s=2 * DRAIN_S)
+        assert node.proc.wait(timeout=2 * DRAIN_S) == 0
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"connection: close" in head.lower()
+    note_id = json.loads(payload)["result"]["structuredContent"]["noteId"]
+    assert _note_exists(prefix, note_id)
+
+
+@dataclass
+class _Client:
+    """One load client: creates notes on node A until A fails it, then on node B, until told to
+    stop (at most MAX_CREATES)."""
+
+    index: int
+    urls: list[str]
+    stop: threading.Event
+    acknowledged: list[str] = field(default_factory=list)
+    moved: threading.Event = field(default_factory=threading.Event)
+    hangs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def run(self, ack_count: list[int], lock: threading.Lock) -> None:
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as http:
+            for i in range(MAX_CREATES):
+                if self.stop.is_set():
+                    return
+                reply = self._create(http, _create_body(f"drain {self.index}-{i}", i + 1))
+                if reply is None:
+                    return
+                result: dict[str, Any] = reply.json().get("result") or {}
+                if reply.status_code != 200 or result.get("isError"):
+                    self.errors.append(reply.text[:200])
+                    return
+                self.acknowledged.append(result["structuredContent"]["noteId"])
+                with lock:
+                    ack_count[0] += 1
+
+    def _create(self, http: httpx.Client, body: bytes) -> httpx.Response | None:
+        """One create, retried on node B when node A refuses or drops the connection."""
+        while True:
+            target = 1 if self.moved.is_set() else 0
+            try:
+                return http.post(self.urls[target], content=body, headers=_headers())
+            except httpx.TimeoutException as exc:
+                self.hangs.append(repr(exc))
+                return None
+            except httpx.TransportError as exc:
+                if target == 1:
+                    self.errors.append(repr(exc))
+                    return None
+                self.moved.set()  # retry the same create elsewhere
+
+
+def test_sigterm_under_load_loses_no_acknowledged_create_and_clients_move_on(
+    prefix: str,
+) -> None:
+    drain = ("--drain-timeout", str(DRAIN_S))
+    stop = threading.Event()
+    with node_process(prefix, *drain) as a, node_process(prefix, *drain) as b:
+        clients = [_Client(i, [a.url, b.url], stop) for i in range(CLIENTS)]
+        acks, lock = [0], threading.Lock()
+        threads = [threading.Thread(target=c.run, args=(acks, lock)) for c in clients]
+        for t in threads:
+            t.start()
+        try:
+            deadline = time.monotonic() + 60
+            while acks[0] < SIGTERM_AFTER and time.monotonic() < deadline:
+                time.sleep(0.01)
+            a.proc.send_signal(signal.SIGTERM)
+            assert a.proc.wait(timeout=2 * DRAIN_S) == 0
+            for c in clients:
+                c.moved.wait(timeout=30)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=60)
+    for c in clients:
+        assert c.hangs == [], f"client {c.index} waited on a hung request: {c.hangs}"
+        assert c.errors == [], f"client {c.index}: {c.errors}"
+        assert c.moved.is_set(), f"client {c.index} never had to leave node A"
+    lost = [n for c in clients for n in c.acknowledged if not _note_exists(prefix, n)]
+    assert sum(len(c.acknowledged) for c in clients) > SIGTERM_AFTER
+    assert lost == []
+
+
+async def test_drain_asks_the_legacy_handler_to_end_its_streams() -> None:
+    class Legacy:
+        ended = 0
+
+        def claims(self, http_method: str, headers: Any, message: object) -> bool:
+            return False
+
+        async def serve(self, request: Any, receive: Any, send: Any) -> None:
+            raise AssertionError("not called")
+
+        async def shutdown(self) -> None:
+            self.ended += 1
+
+    legacy = Legacy()
+    settings = demo_settings()
+    app = make_app(Node(settings.node, None), settings.tokens, legacy=legacy)  # type: ignore[arg-type]
+    await app.drain()
+    assert legacy.ended == 1
+
+
+async def test_the_app_answers_408_itself_when_no_server_bounds_the_body() -> None:
+    settings = demo_settings()
+    app = make_app(Node(settings.node, None), settings.tokens, body_timeout_s=0.05)  # type: ignore[arg-type]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [(k.encode(), v.encode()) for k, v in _headers().items()],
+    }
+
+    async def silent_client() -> dict[str, Any]:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    with trio.fail_after(5):
+        await app(scope, silent_client, send)
+    assert sent[0]["status"] == 408
+    assert (b"connection", b"close") in sent[0]["headers"]
+
+
+def _write_config(tmp: Path) -> Path:
+    key = tmp / "k1.key"
+    key.write_text(base64.b64encode(os.urandom(32)).decode())
+    digest = hashlib.sha256(ALICE_TOKEN.encode()).hexdigest()
+    path = tmp / "cluster.toml"
+    path.write_text(
+        f"""server_name = "serving-test"
+[state_keys]
+active = "k1"
+k1 = "file:{key}"
+[workspaces]
+"{ALICE_NOTES}" = "{DEMO_TENANT}"
+[principals.alice]
+token_sha256 = ["{digest}"]
+grants = ["{ALICE_NOTES}"]
+[timeouts]
+drain = 3
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_production_entry_serves_with_two_workers_and_stops_cleanly_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    require_real_redis()
+    port = _free_port()
+    exe = Path(sys.executable).with_name("notes-cluster")
+    args = ["node", "--config", str(_write_config(tmp_path)), "--port", str(port)]
+    args += ["--workers", "2", "--redis", REAL_REDIS_URL, "--log-level", "WARNING"]
+    proc = subprocess.Popen([str(exe), *args])
+    try:
+        reply = _post_when_up(f"http://127.0.0.1:{port}/mcp", _create_body("from production"))
+        assert reply.status_code == 200
+        note_id = reply.json()["result"]["structuredContent"]["noteId"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    client = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        key = TenantKeys("nc", DEMO_TENANT).note(note_id)
+        assert client.exists(key)
+        client.delete(key)
+    finally:
+        client.close()
+
+
+def _post_when_up(url: str, body: bytes) -> httpx.Response:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            return httpx.post(url, content=body, headers=_headers(), timeout=REQUEST_TIMEOUT_S)
+        except httpx.ConnectError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+async def test_the_sdk_in_legacy_mode_deletes_across_node_processes(prefix: str) -> None:
+    """The 2025-11-25 adapter on the production serving path: its stream on one uvicorn node
+    process, the client's answers posted to the others."""
+    url = require_real_redis()
+    await seed_demo_notes(url, False, prefix=prefix)
+    async with open_redis(url) as client, trio.open_nursery() as nursery:
+        store = NoteStore(client, prefix=prefix)
+        urls = await start_process_nodes(
+            nursery, demo_settings(), url, count=3, embedded=False, prefix=prefix
+        )
+        before = await tps_reports(store)
+
+        async def list_roots(context: ClientRequestContext) -> types.ListRootsResult:
+            return types.ListRootsResult(roots=[types.Root(uri=ALICE_DOCS)])  # type: ignore[arg-type]
+
+        callback = Elicitations("accept")
+        async with legacy_sdk_client(
+            urls, elicitation_callback=callback, list_roots_callback=list_roots
+        ) as (sdk, rotation):
+            result = await sdk.call_tool("notes_delete", DELETE_ARGS)
+        picked = next(k for k, v in before.items() if v == 1_719_835_200_000)
+        assert result.structured_content == {"deleted": True, "noteId": picked}
+        assert await deletions(store, picked) == 1
+        call = next(h for h in rotation.hops if h.method == "tools/call")
+        answers = [h for h in rotation.hops if h.method == "answer"]
+        assert answers
+        assert all(h.node != call.node for h in answers)
+        nursery.cancel_scope.cancel()
