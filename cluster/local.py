@@ -9,7 +9,7 @@ requests are cancelled and nothing it held survives, except what is in the store
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,6 +21,7 @@ from cluster.stores import seed_demo, store_url
 from loadgen.transport import NodeDown, Reply, request_headers
 from nodes.config import NodeConfig
 from nodes.protocol import Node, RequestContext
+from store.api import NoteStoreAPI
 from store.client import STREAM_TIMEOUT_S, open_redis
 from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteStore
 
@@ -38,6 +39,9 @@ class StoreOptions:
     client_name: str | None = None
     """Prefix of the nodes' Redis connection names (``<name>-<node index>``), so a fault
     injector can find exactly these connections in ``CLIENT LIST``; None: unnamed."""
+    wrap: Callable[[NoteStoreAPI], NoteStoreAPI] | None = None
+    """Test-only: what each node talks to instead of its store (a test plants a misbehaving
+    store this way, to see the checker catch it). Never set by the CLI or a config file."""
 
 
 async def serve_inprocess_node(
@@ -66,7 +70,7 @@ async def serve_inprocess_node(
             wait_replicas=await resolve_wait_replicas(client, options.wait_replicas),
             wait_timeout_ms=options.wait_timeout_ms,
         )
-        node = Node(config, store)
+        node = Node(config, store if options.wrap is None else options.wrap(store))
         task_status.started(node)
         await trio.sleep_forever()
 

@@ -4,7 +4,9 @@ Layer: loadgen. Pure module: no I/O, no Redis (the store is read beforehand by `
 
 Each invariant of design.md §1 (exactly-once mutation, no lost answer, correct expiry) becomes
 one or more Verdicts (valid, invalid or unknown, with the history indices and journal entry ids
-that prove it). Definitions used throughout:
+that prove it). Beside them, every answer is held to the sequential model of its confirmation
+state (``loadgen.conformance``, ``loadgen.model``): two more verdicts, conformance and liveness.
+Definitions used throughout:
 
 - an *execution* is a journal ``delete`` or ``move`` carrying a nonce (confirm.lua); a
   *decision* is an execution or a ``decline``. Plain ``notes_move`` entries carry no nonce.
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from loadgen.conformance import ModelReport, check_answers
 from loadgen.history import Op
 
 if TYPE_CHECKING:
@@ -63,6 +66,8 @@ class CheckResult:
 
     verdicts: tuple[Verdict, ...]
     counts: dict[str, int] = field(default_factory=dict)
+    model: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per race kind: each answer's legal replies under the model and the replies seen."""
 
     @property
     def status(self) -> Status:
@@ -466,6 +471,7 @@ def _forgotten(ctx: Context) -> dict[str, int]:
             if not index.get((tenant, c.nonce, note)):
                 lost.add((tenant, c.nonce))
     lost |= {key for key, cs in _told_executed_fresh(ctx).items() if len(cs) > 1}
+    archives = sum(1 for _, n in lost if n in ctx.states and ctx.states[n].tool == "notes_archive")
     journaled = {(e.tenant, e.note) for e in ctx.journal if e.op == "create"}
     creates = sum(
         1
@@ -475,7 +481,11 @@ def _forgotten(ctx: Context) -> dict[str, int]:
         and isinstance(c.result.get("noteId"), str)
         and (str(c.v.get("tenant", "")), c.result["noteId"]) not in journaled
     )
-    return {"confirms_forgotten": len(lost), "creates_forgotten": creates}
+    return {
+        "confirms_forgotten": len(lost),
+        "archive_confirms_forgotten": archives,
+        "creates_forgotten": creates,
+    }
 
 
 def _info_fate(ctx: Context, c: Call) -> str:
@@ -668,4 +678,28 @@ def check(
         check_no_lost_note(ctx),
         check_before_expiry_honoured(ctx, counts),
     )
-    return CheckResult(verdicts, counts)
+    report = check_answers(ctx)  # the sequential model of each state: loadgen.conformance
+    counts |= report.counts
+    return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
+
+
+def model_verdicts(report: ModelReport) -> tuple[Verdict, Verdict]:
+    """The model's findings as two verdicts: replies the model never gives (conformance) and
+    refusals or errors where it owed progress (liveness); the summary names the race kinds."""
+    out = []
+    for name, severity, ok in (
+        ("answers_conform_to_model", "conformance", "Every reply is one the model allows."),
+        ("answers_make_progress", "liveness", "No answer owed progress got a refusal or error."),
+    ):
+        bad = [f for f in report.findings if f.severity == severity]
+        undecided = [f for f in report.findings if f.severity == "undecided"]
+        kinds = sorted({f.kind for f in bad or undecided})
+        v = verdict(
+            name,
+            ok,
+            [Finding(f.text, f.ops, f.journal) for f in bad],
+            [Finding(f.text, f.ops, f.journal) for f in undecided if severity == "conformance"],
+        )
+        summary = f"{v.summary} Kinds: {', '.join(kinds)}." if kinds else v.summary
+        out.append(Verdict(v.name, v.status, summary, v.ops, v.journal))
+    return out[0], out[1]

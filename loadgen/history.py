@@ -18,7 +18,7 @@ operation:
              load generator, a trusted harness holding the key ring, opens the state to learn
              its nonce and expiry)
     confirm  invoke {principal, tenant, nonce, action, noteId, confirm, node, expect,
-                     redis_send_ms?, margin_ms?}
+                     redis_send_ms?, margin_ms?, altered?}
              ok {executed: bool, op?: "delete" | "archive", deleted: bool, archived: bool,
                  noteId?, replay: bool, isError: bool, reask: bool} (a re-ask adds the new
                  state's nonce, exp_ms, candidates and tool)
@@ -31,9 +31,12 @@ true when a confirming tool says it ran (``op`` names which).
 ``kind`` is the flow's race kind (``loadgen.workload.RACE_KINDS``: ``plain``, ``duplicate``,
 ``lost_response``, ``timeout_retry``, ``race_delete``, ``race_move``, ``decline``,
 ``cancel_then_accept``, ``answer_changed``, ``changed_args``, ``tampered``, ``foreign``,
-``expired``, ``before_expiry``, ``edit_between``, ``archive``), or ``cleanup`` for the ask and
-confirm with which a flow deletes what its race left behind. ``expect`` on a confirm says what
-the workload meant by it: ``execute`` (a legitimate accept), ``no_mutation`` (decline, cancel,
+``expired``, ``before_expiry``, ``edit_between``, ``archive``, ``silence``), or ``cleanup`` for
+the ask and confirm with which a flow deletes what its race left behind. ``action`` is
+``accept``, ``decline``, ``cancel`` or ``silence`` (the retry carried the state but no answer);
+``altered`` says what the workload changed so that the state does not bind the answer
+(``token``, ``arguments``, ``principal``). ``expect`` on a confirm says what the workload meant
+by it: ``execute`` (a legitimate accept), ``no_mutation`` (decline, cancel,
 tampered, foreign, changed arguments, a changed answer, past expiry): the checker holds every
 ``no_mutation`` confirm to never having mutated anything.
 

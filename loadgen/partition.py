@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from loadgen.checker import CheckResult, Status, Verdict, check
+from loadgen.conformance import merge_tables
 from loadgen.history import read_history
 from loadgen.runfolder import history_files, read_tenant_facts, store_meta
 from loadgen.tally import ExerciseRule, judge, merge, read_tallies
@@ -98,13 +99,13 @@ def check_folders(histories: Sequence[Path], facts_dir: Path) -> CheckResult:
             "unknown",
             f"The history names tenants the store facts lack: {', '.join(strays[:8])}.",
         )
-        merged = CheckResult((*merged.verdicts, stray), merged.counts)
+        merged = CheckResult((*merged.verdicts, stray), merged.counts, merged.model)
     return merged
 
 
 def merge_results(results: Sequence[CheckResult]) -> CheckResult:
     """Fold per-partition results: per verdict name the worst status, the findings' evidence
-    joined (capped), counts summed."""
+    joined (capped), counts summed, the model's tables of replies seen merged."""
     by_name: dict[str, list[Verdict]] = {}
     counts: dict[str, int] = {}
     for r in results:
@@ -112,7 +113,8 @@ def merge_results(results: Sequence[CheckResult]) -> CheckResult:
             by_name.setdefault(v.name, []).append(v)
         for k, n in r.counts.items():
             counts[k] = counts.get(k, 0) + n
-    return CheckResult(tuple(merge_verdicts(vs) for vs in by_name.values()), counts)
+    verdicts = tuple(merge_verdicts(vs) for vs in by_name.values())
+    return CheckResult(verdicts, counts, merge_tables(r.model for r in results))
 
 
 STATUS_RANK: dict[Status, int] = {"valid": 0, "unknown": 1, "invalid": 2}
@@ -171,6 +173,7 @@ def recheck(
             for v in result.verdicts
         ],
         "counts": dict(result.counts),
+        "model": result.model,
         "kinds": tally.per_kind(),
         "flows": {"total": tally.total, "completed": tally.completed},
         "flows_per_s_by_tenth": tally.tenth_rates(),

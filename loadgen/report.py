@@ -40,9 +40,25 @@ def summary_tables(results: dict[str, Any]) -> list[Table]:
     for master, n in results.get("key_distribution", {}).items():
         perf.add_row(f"keys on master {master}", str(n))
     tables = [verdicts, races, perf]
+    if results.get("model"):
+        tables.append(model_table(results["model"]))
     if results.get("faults"):
         tables.append(faults_table(results["faults"]))
     return tables
+
+
+def model_table(model: dict[str, list[dict[str, Any]]]) -> Table:
+    """Per race kind and answer: the replies the model allowed and those seen (loadgen.model)."""
+    table = Table(title="Answers against the model", title_justify="left")
+    table.add_column("kind")
+    table.add_column("answer")
+    table.add_column("legal", overflow="fold")
+    table.add_column("seen", overflow="fold")
+    for kind, rows in model.items():
+        for row in rows:
+            seen = ", ".join(f"{reply} {n}" for reply, n in row["seen"].items())
+            table.add_row(kind, row["answer"], " | ".join(row["legal"]), seen)
+    return table
 
 
 def kinds_table(kinds: dict[str, Any]) -> Table:
@@ -74,9 +90,12 @@ def verdict_table(results: dict[str, Any]) -> Table:
 
 
 def print_check(results: dict[str, Any], console: Console) -> None:
-    """``notes-cluster check``: the verdict, the kinds exercised and the flows."""
+    """``notes-cluster check``: the verdict, the kinds exercised, the answers against the model
+    and the flows."""
     console.print(verdict_table(results))
     console.print(kinds_table(results["kinds"]))
+    if results.get("model"):
+        console.print(model_table(results["model"]))
     flows = results["flows"]
     console.print(f"flows completed {flows['completed']} of {flows['total']}")
 

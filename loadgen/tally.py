@@ -229,7 +229,7 @@ def judge(
 ) -> CheckResult:
     """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
     verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
-    return CheckResult((*result.verdicts, verdict), result.counts)
+    return CheckResult((*result.verdicts, verdict), result.counts, result.model)
 
 
 def read_tallies(run_dir: Path) -> Tally:

@@ -86,6 +86,7 @@ RACE_KINDS: tuple[str, ...] = (
     "before_expiry",
     "edit_between",
     "archive",
+    "silence",
 )
 
 DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
@@ -334,12 +335,13 @@ async def confirm(
         }
     else:
         answer = {"action": action}
-    params = {
+    params: dict[str, Any] = {
         "name": asked.tool,
         "arguments": arguments or asked.arguments,
-        "inputResponses": {FORM_KEYS[asked.tool]: answer},
         "requestState": token or asked.token,
     }
+    if action != "silence":  # silence: the retry carries the state but no answer at all
+        params["inputResponses"] = {FORM_KEYS[asked.tool]: answer}
     invoke = {
         "principal": who,
         "tenant": env.tenant,
@@ -489,7 +491,8 @@ async def flow_answer_changed(env: FlowEnv, asked: Asked, note: str) -> None:
 
 async def flow_changed_args(env: FlowEnv, asked: Asked, note: str) -> None:
     changed = {**asked.arguments, "title": asked.arguments["title"] + " (other)"}
-    await confirm(env, asked, note, arguments=changed, expect="no_mutation")
+    altered = {"altered": "arguments"}  # the model: a state that does not bind these arguments
+    await confirm(env, asked, note, arguments=changed, expect="no_mutation", extra=altered)
     await confirm(env, asked, note)
 
 
@@ -500,12 +503,15 @@ def _tamper(token: str, rng: random.Random) -> str:
 
 
 async def flow_tampered(env: FlowEnv, asked: Asked, note: str) -> None:
-    await confirm(env, asked, note, token=_tamper(asked.token, env.rng), expect="no_mutation")
+    tampered = _tamper(asked.token, env.rng)
+    altered = {"altered": "token"}
+    await confirm(env, asked, note, token=tampered, expect="no_mutation", extra=altered)
     await confirm(env, asked, note)
 
 
 async def flow_foreign(env: FlowEnv, asked: Asked, note: str) -> None:
-    await confirm(env, asked, note, principal=env.foreigner, expect="no_mutation")
+    altered = {"altered": "principal"}
+    await confirm(env, asked, note, principal=env.foreigner, expect="no_mutation", extra=altered)
     await confirm(env, asked, note)
 
 
@@ -554,6 +560,13 @@ async def flow_archive(env: FlowEnv, asked: Asked, note: str) -> None:
             nursery.start_soon(lambda: confirm(env, asked, note))
 
 
+async def flow_silence(env: FlowEnv, asked: Asked, note: str) -> None:
+    # The retry carries the state but no answer: the form is asked again (with a fresh state),
+    # and the accept goes under that one (or the first, which silence leaves usable).
+    out = await confirm(env, asked, None, action="silence", expect="no_mutation")
+    await confirm(env, _reasked(out, asked) or asked, note)
+
+
 FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "plain": flow_plain,
     "duplicate": flow_duplicate,
@@ -571,6 +584,7 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "before_expiry": flow_before_expiry,
     "edit_between": flow_edit_between,
     "archive": flow_archive,
+    "silence": flow_silence,
 }
 
 

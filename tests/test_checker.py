@@ -42,6 +42,8 @@ NAMES = {
     "replay_entries_expire",
     "no_lost_note",
     "before_expiry_honoured",
+    "answers_conform_to_model",
+    "answers_make_progress",
 }
 
 

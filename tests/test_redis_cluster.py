@@ -318,7 +318,9 @@ async def test_a_short_simulation_on_the_cluster_is_valid_and_reports_keys_per_m
     options = SimulateOptions(
         redis_url=redis_cluster.url,
         run_dir=tmp_path,
-        settings=RunSettings(flows=80, concurrency=8, seed=5, tenants=12, duration_s=20),
+        # Seed 3: at 80 flows the draw gives every race kind the two runs the exercise rule
+        # asks of it (the draw changes whenever a kind is added; seed 5 starved one).
+        settings=RunSettings(flows=80, concurrency=8, seed=3, tenants=12, duration_s=20),
     )
     sim = await simulate(options)
     results = json.loads((tmp_path / "results.json").read_text())

@@ -170,6 +170,7 @@ class Simulation:
             ],
             "counts": dict(self.result.counts),
             "races": self.races,
+            "model": self.result.model,
             "kinds": tally.per_kind(),
             "flows": {"total": tally.total, "completed": completed},
             "throughput_flows_per_s": completed / self.stats.elapsed_s,

@@ -1,0 +1,446 @@
+"""The sequential model of a confirmation state, and the conformance search on small histories.
+
+Each history here is built with explicit times: the wall clock of the history and the Redis
+clock of the journal tick together (one ms apart per record), so the search can tell what ran
+before what, as it does from a real run's anchors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from loadgen.checker import Call, CheckResult, Verdict, check, pair_calls
+from loadgen.conformance import merge_tables
+from loadgen.history import Op, OpType
+from loadgen.model import (
+    CANCELLED,
+    DECLINED,
+    ERROR_RESULT,
+    EXECUTED,
+    INIT,
+    REASK,
+    REFUSAL,
+    REPLAY_DECLINED,
+    REPLAY_EXECUTED,
+    Answer,
+    NoteView,
+    Reply,
+    World,
+    expire,
+    forget,
+    step,
+)
+from loadgen.timeline import Bounds, Clock, Titles, anchors
+from store.journal import JournalEntry
+
+T = "load0"
+WS = "file:///load/t0/inbox"
+ARCHIVE = "file:///load/t0/archive"
+ME = "u0a"
+N1, N2, LATER = "n" + "1" * 16, "n" + "2" * 16, "n" + "9" * 16
+K1, K2 = "k1" + "a" * 20, "k2" + "b" * 20
+TTL = 2_000
+GRACE = 1_000
+REFUSED = {"code": -32602, "message": "Invalid or expired requestState", "status": 400}
+
+
+# --- the model alone ------------------------------------------------------------------------
+
+HERE = World(WS, 1, NoteView(True, True, WS, 1))
+
+
+def replies(state: Any, answer: Answer, world: World = HERE) -> set[str]:
+    return {str(r) for r in step(state, answer, world)}
+
+
+def test_a_shown_state_executes_an_accept_of_the_note_as_shown_and_records_it() -> None:
+    out = step(INIT, Answer("accept", N1), HERE)
+    assert set(out) == {Reply(EXECUTED, N1)}
+    after = out[Reply(EXECUTED, N1)]
+    assert after.effect == "execute"
+    assert replies(after.state, Answer("accept", N1)) == {f"{REPLAY_EXECUTED}:{N1}"}
+    assert replies(after.state, Answer("accept_no", N1)) == {REFUSAL}
+    assert replies(after.state, Answer("cancel")) == {REFUSAL}
+
+
+def test_a_cancel_leaves_the_state_usable_and_a_decline_is_final() -> None:
+    cancelled = step(INIT, Answer("cancel"), HERE)
+    assert set(cancelled) == {Reply(CANCELLED)}
+    assert cancelled[Reply(CANCELLED)].state == INIT
+    declined = step(INIT, Answer("decline"), HERE)[Reply(DECLINED)].state
+    assert replies(declined, Answer("decline")) == {REPLAY_DECLINED}
+    assert replies(declined, Answer("accept", N1)) == {REFUSAL}
+
+
+def test_a_note_changed_gone_or_moved_since_shown_reasks_or_errors() -> None:
+    edited = World(WS, 1, NoteView(True, True, WS, 2))
+    gone = World(WS, 1, NoteView(True, False))
+    moved = World(WS, 1, NoteView(True, True, ARCHIVE, 2))
+    assert replies(INIT, Answer("accept", N1), edited) == {REASK}
+    assert replies(INIT, Answer("accept", N1), gone) == {ERROR_RESULT}
+    assert replies(INIT, Answer("accept", N1), moved) == {ERROR_RESULT}
+
+
+def test_expiry_refuses_an_unused_state_but_a_used_one_replays_until_forgotten() -> None:
+    assert replies(expire(INIT), Answer("accept", N1)) == {REFUSAL}
+    assert replies(expire(INIT), Answer("cancel")) == {REFUSAL}
+    used = step(INIT, Answer("accept", N1), HERE)[Reply(EXECUTED, N1)].state
+    assert replies(expire(used), Answer("accept", N1)) == {f"{REPLAY_EXECUTED}:{N1}"}
+    assert replies(forget(expire(used)), Answer("accept", N1)) == {REFUSAL}
+
+
+def test_silence_reasks_in_any_state_and_an_altered_answer_is_refused() -> None:
+    used = step(INIT, Answer("accept", N1), HERE)[Reply(EXECUTED, N1)].state
+    for state in (INIT, used, expire(INIT)):
+        assert replies(state, Answer("silence")) == {REASK}
+        assert replies(state, Answer("altered")) == {REFUSAL}
+
+
+# --- the search on histories ----------------------------------------------------------------
+
+
+@dataclass
+class Story:
+    """A history and a journal on one clock: each record takes 1 ms. The run goes on after the
+    story: ``check`` adds another flow's create, which bounds every answer's effect from above,
+    as the next flows of a real run do."""
+
+    ops: list[Op] = field(default_factory=list)
+    journal: list[JournalEntry] = field(default_factory=list)
+    final: dict[tuple[str, str], str] = field(default_factory=dict)
+    now: int = 1_000
+
+    def record(
+        self, flow: int, type_: OpType, f: str, kind: str, value: dict[str, Any], process: int = 0
+    ) -> Op:
+        self.now += 1
+        op = Op(len(self.ops), self.now, process or 2 * flow, type_, f, flow, kind, value)
+        self.ops.append(op)
+        return op
+
+    def entry(self, op: str, note: str, **fields: Any) -> JournalEntry:
+        self.now += 1
+        values: dict[str, Any] = {
+            "tenant": T,
+            "id": f"{self.now}-0",
+            "op": op,
+            "note": note,
+            "ws": WS,
+            "to": "",
+            "title": "TPS",
+            "version": 1,
+            "principal": ME,
+            "nonce": "",
+            "exp_ms": None,
+            "at_ms": self.now,
+            "tool": "",
+        }
+        e = JournalEntry(**(values | fields))
+        self.journal.append(e)
+        return e
+
+    def create(self, note: str, flow: int, kind: str) -> None:
+        inv = {"principal": ME, "tenant": T, "workspace": WS, "title": "TPS"}
+        self.record(flow, "invoke", "create", kind, inv)
+        self.entry("create", note)
+        self.record(flow, "ok", "create", kind, {"deleted": False, "noteId": note})
+        self.final[(T, note)] = WS
+
+    def ask(self, nonce: str, note: str, flow: int, kind: str, tool: str = "notes_delete") -> None:
+        inv = {"principal": ME, "tenant": T, "workspace": WS, "title": "TPS"}
+        self.record(flow, "invoke", "ask", kind, inv)
+        facts = {"nonce": nonce, "exp_ms": self.now + TTL, "candidates": [[note, 1]], "tool": tool}
+        self.record(flow, "ok", "ask", kind, {"reask": True, **facts})
+
+    def invoke(self, nonce: str, flow: int, kind: str, **answer: Any) -> Op:
+        inv = {"principal": ME, "tenant": T, "nonce": nonce, "action": "accept", "confirm": True}
+        return self.record(flow, "invoke", "confirm", kind, inv | {"expect": "execute"} | answer)
+
+    def done(self, flow: int, kind: str, outcome: OpType, value: dict[str, Any]) -> Op:
+        return self.record(flow, outcome, "confirm", kind, value)
+
+    def execute(self, nonce: str, note: str, *, tool: str = "notes_delete") -> JournalEntry:
+        exp = next(o.value["exp_ms"] for o in self.ops if o.value.get("nonce") == nonce)
+        op = "move" if tool == "notes_archive" else "delete"
+        to = ARCHIVE if op == "move" else ""
+        e = self.entry(op, note, nonce=nonce, exp_ms=exp, tool=tool, to=to)
+        if op == "delete":
+            self.final.pop((T, note), None)
+        else:
+            self.final[(T, note)] = ARCHIVE
+        return e
+
+    def check(self) -> CheckResult:
+        self.create(LATER, 99, "plain")
+        return check(self.ops, self.journal, self.final, {}, redis_end_ms=self.now, grace_ms=GRACE)
+
+
+def told(word: str = "deleted", *, note: str = N1, replay: bool = False) -> dict[str, Any]:
+    """An ok value of a confirm told it executed, as loadgen.clients.classify records it."""
+    op = {"deleted": "delete", "archived": "archive"}[word]
+    flags = {"deleted": False, "archived": False, word: True}
+    rest = {"isError": False, "reask": False, "replay": replay, "noteId": note}
+    return {"executed": True, "op": op, **flags, **rest}
+
+
+NOT_DONE = {
+    "executed": False,
+    "deleted": False,
+    "archived": False,
+    "isError": False,
+    "reask": False,
+    "replay": False,
+}
+
+
+def verdict_of(result: CheckResult, name: str) -> Verdict:
+    return next(v for v in result.verdicts if v.name == name)
+
+
+def cancel_then_accept(accept_reply: tuple[OpType, dict[str, Any]]) -> Story:
+    s = Story()
+    s.create(N1, 1, "cancel_then_accept")
+    s.ask(K1, N1, 1, "cancel_then_accept")
+    s.invoke(K1, 1, "cancel_then_accept", action="cancel", noteId=None, expect="no_mutation")
+    s.done(1, "cancel_then_accept", "ok", NOT_DONE)
+    s.invoke(K1, 1, "cancel_then_accept", noteId=N1)
+    if accept_reply[0] == "ok":
+        s.execute(K1, N1)
+    s.done(1, "cancel_then_accept", *accept_reply)
+    return s
+
+
+def test_an_accept_after_a_cancel_that_executes_is_valid() -> None:
+    result = cancel_then_accept(("ok", told())).check()
+    assert result.status == "valid", [v for v in result.verdicts if v.status != "valid"]
+    rows = result.model["cancel_then_accept"]
+    assert {"answer": "accept", "legal": [EXECUTED], "seen": {EXECUTED: 1}} in rows
+    assert {"answer": "cancel", "legal": [CANCELLED], "seen": {CANCELLED: 1}} in rows
+
+
+def test_a_cancel_recorded_as_final_is_a_liveness_violation_naming_the_kind() -> None:
+    result = cancel_then_accept(("fail", REFUSED)).check()
+    v = verdict_of(result, "answers_make_progress")
+    assert v.status == "invalid"
+    assert "cancel_then_accept" in v.summary
+    assert "answered refusal" in v.summary
+    assert result.status == "invalid"
+
+
+def test_a_different_answer_given_the_recorded_outcome_is_a_conformance_violation() -> None:
+    s = Story()
+    s.create(N1, 1, "answer_changed")
+    s.ask(K1, N1, 1, "answer_changed")
+    s.invoke(K1, 1, "answer_changed", noteId=N1)
+    s.execute(K1, N1)
+    s.done(1, "answer_changed", "ok", told())
+    s.invoke(K1, 1, "answer_changed", noteId=N1, confirm=False, expect="no_mutation")
+    s.done(1, "answer_changed", "ok", told(replay=True))
+    result = s.check()
+    v = verdict_of(result, "answers_conform_to_model")
+    assert v.status == "invalid"
+    assert "[answer_changed]" in v.summary
+    assert "legal at every point it may have run: refusal" in v.summary
+    # The existing invariants see nothing wrong with it: no extra mutation happened.
+    others = [x for x in result.verdicts if x.name not in {v.name, "answers_make_progress"}]
+    assert all(x.status == "valid" for x in others), others
+
+
+def test_silence_answered_with_an_error_is_a_liveness_violation() -> None:
+    s = Story()
+    s.create(N1, 1, "silence")
+    s.ask(K1, N1, 1, "silence")
+    s.invoke(K1, 1, "silence", action="silence", noteId=None, expect="no_mutation")
+    bad = {"code": -32602, "message": "Invalid inputResponses", "status": 400}
+    s.done(1, "silence", "fail", bad)
+    result = s.check()
+    v = verdict_of(result, "answers_make_progress")
+    assert v.status == "invalid"
+    assert "[silence]" in v.summary
+    assert "legal at every point it may have run: reask" in v.summary
+
+
+def test_an_acknowledged_archive_missing_from_the_journal_is_reported_and_counted() -> None:
+    s = Story()
+    s.create(N1, 1, "archive")
+    s.ask(K1, N1, 1, "archive", tool="notes_archive")
+    s.invoke(K1, 1, "archive", noteId=N1)
+    s.done(1, "archive", "ok", told("archived"))
+    result = s.check()
+    assert verdict_of(result, "ok_deletes_match_journal").status == "invalid"
+    v = verdict_of(result, "answers_conform_to_model")
+    assert v.status == "invalid"
+    assert "[archive]" in v.summary
+    assert "acknowledged, but no decision in the journal can be its own" in v.summary
+    assert result.counts["confirms_forgotten"] == 1
+    assert result.counts["archive_confirms_forgotten"] == 1
+
+
+def test_an_archive_told_as_deleted_is_not_what_the_model_allows() -> None:
+    s = Story()
+    s.create(N1, 1, "archive")
+    s.ask(K1, N1, 1, "archive", tool="notes_archive")
+    s.invoke(K1, 1, "archive", noteId=N1)
+    s.execute(K1, N1, tool="notes_archive")
+    s.done(1, "archive", "ok", told("deleted"))
+    assert verdict_of(s.check(), "answers_conform_to_model").status == "invalid"
+
+
+def duplicates(first_done_before_second: bool) -> Story:
+    """Two copies of one accept: the first executes; the second overlaps it or follows it."""
+    s = Story()
+    s.create(N1, 1, "duplicate")
+    s.ask(K1, N1, 1, "duplicate")
+    s.invoke(K1, 1, "duplicate", noteId=N1)
+    if first_done_before_second:
+        s.execute(K1, N1)
+        s.done(1, "duplicate", "ok", told())
+        s.invoke(K1, 1, "duplicate", noteId=N1)
+    else:
+        s.invoke(K1, 1, "duplicate", noteId=N1)
+        s.execute(K1, N1)
+        s.done(1, "duplicate", "ok", told())
+    s.done(1, "duplicate", "ok", told(replay=True))
+    return s
+
+
+def test_concurrent_copies_may_execute_or_replay_and_the_table_counts_which_was_seen() -> None:
+    overlapping = duplicates(first_done_before_second=False).check()
+    assert overlapping.status == "valid"
+    rows = overlapping.model["duplicate"]
+    both = [EXECUTED, REPLAY_EXECUTED]
+    assert {"answer": "accept", "legal": both, "seen": {REPLAY_EXECUTED: 1}} in rows
+    sequential = duplicates(first_done_before_second=True).check()
+    assert {"answer": "accept", "legal": [REPLAY_EXECUTED], "seen": {REPLAY_EXECUTED: 1}} in (
+        sequential.model["duplicate"]
+    )
+
+
+def test_a_retry_after_a_lost_response_must_get_the_recorded_outcome() -> None:
+    s = Story()
+    s.create(N1, 1, "lost_response")
+    s.ask(K1, N1, 1, "lost_response")
+    s.invoke(K1, 1, "lost_response", noteId=N1)
+    s.execute(K1, N1)
+    s.done(1, "lost_response", "info", {"reason": "response lost"})
+    s.invoke(K1, 1, "lost_response", noteId=N1)
+    s.done(1, "lost_response", "ok", {**NOT_DONE, "isError": True})  # "note gone": misleading
+    v = verdict_of(s.check(), "answers_make_progress")
+    assert v.status == "invalid"
+    # Either it ran first and executed, or after the lost one and got its outcome again.
+    assert "legal at every point it may have run: executed, replay_executed" in v.summary
+
+
+def test_an_accept_refused_while_its_state_was_surely_unexpired_is_a_liveness_violation() -> None:
+    s = Story()
+    s.create(N1, 1, "before_expiry")
+    s.ask(K1, N1, 1, "before_expiry")
+    s.invoke(K1, 1, "before_expiry", noteId=N1)
+    s.done(1, "before_expiry", "fail", REFUSED)
+    s.create(N2, 2, "plain")  # an anchor after the refusal, still before the expiry
+    assert verdict_of(s.check(), "answers_make_progress").status == "invalid"
+
+
+def test_a_refusal_after_the_expiry_on_the_redis_clock_is_legal() -> None:
+    s = Story()
+    s.create(N1, 1, "expired")
+    s.ask(K1, N1, 1, "expired")
+    s.now += TTL + 10
+    s.create(N2, 2, "plain")  # an anchor past the expiry, before the late accept
+    s.invoke(K1, 1, "expired", noteId=N1, expect="no_mutation")
+    s.done(1, "expired", "fail", REFUSED)
+    result = s.check()
+    assert result.status == "valid", [v for v in result.verdicts if v.status != "valid"]
+    assert result.model["expired"] == [
+        {"answer": "accept", "legal": [REFUSAL], "seen": {REFUSAL: 1}}
+    ]
+
+
+@pytest.mark.parametrize("status", [500, 200])
+def test_the_fixed_refusal_must_come_with_http_400(status: int) -> None:
+    s = Story()
+    s.create(N1, 1, "decline")
+    s.ask(K1, N1, 1, "decline")
+    s.invoke(K1, 1, "decline", action="decline", noteId=None, expect="no_mutation")
+    s.entry("decline", "", nonce=K1, exp_ms=s.ops[-2].value["exp_ms"], tool="notes_delete")
+    s.done(1, "decline", "ok", NOT_DONE)
+    s.invoke(K1, 1, "decline", noteId=N1, expect="no_mutation")
+    s.done(1, "decline", "fail", REFUSED | {"status": status})
+    assert verdict_of(s.check(), "answers_conform_to_model").status == "invalid"
+
+
+# --- the clock bounds and title counts the search relies on ---------------------------------
+
+
+def calls_and_clock(s: Story) -> tuple[list[Call], Clock]:
+    calls = pair_calls(s.ops)
+    causes = anchors(calls, s.journal)
+    by_id = {e.id: e for e in s.journal}
+    return calls, Clock.build((c, by_id[eid]) for eid, c in causes.items())
+
+
+def test_anchors_bound_an_operation_on_the_redis_clock_from_both_sides() -> None:
+    s = Story()
+    s.create(N1, 1, "plain")
+    s.ask(K1, N1, 1, "plain")
+    s.invoke(K1, 1, "plain", noteId=N1)
+    s.done(1, "plain", "fail", REFUSED)
+    s.create(N2, 2, "plain")
+    calls, clock = calls_and_clock(s)
+    confirm = next(c for c in calls if c.invoke.f == "confirm")
+    first, second = (e.at_ms for e in s.journal)
+    assert clock.bounds(confirm) == Bounds(first, second, frozenset({s.journal[0].id}))
+
+
+def test_contradicting_anchors_leave_an_operation_unbounded() -> None:
+    s = Story()
+    s.create(N1, 1, "plain")
+    s.invoke(K1, 1, "plain", noteId=N1)
+    s.done(1, "plain", "fail", REFUSED)
+    s.create(N2, 2, "plain")
+    # The later create's entry says it ran before the first one: a clock stepped back.
+    s.journal[1] = replace(s.journal[1], at_ms=s.journal[0].at_ms - 10)
+    calls, clock = calls_and_clock(s)
+    confirm = next(c for c in calls if c.invoke.f == "confirm")
+    assert clock.bounds(confirm) == Bounds()
+
+
+def test_a_reask_count_skips_an_edit_that_keeps_the_title_and_what_follows_the_lookup() -> None:
+    s = Story()
+    s.create(N1, 1, "edit_between")
+    edit = s.entry("update", N1, version=2)  # same title: one note throughout, never zero
+    s.now += 5
+    gone = s.entry("delete", N1, nonce=K1)
+    titles = Titles.build(s.journal)
+    around = Bounds(edit.at_ms, gone.at_ms)
+    assert titles.reask(T, WS, "TPS", around) == {REASK, ERROR_RESULT}
+    assert titles.reask(T, WS, "TPS", replace(around, after=frozenset({gone.id}))) == {REASK}
+    assert titles.reask(T, WS, "TPS", Bounds(gone.at_ms + 1, gone.at_ms + 5)) == {ERROR_RESULT}
+
+
+def test_a_decision_no_answer_explains_names_its_kind_and_state() -> None:
+    s = Story()
+    s.create(N1, 1, "cancel_then_accept")
+    s.ask(K1, N1, 1, "cancel_then_accept")
+    inv = s.invoke(K1, 1, "cancel_then_accept", action="cancel", noteId=None)
+    exp = s.ops[-2].value["exp_ms"]
+    decline = s.entry("decline", "", nonce=K1, exp_ms=exp, tool="notes_delete")  # cancel as final
+    s.done(1, "cancel_then_accept", "ok", NOT_DONE)
+    v = verdict_of(s.check(), "answers_conform_to_model")
+    assert v.status == "invalid"
+    assert f"[cancel_then_accept] decline under nonce {K1} that no answer explains" in v.summary
+    assert inv.index in v.ops
+    assert decline.id in v.journal
+
+
+def test_model_tables_of_several_partitions_merge_by_kind_answer_and_legal_set() -> None:
+    one = duplicates(first_done_before_second=False).check().model
+    two = duplicates(first_done_before_second=True).check().model
+    merged = merge_tables([one, two])
+    rows = merged["duplicate"]
+    assert {"answer": "accept", "legal": [EXECUTED], "seen": {EXECUTED: 2}} in rows
+    assert {"answer": "accept", "legal": [REPLAY_EXECUTED], "seen": {REPLAY_EXECUTED: 1}} in rows
+    assert merge_tables([one]) == one
