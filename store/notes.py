@@ -63,12 +63,14 @@ _UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (
     coredis.exceptions.TryAgainError,
     coredis.exceptions.AskError,
     coredis.exceptions.ReadOnlyError,
+    coredis.exceptions.UnblockedError,
     TimeoutError,
     OSError,
 )
 """Errors after which a call may or may not have taken effect: a dropped connection or a
 timeout (the script may have run), too few replicas acknowledged (it ran, but may be lost),
-a cluster between masters (failover). The node must answer "outcome unknown", never "no"."""
+a cluster between masters (failover), a ``WAIT`` unblocked by a failover (``UNBLOCKED``: the
+script ran, its replication is unknown). The node must answer "outcome unknown", never "no"."""
 
 _UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN", "OOM")
 """Error replies of a server that is starting, busy, failing over or full: transient, like the

@@ -140,6 +140,8 @@ def test_redis_faults_and_wait_replicas_on_the_embedded_store_are_usage_errors()
         coredis.exceptions.ReplicationError(b"EVALSHA", 1, 100),
         coredis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down"),
         coredis.exceptions.ResponseError("LOADING Redis is loading the dataset in memory"),
+        # CLUSTER FAILOVER unblocks a client waiting in WAIT after its script ran.
+        coredis.exceptions.UnblockedError("UNBLOCKED force unblock from blocking operation"),
     ],
 )
 def test_errors_after_which_a_script_may_have_run_are_unknown_outcomes(exc: Exception) -> None:
