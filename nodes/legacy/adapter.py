@@ -31,6 +31,9 @@ is ended), only the capabilities and client fields the node reads (capped), the 
 a cancellation's id and an answer's size, pending calls per session (over all nodes) and per
 node (refused with a JSON-RPC error). Run the adapter inside ``open_legacy_adapter``, which runs
 its reader.
+
+Drain (``shutdown``, on SIGTERM): new calls are refused and every waiting call's stream ends with
+a retryable -32603 (``data.reason: "draining"``) for its request; nothing of a stopped call ran.
 """
 
 from __future__ import annotations
@@ -48,7 +51,14 @@ import anyio
 from nodes import errors
 from nodes.http import LegacyRequest, Receive, Send
 from nodes.legacy import wire
-from nodes.legacy.bridge import LegacyCall, LegacyLimits, id_key, refusal_reason, store_error
+from nodes.legacy.bridge import (
+    LegacyCall,
+    LegacyLimits,
+    draining,
+    id_key,
+    refusal_reason,
+    store_error,
+)
 from nodes.legacy.inbox import InboxReader
 from nodes.legacy.stream import EventStream, StreamClosed
 from nodes.protocol import Node
@@ -157,6 +167,8 @@ class LegacyAdapter:
         )
         self._counters = _Counters()
         self._pending = 0
+        self._idle = anyio.Event()
+        """Set by the last open call to end once ``shutdown`` began."""
 
     def statistics(self) -> LegacyStatistics:
         """A frozen snapshot of the counters."""
@@ -174,6 +186,17 @@ class LegacyAdapter:
             refused_by_cap=c.refused_by_cap,
             disconnects=c.disconnects,
         )
+
+    async def shutdown(self) -> None:
+        """The node drains (``nodes.http.Drainable``): new ``tools/call`` requests are refused
+        (-32603, ``data: {"retryable": true, "reason": "draining"}``), and every call waiting
+        for its client ends its stream with that error now (a call running a round finishes it
+        first). Returns once no call is open."""
+        if not self.reader.draining:
+            log.info("legacy adapter draining: %d calls open", self._pending)
+        self.reader.drain()
+        if self._pending:
+            await self._idle.wait()
 
     def claims(self, http_method: str, headers: Mapping[str, str], message: object) -> bool:
         """Whether this request is the adapter's (see ``wire.claims``)."""
@@ -374,6 +397,9 @@ class LegacyAdapter:
         send: Send,
     ) -> None:
         prepared = self.node.prepare_call(params, request.principal, session.capabilities)
+        if self.reader.draining:
+            log.info("legacy call refused: the node is draining")
+            raise draining()
         if self._pending >= self.caps.pending_calls_per_node:
             self._counters.refused_by_cap += 1
             log.info("legacy call refused: %d pending on this node", self._pending)
@@ -408,8 +434,11 @@ class LegacyAdapter:
             )
             await self._stream(call, receive)
         finally:
-            self._pending -= 1
+            # Counted open until it is off its session's list: a drain waits for that too.
             await self._end_call(session.session_id, call_id)
+            self._pending -= 1
+            if not self._pending and self.reader.draining:
+                self._idle.set()
 
     def _call_bound_s(self) -> float:
         """How long a call may stay pending: its answer wait, roots included, plus a margin."""

@@ -45,7 +45,7 @@ import anyio
 from nodes import errors
 from nodes.config import LegacyCaps
 from nodes.legacy import wire
-from nodes.legacy.inbox import InboxReader, InboxWatch
+from nodes.legacy.inbox import Drained, InboxReader, InboxWatch
 from nodes.legacy.stream import EventStream
 from nodes.protocol import Node, PreparedCall
 from nodes.sealing import StateRejected
@@ -115,6 +115,7 @@ NO_ROOTS = "The client did not list its roots; nothing was changed"
 NO_ANSWER = "The client did not answer the request; nothing was changed"
 EXPIRED = "The request expired before it completed; nothing more was changed"
 TOO_MANY_ROUNDS = "Too many rounds of questions; nothing more was changed"
+DRAINING = "Node shutting down; nothing was changed by this call; retry it on another node"
 
 
 def id_key(request_id: object) -> str:
@@ -187,6 +188,12 @@ class LegacyCall:
             log.info("legacy call refused: %s (tool=%s)", refused.message, self.call.tool)
             await self._cancel_outstanding(refused.message)
             return wire.response(self.request_id, wire.tool_refusal(refused.message))
+        except Drained:
+            # Stopped only where it waits for its client, before the round that would use an
+            # answer: nothing was changed by it, and the client's retry starts afresh elsewhere.
+            log.info("legacy call stopped: the node is draining (tool=%s)", self.call.tool)
+            await self._cancel_outstanding(DRAINING)
+            return wire.error_response(self.request_id, draining())
         except errors.InvalidState:
             # The client never saw a requestState: say what happened instead. (Why the state
             # was rejected is logged where it was opened.)
@@ -313,6 +320,8 @@ class LegacyCall:
 
     async def _send_request(self, method: str, params: dict[str, Any], deadline: float) -> str:
         """Open a request in the store (so any node takes its answer), then send it."""
+        if self.reader.draining:
+            raise Drained
         if self.watch is None:
             # From the position taken at the start: nothing since then is missed.
             self.watch = await self._exits.enter_async_context(
@@ -431,6 +440,13 @@ def store_error(exc: StoreUnavailable) -> errors.JsonRpcError:
     if isinstance(exc, StoreFull):
         return errors.store_full()
     return errors.outcome_unknown()
+
+
+def draining() -> errors.JsonRpcError:
+    """-32603 for a call the draining node stopped (or refused): nothing was changed by it."""
+    return errors.JsonRpcError(
+        errors.INTERNAL_ERROR, DRAINING, {"retryable": True, "reason": "draining"}
+    )
 
 
 def _url_of(method: str, params: dict[str, Any]) -> str | None:

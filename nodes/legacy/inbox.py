@@ -14,7 +14,9 @@ every watched inbox in one XREAD and hands each watch the entries after its posi
 
 A watch ends with its call (the block that opened it exits: completion, refusal, the client's
 disconnect, cancellation), and the inbox is read no more. A store failure reaches every watch
-(its call answers "outcome unknown"); the reader backs off and reads again.
+(its call answers "outcome unknown"); the reader backs off and reads again. ``drain`` (the node
+stops) ends every wait with ``Drained`` once the entries already read are taken, and refuses
+new watches.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ BACKOFF_S = 0.5
 """Pause after a failed read, so a store outage is not hammered by the reader."""
 
 
+class Drained(Exception):
+    """The node is draining: a waiting call stops waiting (its client retries elsewhere)."""
+
+
 def _stream_id(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
@@ -50,17 +56,22 @@ class InboxWatch:
         self.position = position
         self._pending: list[InboxEntry] = []
         self._failure: StoreUnavailable | None = None
+        self._drained = False
         self._ready = anyio.Event()
 
     async def next(self, until: float) -> list[InboxEntry]:
         """The entries that came since the last call, waiting for one until ``until`` (on
-        anyio's clock); [] at ``until``. StoreUnavailable if the reader failed meanwhile."""
-        if not self._pending and self._failure is None:
+        anyio's clock); [] at ``until``. StoreUnavailable if the reader failed meanwhile;
+        ``Drained`` once the node drains and no entry is left (entries already read come first:
+        an answer the client was told we took is acted on)."""
+        if not self._pending and self._failure is None and not self._drained:
             with anyio.CancelScope(deadline=until):
                 await self._ready.wait()
         if self._failure is not None:
             failure, self._failure = self._failure, None
             raise failure
+        if not self._pending and self._drained:
+            raise Drained
         out, self._pending = self._pending, []
         if self._ready.is_set():
             self._ready = anyio.Event()
@@ -76,6 +87,10 @@ class InboxWatch:
 
     def _fail(self, failure: StoreUnavailable) -> None:
         self._failure = failure
+        self._ready.set()
+
+    def _drain(self) -> None:
+        self._drained = True
         self._ready.set()
 
 
@@ -106,6 +121,8 @@ class InboxReader:
         self._failures = 0
         self.running = False
         """Set once ``run`` started: a watch without a reader would never see an entry."""
+        self.draining = False
+        """Set by ``drain``: no new watch, and every wait ends."""
 
     def statistics(self) -> ReaderStatistics:
         """A frozen snapshot."""
@@ -115,6 +132,8 @@ class InboxReader:
     @asynccontextmanager
     async def watch(self, session_id: str, position: str) -> AsyncIterator[InboxWatch]:
         """Watch ``session_id``'s inbox after ``position`` for the duration of the block."""
+        if self.draining:
+            raise Drained
         if not self.running:
             raise RuntimeError("the legacy inbox reader is not running (open_legacy_adapter)")
         watch = InboxWatch(session_id, position)
@@ -130,6 +149,14 @@ class InboxReader:
                 watchers.discard(watch)
                 if not watchers:
                     del self._watches[session_id]
+
+    def drain(self) -> None:
+        """The node stops: every waiting call stops waiting (``Drained``), no new one starts.
+        The reader keeps reading until cancelled, so entries already on their way arrive."""
+        self.draining = True
+        for watchers in self._watches.values():
+            for watch in watchers:
+                watch._drain()
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
