@@ -68,6 +68,7 @@ Examples:
   notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 \\
       --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
   notes-cluster bench --quick
+  notes-cluster bench-servers --quick
 """
 
 
@@ -632,6 +633,39 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     err = Console(stderr=True)
     run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
     click.echo((out_dir / "bench.md").read_text(encoding="utf-8"))
+
+
+@main.command(
+    "bench-servers",
+    help="The HTTP servers side by side: the fixed-replies app on uvicorn (httptools, uvloop), "
+    "granian, uvicorn (h11) and hypercorn's trio worker, then one node on uvicorn and granian, "
+    "in alternated rounds under the bench's wrk client; write servers.json and servers.md.",
+)
+@click.option("--quick", is_flag=True, help="Shorter rounds (about a minute in all).")
+@click.option(
+    "--redis",
+    "redis_url",
+    default="redis://127.0.0.1:6379/12",
+    show_default=True,
+    help="Real Redis of the node rows (the database is flushed).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=Path("runs/bench"),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+)
+def bench_servers(quick: bool, redis_url: str, out_dir: Path) -> None:
+    """``notes-cluster bench-servers``."""
+    require_extra("sim")
+    from rich.console import Console
+
+    from cluster.experiments.bench_servers import ServersOptions, run_bench_servers
+
+    err = Console(stderr=True)
+    run_bench_servers(ServersOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
+    click.echo((out_dir / "servers.md").read_text(encoding="utf-8"))
 
 
 @main.command(

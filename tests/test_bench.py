@@ -1,4 +1,4 @@
-"""``notes-cluster bench``: a tiny run writes well-formed ``bench.json`` and ``bench.md``.
+"""``notes-cluster bench`` and ``bench-servers``: tiny runs write well-formed JSON and markdown.
 
 The runs here are short (a fraction of a second per point, one cluster size, one concurrency)
 and check shapes and invariants only, never how fast anything was: the machine is shared. They
@@ -8,8 +8,11 @@ it (``NOTES_CLUSTER_BENCH_TEST_REDIS``, default ``redis://127.0.0.1:6379/13``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,14 @@ from cluster.experiments.bench import BenchOptions, command_line, plan_for, run_
 from cluster.experiments.bench_http import PEER_ROUNDS, SIDES
 from cluster.experiments.bench_procs import cpu_seconds
 from cluster.experiments.bench_report import render_markdown
+from cluster.experiments.bench_servers import SIDES as SERVER_SIDES
+from cluster.experiments.bench_servers import (
+    ServersOptions,
+    Side,
+    _start,
+    render_servers_markdown,
+    run_bench_servers,
+)
 from tests.conftest import require_real_redis
 
 BENCH_REDIS_URL = os.environ.get("NOTES_CLUSTER_BENCH_TEST_REDIS", "redis://127.0.0.1:6379/13")
@@ -141,3 +152,68 @@ def test_cpu_time_is_read_from_proc_and_a_vanished_process_has_none() -> None:
     assert own is not None
     assert own > 0
     assert cpu_seconds(2**22 + 12345) is None
+
+
+@pytest.mark.slow
+def test_bench_servers_measures_every_server_and_app_in_a_tiny_run(tmp_path: Path) -> None:
+    options = ServersOptions(
+        redis_url=require_real_redis(BENCH_REDIS_URL), out_dir=tmp_path, slot_s=1, rounds=1
+    )
+    result = run_bench_servers(options, lambda _: None)
+
+    assert json.loads((tmp_path / "servers.json").read_text(encoding="utf-8")) == result
+    assert result["command"] == options.command()
+    assert result["command"].startswith("notes-cluster bench-servers --redis ")
+    assert [r["key"] for r in result["rows"]] == [s.key for s in SERVER_SIDES]
+    assert len(result["rounds"]) == 1
+    granian = importlib.util.find_spec("granian") is not None
+    for row in result["rows"]:
+        if "skipped" in row:
+            # Only granian may be missing, and then only when it is not installed.
+            assert row["key"].endswith(":granian"), row
+            assert not granian, row
+            continue
+        check_point(row)
+        assert row["cpu_ms_per_flow"]["servers"] > 0
+        assert row["cpu_ms_per_flow"]["client"] > 0
+        assert row["flows"] == result["rounds"][0][row["key"]]["flows"]
+        assert row["cpu_vs_uvicorn"] > 0
+        assert row["flows_vs_uvicorn"] > 0
+        if row["key"].endswith(":uvicorn"):
+            assert row["cpu_vs_uvicorn"] == row["flows_vs_uvicorn"] == 1.0
+    md = (tmp_path / "servers.md").read_text(encoding="utf-8")
+    assert f"Command: `{result['command']}`" in md
+    assert md.count("\n| fixed replies") == 4
+    assert md.count("\n| our node") == 2
+    assert render_servers_markdown(result) == md
+
+
+async def test_a_server_that_cannot_start_gets_a_reason_instead_of_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "granian", None)  # as if not installed
+    async with AsyncExitStack() as stack:
+        missing = await _start(stack, Side("fixed", "granian", "granian"), "redis://unused")
+        broken = await _start(stack, Side("fixed", "no-such-server", "none"), "redis://unused")
+    assert missing == "granian is not installed (pip install 'notes-cluster[bench]')"
+    assert isinstance(broken, str)
+    assert broken.startswith("no-such-server did not start: ")
+
+
+def test_a_skipped_server_is_a_row_that_says_why() -> None:
+    result = {
+        "command": "notes-cluster bench-servers",
+        "settings": {"concurrency": 8, "rounds": 1, "slot_s": 1.0},
+        "rows": [{"key": "fixed:granian", "app": "fixed", "server": "granian", "skipped": "why"}],
+    }
+    md = render_servers_markdown(result)
+    assert "| fixed replies (the HTTP server alone) | granian | skipped: why |" in md
+
+
+def test_bench_servers_modes_and_its_command_line() -> None:
+    quick, full = ServersOptions(quick=True), ServersOptions()
+    assert quick.slot * quick.round_count < full.slot * full.round_count
+    assert ServersOptions(slot_s=0.2).slot == 1.0  # wrk runs whole seconds
+    assert quick.command() == (
+        "notes-cluster bench-servers --quick --redis redis://127.0.0.1:6379/12 --out runs/bench"
+    )

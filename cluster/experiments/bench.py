@@ -457,7 +457,7 @@ def _report(
 
 
 @contextmanager
-def _exclusive(redis_url: str, log: Log) -> Iterator[None]:
+def exclusive(redis_url: str, log: Log) -> Iterator[None]:
     """Hold this machine's lock on ``redis_url``'s database: two benches flushing one database
     would delete each other's notes. A second bench waits (bounded) for the first."""
     digest = hashlib.sha256(redis_url.encode()).hexdigest()[:16]
@@ -484,7 +484,7 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     plan = plan_for(options)
     started = time.perf_counter()
     log(f"bench ({'quick' if options.quick else 'full'}): {plan.seconds:g} s per point")
-    with _exclusive(options.redis_url, log):
+    with exclusive(options.redis_url, log):
         result = trio.run(partial(_run, options, plan, log))
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     options.out_dir.mkdir(parents=True, exist_ok=True)

@@ -67,7 +67,7 @@ def _point(result: WrkResult, cpu: dict[str, float]) -> dict[str, Any]:
     }
 
 
-async def _wrk_point(
+async def wrk_point(
     bench: Bench, procs: ServerProcs, targets: Sequence[Target], concurrency: int, seconds: float
 ) -> dict[str, Any]:
     """Warm up on the first targets, then one measured wrk run with the CPU it cost."""
@@ -97,9 +97,15 @@ async def http_points(bench: Bench, settings: ClusterSettings) -> list[dict[str,
                 targets = await bench.targets(bench.client, c)
                 point: dict[str, Any] = {"transport": "http", "store": "redis", "nodes": n}
                 point |= {"concurrency": c, "label": f"HTTP redis {n} node process(es) c{c}"}
-                point |= await _wrk_point(bench, procs, targets, c, bench.plan.seconds)
+                point |= await wrk_point(bench, procs, targets, c, bench.plan.seconds)
                 out.append(bench.record(point))
     return out
+
+
+def fixed_targets(count: int) -> list[Target]:
+    """Targets for the fixed-replies app (every flow names its fixed note), ten times ``count``:
+    the HTTP server alone runs far faster than any node."""
+    return [Target("u0a", "load0", "file:///load/t0/inbox", "fixed", FIXED_NOTE)] * (10 * count)
 
 
 async def _side_targets(
@@ -112,8 +118,7 @@ async def _side_targets(
         del memory[:count]
         return taken
     if side == "fixed":
-        # Ten times the supply: the HTTP server alone runs far faster than any node.
-        return [Target("u0a", "load0", "file:///load/t0/inbox", "fixed", FIXED_NOTE)] * (10 * count)
+        return fixed_targets(count)
     return await bench.targets(bench.client, c)
 
 
@@ -150,7 +155,7 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
                 for side in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
                     targets = await _side_targets(bench, side, c, slot, memory)
                     point = {"label": f"round {r + 1}: {SIDE_NAMES[side]} c{c}"}
-                    point |= await _wrk_point(bench, procs[side], targets, c, slot)
+                    point |= await wrk_point(bench, procs[side], targets, c, slot)
                     row[side] = bench.record(point)
                 rounds.append(row)
     out: dict[str, Any] = {"rounds": rounds, "slot_s": slot, "concurrency": c}
