@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +42,8 @@ def require_redis_server() -> None:
         pytest.skip("redis-server is not installed")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -56,13 +58,18 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def own_redis(directory: Path, *extra: str) -> Iterator[OwnRedis]:
-    """Start a server (``extra``: more ``redis-server`` arguments), wait for PING, yield it;
-    kill it by pid on exit."""
+def own_redis(directory: Path | None, *extra: str) -> Iterator[OwnRedis]:
+    """Start a server (``extra``: more ``redis-server`` arguments, e.g. ``--maxmemory 2mb``),
+    wait for PING, yield it; kill it by pid on exit. Its data folder goes under ``directory``,
+    or, when that is None (a module-scoped fixture has no ``tmp_path``), in a temporary folder
+    removed on exit."""
     require_redis_server()
-    port = _free_port()
-    data = directory / f"redis-{port}"
-    data.mkdir(parents=True)
+    port = free_port()
+    if directory is None:
+        data = Path(tempfile.mkdtemp(prefix="notes-own-redis-"))
+    else:
+        data = directory / f"redis-{port}"
+        data.mkdir(parents=True)
     args = [
         "redis-server",
         "--port", str(port),
@@ -87,3 +94,6 @@ def own_redis(directory: Path, *extra: str) -> Iterator[OwnRedis]:
         yield OwnRedis(port, proc)
     finally:
         stop(proc)
+        if directory is None:
+            shutil.rmtree(data, ignore_errors=True)
+    assert not Path(f"/proc/{proc.pid}").exists()

@@ -9,16 +9,9 @@ the shared real Redis (a standalone server: no replica ever acknowledges).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,57 +41,17 @@ from store.client import redis_client
 from store.notes import NoteStore, outcome_unknown
 from tests.conftest import require_real_redis
 from tests.harness import accept, error, make_nodes
+from tests.own_redis import own_redis
 from tests.test_delete_flow import answer, ask, deleted, deletes_of, seed
 
 # --- a private redis-server ---------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def private_redis() -> Iterator[str]:
     """A redis-server of this module's own on a free loopback port, stopped by pid."""
-    if shutil.which("redis-server") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs redis-server for the Redis fault tests")
-        pytest.skip("redis-server is not installed")
-    port = _free_port()
-    directory = tempfile.mkdtemp(prefix="notes-faults-redis-")
-    args = [
-        "redis-server",
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--appendonly", "no",
-        "--maxmemory-policy", "noeviction",
-        "--dir", directory,
-    ]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if redis.Redis(port=port, socket_timeout=1).ping():
-                    break
-            except redis.RedisError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not Path(f"/proc/{proc.pid}").exists()
+    with own_redis(None) as server:
+        yield server.url
 
 
 # --- the schedule and the options ---------------------------------------------------------------

@@ -14,17 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -42,9 +34,9 @@ from store.client import open_redis, redis_client
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import require_real_redis
+from tests.own_redis import free_port, own_redis
 from tests.test_legacy import BOB_TOKEN, STEP_S, legacy_headers
 from tests.test_legacy_waiting import LIMITS, one_node, open_session
-from tests.test_store_errors import free_port
 
 ATTACKS = 40
 CLIENT_INFO_BYTES = 900_000
@@ -56,53 +48,11 @@ cache, which a new connection or script adds whatever it stores); the old attack
 36 MB, far past this Redis' 2 MB."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def small_redis() -> Iterator[str]:
     """A redis-server of this module's own with 2 MB of memory, stopped by pid."""
-    if shutil.which("redis-server") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs redis-server for the full-Redis tests")
-        pytest.skip("redis-server is not installed")
-    port = _free_port()
-    directory = tempfile.mkdtemp(prefix="notes-legacy-small-redis-")
-    args = [
-        "redis-server",
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--appendonly", "no",
-        "--maxmemory", "2mb",
-        "--maxmemory-policy", "noeviction",
-        "--dir", directory,
-    ]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if redis.Redis(port=port, socket_timeout=1).ping():
-                    break
-            except redis.RedisError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        shutil.rmtree(directory, ignore_errors=True)
-    assert not Path(f"/proc/{proc.pid}").exists()
+    with own_redis(None, "--maxmemory", "2mb") as server:
+        yield server.url
 
 
 @pytest.fixture

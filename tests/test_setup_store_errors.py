@@ -25,8 +25,9 @@ from store.client import redis_client
 from store.notes import NoteStore
 from tests.asgi_driver import Exchange, request
 from tests.harness import demo_config
+from tests.own_redis import free_port
 from tests.test_setup_url import ALICE, FORM, PUBLIC, SECRET, configured, retry, start
-from tests.test_store_errors import empty, filled, free_port, small_redis
+from tests.test_store_errors import empty, filled, small_redis
 
 TOKENS = TokenTable.from_plain(DEMO_TOKENS)
 BEARER = {"authorization": f"Bearer {ALICE}"}

@@ -11,12 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -32,55 +26,14 @@ from store.client import redis_client
 from store.notes import NoteStore
 from tests.asgi_client import asgi_client, post_call, post_method, tool_result
 from tests.harness import accept, demo_config
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.own_redis import free_port, own_redis
 
 
 @contextlib.contextmanager
 def small_redis(maxmemory: str = "2mb") -> Iterator[str]:
     """A redis-server of this test's own with a small maxmemory, stopped by pid."""
-    if shutil.which("redis-server") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI needs redis-server for the full-store tests")
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    directory = tempfile.mkdtemp(prefix="notes-full-redis-")
-    args = [
-        "redis-server",
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--save", "",
-        "--appendonly", "no",
-        "--maxmemory", maxmemory,
-        "--maxmemory-policy", "noeviction",
-        "--dir", directory,
-    ]  # fmt: skip
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if redis.Redis(port=port, socket_timeout=1).ping():
-                    break
-            except redis.RedisError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
-        shutil.rmtree(directory, ignore_errors=True)
+    with own_redis(None, "--maxmemory", maxmemory) as server:
+        yield server.url
 
 
 HEADROOM = 262_144
