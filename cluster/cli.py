@@ -80,6 +80,17 @@ def main() -> None:
     """The CLI entry point."""
 
 
+def with_options(*options: Callable[[F], F]) -> Callable[[F], F]:
+    """A decorator applying ``options`` (click options), the first listed first in ``--help``."""
+
+    def apply(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
 def load_options(command: F) -> F:
     """The options every load-running command shares: size, pace, seed and output."""
     options = [
@@ -109,9 +120,7 @@ def load_options(command: F) -> F:
         click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout."),
         *exercise_options(),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(*options)(command)
 
 
 def exercise_options() -> list[Callable[[F], F]]:
@@ -133,12 +142,11 @@ def exercise_options() -> list[Callable[[F], F]]:
     ]
 
 
-def ops_options(command: F) -> F:
-    """The options of a serving command: logging and metrics."""
-    from cluster.operations import DEFAULT_METRICS_HOST
+def log_options() -> list[Callable[[F], F]]:
+    """How a serving command logs: the level, and JSON lines or text."""
     from nodes.logging_setup import DEFAULT_LEVEL, LEVELS
 
-    options = [
+    return [
         click.option(
             "--log-level",
             default=DEFAULT_LEVEL,
@@ -151,6 +159,15 @@ def ops_options(command: F) -> F:
             is_flag=True,
             help="Log JSON lines (time, level, logger, message and structured extras).",
         ),
+    ]
+
+
+def ops_options(command: F) -> F:
+    """The options of a serving command: logging and metrics."""
+    from cluster.operations import DEFAULT_METRICS_HOST
+
+    options = [
+        *log_options(),
         click.option(
             "--metrics-port",
             default=None,
@@ -165,9 +182,28 @@ def ops_options(command: F) -> F:
             help="Address the metrics listen on.",
         ),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(*options)(command)
+
+
+def bench_options(quick_help: str, redis_help: str) -> list[Callable[[F], F]]:
+    """The options of the benchmark commands: shorter runs, the real Redis, the output folder."""
+    return [
+        click.option("--quick", is_flag=True, help=quick_help),
+        click.option(
+            "--redis",
+            "redis_url",
+            default="redis://127.0.0.1:6379/12",
+            show_default=True,
+            help=redis_help,
+        ),
+        click.option(
+            "--out",
+            "out_dir",
+            default=Path("runs/bench"),
+            show_default=True,
+            type=click.Path(file_okay=False, path_type=Path),
+        ),
+    ]
 
 
 @main.command(
@@ -607,20 +643,11 @@ def _token_options(tokens: tuple[str, ...]) -> dict[str, str]:
 
 
 @main.command(help="Run the named benchmark scenarios; write bench.json and bench.md.\n" + EXAMPLES)
-@click.option("--quick", is_flag=True, help="Short points (under three minutes in all).")
-@click.option(
-    "--redis",
-    "redis_url",
-    default="redis://127.0.0.1:6379/12",
-    show_default=True,
-    help="Real Redis for the store scenarios (the database is flushed).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    default=Path("runs/bench"),
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
+@with_options(
+    *bench_options(
+        quick_help="Short points (under three minutes in all).",
+        redis_help="Real Redis for the store scenarios (the database is flushed).",
+    )
 )
 def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     """``notes-cluster bench``."""
@@ -641,20 +668,11 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     "granian, uvicorn (h11) and hypercorn's trio worker, then one node on uvicorn and granian, "
     "in alternated rounds under the bench's wrk client; write servers.json and servers.md.",
 )
-@click.option("--quick", is_flag=True, help="Shorter rounds (about a minute in all).")
-@click.option(
-    "--redis",
-    "redis_url",
-    default="redis://127.0.0.1:6379/12",
-    show_default=True,
-    help="Real Redis of the node rows (the database is flushed).",
-)
-@click.option(
-    "--out",
-    "out_dir",
-    default=Path("runs/bench"),
-    show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
+@with_options(
+    *bench_options(
+        quick_help="Shorter rounds (about a minute in all).",
+        redis_help="Real Redis of the node rows (the database is flushed).",
+    )
 )
 def bench_servers(quick: bool, redis_url: str, out_dir: Path) -> None:
     """``notes-cluster bench-servers``."""
@@ -691,13 +709,7 @@ def bench_servers(quick: bool, redis_url: str, out_dir: Path) -> None:
     show_default=True,
     help="redis:// URL of the store (a Redis Cluster node is detected).",
 )
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(("DEBUG", "INFO", "WARNING", "ERROR"), case_sensitive=False),
-)
-@click.option("--log-json", is_flag=True, help="Log JSON lines.")
+@with_options(*log_options())
 def node(
     config_path: Path,
     host: str,
