@@ -383,6 +383,17 @@ async def _run(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
     return _report(options, plan, info, flows, ceiling, evalsha, peer, sizes)
 
 
+def machine(info: dict[str, Any]) -> dict[str, Any]:
+    """What a benchmark report says of the machine: CPUs, Python, platform, and the Redis
+    version from ``info`` (Redis' ``INFO server``)."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "redis_version": str(info.get("redis_version", "")),
+    }
+
+
 def _report(
     options: BenchOptions,
     plan: Plan,
@@ -421,12 +432,7 @@ def _report(
     return {
         "command": command_line(options),
         "mode": "quick" if options.quick else "full",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "redis_version": str(info.get("redis_version", "")),
-        },
+        "machine": machine(info),
         "settings": {
             "seconds_per_point": plan.seconds,
             "nodes": list(plan.nodes),

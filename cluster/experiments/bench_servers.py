@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import platform
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -33,7 +31,7 @@ from typing import Any
 
 import trio
 
-from cluster.experiments.bench import Bench, Plan, exclusive
+from cluster.experiments.bench import Bench, Plan, exclusive, machine
 from cluster.experiments.bench_flows import Target
 from cluster.experiments.bench_http import (
     PEER_CONCURRENCY,
@@ -202,12 +200,7 @@ async def _run(options: ServersOptions, log: Log) -> dict[str, Any]:
     return {
         "command": options.command(),
         "mode": "quick" if options.quick else "full",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "redis_version": str(info.get("redis_version", "")),
-        },
+        "machine": machine(info),
         "settings": {
             "slot_s": options.slot,
             "rounds": options.round_count,
