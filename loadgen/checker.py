@@ -59,6 +59,16 @@ class Verdict:
     ops: tuple[int, ...] = ()
     journal: tuple[str, ...] = ()
 
+    def to_json(self) -> dict[str, Any]:
+        """The verdict as one entry of ``results.json``'s ``invariants``."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "ops": list(self.ops),
+            "journal": list(self.journal),
+        }
+
 
 @dataclass(frozen=True)
 class CheckResult:

@@ -162,16 +162,7 @@ def recheck(
     result = judge(check_folders(histories, facts_dir), tally, legacy_share, rule, weights)
     return {
         "verdict": result.status,
-        "invariants": [
-            {
-                "name": v.name,
-                "status": v.status,
-                "summary": v.summary,
-                "ops": list(v.ops),
-                "journal": list(v.journal),
-            }
-            for v in result.verdicts
-        ],
+        "invariants": [v.to_json() for v in result.verdicts],
         "counts": dict(result.counts),
         "model": result.model,
         "kinds": tally.per_kind(),

@@ -158,16 +158,7 @@ class Simulation:
         completed = tally.completed
         return {
             "verdict": self.result.status,
-            "invariants": [
-                {
-                    "name": v.name,
-                    "status": v.status,
-                    "summary": v.summary,
-                    "ops": list(v.ops),
-                    "journal": list(v.journal),
-                }
-                for v in self.result.verdicts
-            ],
+            "invariants": [v.to_json() for v in self.result.verdicts],
             "counts": dict(self.result.counts),
             "races": self.races,
             "model": self.result.model,
