@@ -149,30 +149,21 @@ async def serve_cluster(
         if demo:
             await seed_demo_notes(url, embedded)
         async with trio.open_nursery() as nursery:
-            if processes:
-                urls = await start_process_nodes(
-                    nursery,
-                    settings,
-                    url,
-                    count=nodes,
-                    embedded=embedded,
-                    host=host,
-                    base_port=base_port,
-                    config_path=config_path,
-                    ops=ops,
-                    log_args=log_args,
-                )
-            else:
-                urls = await start_http_nodes(
-                    nursery,
-                    settings,
-                    url,
-                    count=nodes,
-                    embedded=embedded,
-                    host=host,
-                    base_port=base_port,
-                    ops=ops,
-                )
+            start = (
+                partial(start_process_nodes, config_path=config_path, log_args=log_args)
+                if processes
+                else start_http_nodes
+            )
+            urls = await start(
+                nursery,
+                settings,
+                url,
+                count=nodes,
+                embedded=embedded,
+                host=host,
+                base_port=base_port,
+                ops=ops,
+            )
             if on_ready is not None:
                 on_ready(urls)
 
