@@ -493,10 +493,14 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     with exclusive(options.redis_url, log):
         result = trio.run(partial(_run, options, plan, log))
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    (options.out_dir / "bench.json").write_text(
-        json.dumps(result, indent=2) + "\n", encoding="utf-8"
-    )
-    (options.out_dir / "bench.md").write_text(render_markdown(result), encoding="utf-8")
-    log(f"wrote {options.out_dir / 'bench.json'} and {options.out_dir / 'bench.md'}")
+    write_report(result, render_markdown(result), options.out_dir / "bench", log)
     return result
+
+
+def write_report(result: dict[str, Any], markdown: str, stem: Path, log: Log) -> None:
+    """Write ``result`` as ``STEM.json`` and ``markdown`` as ``STEM.md`` (making the folder)."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    md_path.write_text(markdown, encoding="utf-8")
+    log(f"wrote {json_path} and {md_path}")

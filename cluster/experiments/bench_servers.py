@@ -20,7 +20,6 @@ and after the node slots.
 from __future__ import annotations
 
 import importlib.util
-import json
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -31,7 +30,7 @@ from typing import Any
 
 import trio
 
-from cluster.experiments.bench import Bench, Plan, exclusive, machine
+from cluster.experiments.bench import Bench, Plan, exclusive, machine, write_report
 from cluster.experiments.bench_flows import Target
 from cluster.experiments.bench_http import (
     PEER_CONCURRENCY,
@@ -256,10 +255,5 @@ def run_bench_servers(options: ServersOptions, log: Log) -> dict[str, Any]:
     with exclusive(options.redis_url, log):
         result = trio.run(partial(_run, options, log))
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
-    options.out_dir.mkdir(parents=True, exist_ok=True)
-    (options.out_dir / "servers.json").write_text(
-        json.dumps(result, indent=2) + "\n", encoding="utf-8"
-    )
-    (options.out_dir / "servers.md").write_text(render_servers_markdown(result), encoding="utf-8")
-    log(f"wrote {options.out_dir / 'servers.json'} and {options.out_dir / 'servers.md'}")
+    write_report(result, render_servers_markdown(result), options.out_dir / "servers", log)
     return result
