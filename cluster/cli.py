@@ -280,6 +280,7 @@ def simulate_cmd(
     from rich.console import Console
 
     from cluster.experiments.simulate import SimulateOptions, simulate
+    from cluster.run_log import nodes_log_to
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
 
@@ -318,7 +319,7 @@ def simulate_cmd(
         exercise=_exercise_rule(min_completed, min_per_kind),
         workers=workers,
     )
-    with _nodes_log(run_dir / "nodes.log" if kinds else None), _no_verdict_on_workers_error():
+    with nodes_log_to(run_dir / "nodes.log" if kinds else None), _no_verdict_on_workers_error():
         sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
     _report(sim, run_dir, as_json)
 
@@ -349,29 +350,6 @@ def _fault_kinds(text: str, *, embedded: bool) -> frozenset[FaultKind]:
     except FaultUsageError as exc:
         raise click.UsageError(str(exc)) from None
     return kinds
-
-
-@contextmanager
-def _nodes_log(path: Path | None) -> Iterator[None]:
-    """While the context lasts, send the nodes' log (a warning per "store unavailable" under
-    faults) to a file in the run folder instead of the console; None: change nothing."""
-    import logging
-
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    nodes_log = logging.getLogger("nodes")
-    nodes_log.addHandler(handler)
-    propagate, nodes_log.propagate = nodes_log.propagate, False
-    try:
-        yield
-    finally:
-        nodes_log.propagate = propagate
-        nodes_log.removeHandler(handler)
-        handler.close()
 
 
 def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
@@ -889,6 +867,7 @@ def failover_experiment(
     require_extra("sim")
     from cluster.experiments.failover import HEADER, FailoverOptions, run_experiment, table
     from cluster.redis_cluster import RedisClusterError
+    from cluster.run_log import nodes_log_to
 
     out = out_dir or Path("runs") / time.strftime("failover-%Y%m%d-%H%M%S")
     options = FailoverOptions(
@@ -902,7 +881,7 @@ def failover_experiment(
     )
     click.echo(HEADER, err=True)
     try:
-        with _nodes_log(out / "nodes.log"):
+        with nodes_log_to(out / "nodes.log"):
             runs = run_experiment(options, lambda line: click.echo(line, err=True))
     except (ValueError, RedisClusterError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -23,11 +23,13 @@ and wall clock) and a detail line for people.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -181,6 +183,42 @@ class FaultRecord:
             "end_wall": _iso(self.end_wall),
             "detail": self.detail,
         }
+
+
+FAULTS_FILE = "faults.json"
+"""In a ``--workers`` worker's folder: the faults it injected (its parent reports them all)."""
+
+
+def write_faults(folder: Path, records: Sequence[FaultRecord]) -> None:
+    """Write ``records`` to ``folder/faults.json``, by wall clock (monotonic clocks are private)."""
+    rows = [{k: v for k, v in asdict(r).items() if not k.endswith("_mono")} for r in records]
+    (folder / FAULTS_FILE).write_text(json.dumps(rows) + "\n", encoding="utf-8")
+
+
+def read_faults(
+    folder: Path, started_mono: float, started_wall: float, label: str = ""
+) -> list[FaultRecord]:
+    """The faults another process wrote to ``folder``, placed on this process's monotonic clock
+    by their wall-clock times (the run started at ``started_mono`` / ``started_wall``); each
+    detail starts with ``label``. No file: none."""
+    path = folder / FAULTS_FILE
+    if not path.exists():
+        return []
+    out = []
+    for row in json.loads(path.read_text(encoding="utf-8")):
+        start, end = float(row["start_wall"]), float(row["end_wall"])
+        out.append(
+            FaultRecord(
+                kind=row["kind"],
+                action=row["action"],
+                detail=f"{label}{row['detail']}",
+                start_mono=started_mono + (start - started_wall),
+                end_mono=started_mono + (end - started_wall),
+                start_wall=start,
+                end_wall=end,
+            )
+        )
+    return out
 
 
 def _iso(wall: float) -> str:

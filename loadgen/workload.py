@@ -39,11 +39,13 @@ unavailable), each time on another node. The replay store makes every retry safe
 RETRY_BACKOFF_S = 0.05
 """Pause before such a retry, so a briefly unavailable store has a moment to recover."""
 
-SETUP_ATTEMPTS = 6
+SETUP_ATTEMPTS = 10
 """Tries of each setup step (create, round 1) whose outcome stays unknown, each on another node,
-with exponential backoff from ``RETRY_BACKOFF_S``: faults cost a flow latency, not its race."""
+with exponential backoff from ``RETRY_BACKOFF_S``: faults cost a flow latency, not its race.
+Ten tries with the cap below span about ten seconds, longer than any outage ``--faults``
+plays (a node restart, a Redis pause of up to 1.3 s, their overlaps)."""
 
-SETUP_BACKOFF_MAX_S = 1.0
+SETUP_BACKOFF_MAX_S = 2.0
 """Longest pause between two setup tries."""
 
 TWINS: dict[str, int] = {"duplicate": 1, "race_delete": 1}

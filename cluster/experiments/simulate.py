@@ -32,6 +32,7 @@ from cluster.faults import (
     FaultKind,
     FaultRecord,
     open_injector,
+    write_faults,
 )
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
@@ -86,6 +87,10 @@ class SimulateOptions:
     """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client."""
     fault_seed: int | None = None
     """Seed of the fault schedule; None: the run's seed."""
+    injected: frozenset[FaultKind] | None = None
+    """The kinds of ``faults`` this process injects itself; None: all. Under ``--workers`` only
+    worker 0 injects ``redis`` faults: the store is shared, so it gets one schedule, not one per
+    worker (every worker's nodes still get the short Redis timeout and named connections)."""
     custom_faults: tuple[CustomFault, ...] = ()
     """Faults beyond the kinds (the failover experiment's), played by the same injector."""
     wait_replicas: int = 0
@@ -331,6 +336,7 @@ def _recorded(
     (options.run_dir / LATENCY_FILE).write_bytes(stats.histogram.encode())
     extra = {"max_exp_ms": history.max_exp_ms, "started_wall_ms": stats.started_wall_ms}
     (options.run_dir / "worker.json").write_text(json.dumps(extra) + "\n", encoding="utf-8")
+    write_faults(options.run_dir, faults)
     result = CheckResult((Verdict("checked", "unknown", "A worker records; its parent checks."),))
     return Simulation(result, stats, history, races(stats.tally), options.run_dir, options, "")
 
@@ -382,7 +388,7 @@ async def _load(
     injector: FaultInjector = await open_injector(
         cluster,
         plain,
-        options.faults,
+        options.faults if options.injected is None else options.injected,
         seed=settings.seed if options.fault_seed is None else options.fault_seed,
         horizon_s=settings.duration_s,
         client_name_prefix=f"{cluster.prefix}-node-",

@@ -40,6 +40,8 @@ from cluster.experiments.simulate import (
     races,
     simulate,
 )
+from cluster.faults import read_faults
+from cluster.run_log import nodes_log_to
 from loadgen.history import History
 from loadgen.partition import check_folders
 from loadgen.runfolder import dump_store_facts, history_files
@@ -94,6 +96,7 @@ def worker_options(options: SimulateOptions, k: int, prefix: str) -> SimulateOpt
         run_dir=options.run_dir / f"worker-{k}",
         keep_keys=True,
         fault_seed=seed + k,
+        injected=options.faults if k == 0 else options.faults - {"redis"},
         transport_hook=None,
         settings=replace(s, flows=share, first_flow=k * FLOW_STRIDE),
     )
@@ -104,7 +107,10 @@ def _worker_main(options: SimulateOptions, parent: Connection, parent_pid: int) 
     # Ctrl-C reaches the whole process group: the parent alone decides, and stops its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     message = _orphaned(options.worker, parent_pid)
-    if not trio.run(_run_unless_orphaned, options, parent, message):
+    log = options.run_dir / "nodes.log" if options.faults and options.run_dir else None
+    with nodes_log_to(log):
+        ran = trio.run(_run_unless_orphaned, options, parent, message)
+    if not ran:
         sys.stderr.write(message)
         sys.exit(ORPHAN_EXIT)
 
@@ -273,6 +279,11 @@ async def _check_merged(
     run_dir, url = options.run_dir, options.redis_url
     folders = sorted(run_dir.glob("worker-*"))
     stats = _merged_stats(folders, started, ended, started_wall_ms)
+    faults = [
+        record
+        for f in folders
+        for record in read_faults(f, started, started_wall_ms / 1000, f"{f.name}: ")
+    ]
     await trio.sleep(options.state_ttl_s + SIM_REPLAY_GRACE_MS / 1000 + EXPIRY_SETTLE_S)
     tenants = tenant_names(options.settings.tenants)
     grace = SIM_REPLAY_GRACE_MS
@@ -283,7 +294,9 @@ async def _check_merged(
     dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
     store = "redis" if dist is None else "redis-cluster"
     history = History(keep=False)  # the merged history is the workers' files
-    sim = Simulation(result, stats, history, races(stats.tally), run_dir, options, store, dist)
+    sim = Simulation(
+        result, stats, history, races(stats.tally), run_dir, options, store, dist, faults
+    )
     return finish(sim)
 
 
