@@ -533,6 +533,13 @@ def loadgen(
 @click.option("--tenants", default=4, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--min-completed", default=None, type=click.FloatRange(0.0, 1.0))
 @click.option("--min-per-kind", default=None, type=click.IntRange(0, 1_000_000))
+@click.option(
+    "--jobs",
+    default=None,
+    type=click.IntRange(1, 256),
+    help="Processes checking tenants side by side (default: one per CPU for runs of more "
+    "than about 8k flows, else 1). Memory grows with it: one tenant's history per process.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def check_cmd(
     run_dirs: tuple[Path, ...],
@@ -541,6 +548,7 @@ def check_cmd(
     tenants: int,
     min_completed: float | None,
     min_per_kind: int | None,
+    jobs: int | None,
     as_json: bool,
 ) -> None:
     """``notes-cluster check``."""
@@ -569,7 +577,7 @@ def check_cmd(
         saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
     )
     legacy_share = float(saved.get("legacy_share", 0.0))
-    results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"))
+    results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"), jobs)
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:

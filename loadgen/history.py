@@ -65,6 +65,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+import orjson
+
 OpType = Literal["invoke", "ok", "fail", "info"]
 
 
@@ -101,7 +103,7 @@ class Op:
     @classmethod
     def from_json(cls, line: str) -> Op:
         """Parse one JSONL line."""
-        d = json.loads(line)
+        d = orjson.loads(line)
         return cls(
             int(d["index"]),
             int(d["time_ms"]),

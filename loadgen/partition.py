@@ -15,17 +15,24 @@ history and facts is merged here verdict by verdict (by name), so a new invarian
 
 from __future__ import annotations
 
-import json
+import multiprocessing
+import os
 import re
+import resource
 import tempfile
+import time
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
+
+import orjson
 
 from loadgen.checker import CheckResult, Status, Verdict, check
 from loadgen.conformance import merge_tables
-from loadgen.history import read_history
+from loadgen.history import iter_history
 from loadgen.runfolder import history_files, read_tenant_facts, store_meta
 from loadgen.tally import ExerciseRule, judge, merge, read_tallies
 
@@ -36,61 +43,116 @@ UNROUTED = "_unrouted"
 """Partition of answers whose invoke no history holds (the checker ignores them)."""
 
 
-def split_by_tenant(histories: Iterable[Path], work: Path) -> dict[str, Path]:
-    """Stream ``histories`` into ``work/<tenant>.jsonl``, each line unchanged. Memory: the
-    operations in flight (invokes waiting for their answer), not the history."""
+def split_by_tenant(history: Path, work: Path) -> dict[str, Path]:
+    """Stream one load process's ``history`` into ``work/<tenant>.jsonl``, each line unchanged.
+    Memory: the operations in flight (invokes waiting for their answer), not the history."""
+    work.mkdir(parents=True, exist_ok=True)
     files: dict[str, TextIO] = {}
     paths: dict[str, Path] = {}
     pending: dict[tuple[int, int, str], deque[str]] = defaultdict(deque)
     try:
-        for path in histories:
-            with path.open(encoding="utf-8") as fh:
-                for line in fh:
-                    if not line.strip():
-                        continue
-                    d = json.loads(line)
-                    key = (int(d["process"]), int(d["flow"]), str(d["f"]))
-                    if d["type"] == "invoke":
-                        tenant = str(d["value"].get("tenant") or UNROUTED)
-                        pending[key].append(tenant)
-                    else:
-                        waiting = pending.get(key)
-                        tenant = waiting.popleft() if waiting else UNROUTED
-                        if waiting is not None and not waiting:
-                            del pending[key]
-                    if tenant not in files:
-                        paths[tenant] = work / f"{re.sub(r'[^A-Za-z0-9_-]', '_', tenant)}.jsonl"
-                        files[tenant] = paths[tenant].open("w", encoding="utf-8")
-                    files[tenant].write(line if line.endswith("\n") else line + "\n")
+        with history.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                d = orjson.loads(line)
+                key = (int(d["process"]), int(d["flow"]), str(d["f"]))
+                if d["type"] == "invoke":
+                    tenant = str(d["value"].get("tenant") or UNROUTED)
+                    pending[key].append(tenant)
+                else:
+                    waiting = pending.get(key)
+                    tenant = waiting.popleft() if waiting else UNROUTED
+                    if waiting is not None and not waiting:
+                        del pending[key]
+                if tenant not in files:
+                    paths[tenant] = work / f"{re.sub(r'[^A-Za-z0-9_-]', '_', tenant)}.jsonl"
+                    files[tenant] = paths[tenant].open("w", encoding="utf-8")
+                files[tenant].write(line if line.endswith("\n") else line + "\n")
     finally:
         for out in files.values():
             out.close()
     return paths
 
 
-def check_folders(histories: Sequence[Path], facts_dir: Path) -> CheckResult:
-    """Check ``histories`` against the store facts in ``facts_dir`` (``runfolder``), tenant by
-    tenant, and merge the verdicts."""
-    grace = int(store_meta(facts_dir)["grace_ms"])
-    tenants = sorted(store_meta(facts_dir)["redis_end_ms"])
-    results: list[CheckResult] = []
+POOL_MIN_BYTES = 32 * 2**20
+"""Histories smaller than this (about 8k flows) are checked in this process unless told
+otherwise: starting pool processes would cost more than they save."""
+
+
+def default_jobs(histories: Sequence[Path]) -> int:
+    """Processes a check of ``histories`` uses unless told: one per CPU this process may run
+    on, or just this one for a small run."""
+    if sum(p.stat().st_size for p in histories) < POOL_MIN_BYTES:
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _map(work: Callable[[T], R], tasks: Sequence[T], jobs: int) -> list[R]:
+    """``work`` over ``tasks``, in order: in this process, or in a pool of ``jobs`` fresh
+    processes (spawned: the caller may be a threaded trio program)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        return [work(t) for t in tasks]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+        return list(pool.map(work, tasks))
+
+
+def _split_one(task: tuple[Path, Path]) -> dict[str, Path]:
+    return split_by_tenant(*task)
+
+
+@dataclass(frozen=True)
+class TenantCheck:
+    """One partition of the check: a tenant's history parts (one per load process, in order)
+    against its store facts."""
+
+    facts_dir: Path
+    tenant: str
+    grace_ms: int
+    parts: tuple[Path, ...]
+
+
+def check_tenant(task: TenantCheck) -> CheckResult:
+    """Check one tenant: its history against its store facts (a pool task)."""
+    facts = read_tenant_facts(task.facts_dir, task.tenant)
+    ops = [op for part in task.parts for op in iter_history(part)]
+    return check(
+        ops,
+        facts.journal,
+        facts.final_notes,
+        facts.replay_left,
+        redis_end_ms=facts.redis_end_ms,
+        grace_ms=task.grace_ms,
+    )
+
+
+def check_folders(
+    histories: Sequence[Path], facts_dir: Path, jobs: int | None = None
+) -> CheckResult:
+    """Check ``histories`` (one file per load process) against the store facts in ``facts_dir``
+    (``runfolder``), tenant by tenant, and merge the verdicts. ``jobs`` processes (default: one
+    per CPU for a big run) split the histories and check tenants side by side; memory is then up
+    to ``jobs`` tenants' at once, time about 1/``jobs``."""
+    jobs = default_jobs(histories) if jobs is None else max(1, jobs)
+    meta = store_meta(facts_dir)
+    grace = int(meta["grace_ms"])
+    tenants = sorted(meta["redis_end_ms"])
     with tempfile.TemporaryDirectory(prefix="nc-check-", dir=facts_dir) as tmp:
-        parts = split_by_tenant(histories, Path(tmp))
-        for tenant in tenants:
-            facts = read_tenant_facts(facts_dir, tenant)
-            path = parts.pop(tenant, None)
-            ops = read_history(path) if path is not None else []
-            results.append(
-                check(
-                    ops,
-                    facts.journal,
-                    facts.final_notes,
-                    facts.replay_left,
-                    redis_end_ms=facts.redis_end_ms,
-                    grace_ms=grace,
-                )
-            )
-            del ops, facts
+        splits = [(h, Path(tmp) / str(i)) for i, h in enumerate(histories)]
+        parts: dict[str, list[Path]] = {}
+        for split in _map(_split_one, splits, jobs):  # in history order: a tenant's parts too
+            for tenant, path in split.items():
+                parts.setdefault(tenant, []).append(path)
+        tasks = [TenantCheck(facts_dir, t, grace, tuple(parts.pop(t, ()))) for t in tenants]
+        results = _map(check_tenant, tasks, jobs)
         strays = sorted(t for t in parts if t != UNROUTED)
     merged = merge_results(results)
     if strays:
@@ -154,12 +216,18 @@ def recheck(
     rule: ExerciseRule,
     legacy_share: float,
     weights: dict[str, float] | None = None,
+    jobs: int | None = None,
 ) -> dict[str, Any]:
     """``notes-cluster check``: the verdict of run folders from their files alone (histories,
-    tallies, and the store facts in ``facts_dir``), as the ``results.json`` fields it decides."""
+    tallies, and the store facts in ``facts_dir``), as the ``results.json`` fields it decides,
+    and what the check cost (``check``: jobs, seconds, peak resident memory)."""
     histories = [p for d in run_dirs for p in history_files(d)]
     tally = merge(read_tallies(d) for d in run_dirs)
-    result = judge(check_folders(histories, facts_dir), tally, legacy_share, rule, weights)
+    jobs = default_jobs(histories) if jobs is None else max(1, jobs)
+    started = time.monotonic()
+    checked = check_folders(histories, facts_dir, jobs)
+    seconds = time.monotonic() - started
+    result = judge(checked, tally, legacy_share, rule, weights)
     return {
         "verdict": result.status,
         "invariants": [v.to_json() for v in result.verdicts],
@@ -169,4 +237,18 @@ def recheck(
         "flows": {"total": tally.total, "completed": tally.completed},
         "flows_per_s_by_tenth": tally.tenth_rates(),
         "histories": [str(p) for p in histories],
+        "check": {"jobs": jobs, "seconds": round(seconds, 2)} | peak_memory_mb(),
+    }
+
+
+def peak_memory_mb() -> dict[str, float]:
+    """Peak resident memory so far, in MB: this process's, and its largest ended child's (a
+    pool process of the check); at most ``jobs`` children run at once."""
+
+    def mb(who: int) -> float:
+        return round(resource.getrusage(who).ru_maxrss / 1024, 1)  # KiB on Linux
+
+    return {
+        "peak_rss_mb": mb(resource.RUSAGE_SELF),
+        "child_peak_rss_mb": mb(resource.RUSAGE_CHILDREN),
     }

@@ -22,6 +22,7 @@ matplotlib.use("Agg")  # Files only: never pick an interactive backend, even wit
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
+from loadgen.fault_windows import LISTED_MAX, share, summarize
 from loadgen.runner import FlowSample, RunStats
 from loadgen.tally import Tally
 
@@ -181,7 +182,7 @@ def render_png(
         bottom.set_xlim(0, end)
         bottom.set_xlabel("seconds since run start")
         for ax in (top, bottom):
-            _shade(ax, faults, label=ax is top)
+            _shade(ax, faults, label=ax is top and len(faults) <= LISTED_MAX)
             ax.grid(True, alpha=0.3)
         fig.tight_layout()
         fig.savefig(path, format="png")
@@ -329,11 +330,18 @@ def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = (
         _pairs("Checker counts", _counted(results.get("counts", {}))),
         _pairs("Settings", [(k, _e(v)) for k, v in results.get("settings", {}).items()]),
     ]
-    if faults:
-        sections.append(_pairs("Faults", [(name, f"{a:.1f} – {b:.1f} s") for a, b, name in faults]))
     windows = results.get("faults", [])
-    if windows:
-        sections.append(_pairs("Answered (known outcome) per fault window", _availability(windows)))
+    if len(windows) > LISTED_MAX:  # a long run: one row per kind and action
+        sections.append(
+            _pairs(f"Faults ({len(windows)} windows; each in results.json)", _summary(windows))
+        )
+    else:
+        if faults:
+            faults_at = [(name, f"{a:.1f} – {b:.1f} s") for a, b, name in faults]
+            sections.append(_pairs("Faults", faults_at))
+        if windows:
+            rows = _availability(windows)
+            sections.append(_pairs("Answered (known outcome) per fault window", rows))
     image = base64.b64encode(png).decode("ascii")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -360,6 +368,19 @@ def _kinds(results: dict[str, Any]) -> list[tuple[object, str]]:
             (kind, _e(f"{k['started']} / {k['completed']}" + (f" ({other})" if other else "")))
         )
     return rows
+
+
+def _summary(windows: Sequence[dict[str, Any]]) -> list[tuple[object, str]]:
+    return [
+        (
+            f"{r['kind']} {r['action']}",
+            _e(
+                f"{r['count']} windows, {r['seconds']:.0f} s; answered "
+                f"{share(r['answered_median'])} median, {share(r['answered_min'])} worst"
+            ),
+        )
+        for r in summarize(windows)
+    ]
 
 
 def _availability(windows: Sequence[dict[str, Any]]) -> list[tuple[object, str]]:

@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.fault_windows import LISTED_MAX, share, summarize
+
 STATUS_STYLE = {"valid": "bold green", "invalid": "bold red", "unknown": "bold yellow"}
 
 
@@ -98,10 +100,20 @@ def print_check(results: dict[str, Any], console: Console) -> None:
         console.print(model_table(results["model"]))
     flows = results["flows"]
     console.print(f"flows completed {flows['completed']} of {flows['total']}")
+    cost = results.get("check")
+    if cost:
+        console.print(
+            f"checked in {cost['seconds']:.1f} s by {cost['jobs']} process(es); peak resident "
+            f"{cost['peak_rss_mb']:.0f} MB here, {cost['child_peak_rss_mb']:.0f} MB in the "
+            "largest pool process"
+        )
 
 
 def faults_table(faults: list[dict[str, Any]]) -> Table:
-    """Every fault injected, with its window in seconds from the run's start."""
+    """Every fault injected, with its window in seconds from the run's start; for a long run
+    (more than ``LISTED_MAX`` windows), one row per kind and action instead."""
+    if len(faults) > LISTED_MAX:
+        return _faults_summary_table(faults)
     table = Table(title=f"Faults injected ({len(faults)})", title_justify="left")
     table.add_column("from s", justify="right")
     table.add_column("to s", justify="right")
@@ -110,14 +122,32 @@ def faults_table(faults: list[dict[str, Any]]) -> Table:
     table.add_column("detail", overflow="fold")
     table.add_column("answered", justify="right")
     for f in faults:
-        avail = f.get("availability")
         table.add_row(
             f"{f['start_s']:.2f}",
             f"{f['end_s']:.2f}",
             f["kind"],
             f["action"],
             f["detail"],
-            "-" if avail is None else f"{avail:.0%}",
+            share(f.get("availability")),
+        )
+    return table
+
+
+def _faults_summary_table(faults: list[dict[str, Any]]) -> Table:
+    title = f"Faults injected ({len(faults)} windows, by kind; each one is in results.json)"
+    table = Table(title=title, title_justify="left")
+    table.add_column("kind")
+    table.add_column("action")
+    table.add_column("windows", justify="right")
+    table.add_column("seconds", justify="right")
+    table.add_column("answered median / worst", justify="right")
+    for row in summarize(faults):
+        table.add_row(
+            row["kind"],
+            row["action"],
+            str(row["count"]),
+            f"{row['seconds']:.0f}",
+            f"{share(row['answered_median'])} / {share(row['answered_min'])}",
         )
     return table
 

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from store.client import sync_client
 from store.journal import (
     JournalEntry,
@@ -50,7 +52,7 @@ def _read_lines(path: Path) -> Iterator[Any]:
     with path.open(encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
-                yield json.loads(line)
+                yield orjson.loads(line)
 
 
 def dump_store_facts(

@@ -29,10 +29,13 @@ from cluster.demo import DEMO_TENANT
 from cluster.experiments.failover import FailoverOptions, run_experiment
 from cluster.faults import (
     FAULT_KINDS,
+    FaultRecord,
     FaultUsageError,
     check_kinds,
     parse_kinds,
     plan_faults,
+    read_faults,
+    write_faults,
 )
 from cluster.redis_cluster import redis_server_available
 from nodes.protocol import Node
@@ -163,6 +166,42 @@ def test_simulate_with_node_redis_and_client_faults_on_real_redis_is_valid(
     assert reasons["outcome unknown"] > 0, "a pause past the nodes' timeout: real unknowns"
     assert (run_dir / "nodes.log").exists()
     assert not redis.Redis.from_url(private_redis).keys("ncsim*"), "the run's keys are dropped"
+
+
+@pytest.mark.slow
+def test_two_workers_with_faults_share_one_redis_schedule_and_report_every_workers_faults(
+    tmp_path: Path, private_redis: str
+) -> None:
+    run_dir = tmp_path / "run"
+    args = ["--faults", "nodes,redis,client", "--flows", "600", "--redis", private_redis]
+    results = _simulate([*args, "--workers", "2", "--concurrency", "16"], run_dir)
+    _assert_faults_listed(results, run_dir, {"nodes", "redis", "client"})
+    by_worker = Counter((f["detail"].split(":")[0], f["kind"]) for f in results["faults"])
+    for k in ("worker-0", "worker-1"):
+        assert by_worker[(k, "nodes")] > 0, by_worker
+        assert by_worker[(k, "client")] > 0, by_worker
+    # The store is shared: one Redis fault schedule (worker 0's), not one per worker.
+    assert by_worker[("worker-0", "redis")] > 0, by_worker
+    assert by_worker[("worker-1", "redis")] == 0, by_worker
+    seen = [f["availability"] for f in results["faults"] if f["availability"] is not None]
+    assert all(0.0 <= a <= 1.0 for a in seen), seen  # None: no answer in that window
+    assert min(seen) < 1.0, "faults cost some answers their known outcome"
+    # Every worker's nodes run with the short fault-run timeout: worker 0's pauses reach both.
+    for k in (0, 1):
+        log = (run_dir / f"worker-{k}" / "nodes.log").read_text("utf-8")
+        assert "store unavailable" in log, f"worker-{k}"
+    assert not redis.Redis.from_url(private_redis).keys("ncsim*"), "the run's keys are dropped"
+
+
+def test_faults_written_by_a_worker_come_back_on_the_readers_clock(tmp_path: Path) -> None:
+    record = FaultRecord("redis", "latency", "CLIENT PAUSE", 5.0, 6.5, 1000.25, 1001.75)
+    write_faults(tmp_path, [record])
+    (back,) = read_faults(tmp_path, started_mono=50.0, started_wall=1000.0, label="worker-1: ")
+    assert (back.start_mono, back.end_mono) == (50.25, 51.75)
+    assert (back.start_wall, back.end_wall) == (1000.25, 1001.75)
+    assert back.detail == "worker-1: CLIENT PAUSE"
+    assert back.kind == "redis"
+    assert read_faults(tmp_path / "none", 0.0, 0.0) == []
 
 
 # --- unknown outcomes: the retry finds the recorded outcome ---------------------------------------

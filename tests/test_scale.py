@@ -9,17 +9,28 @@ test wrapper, not a production flag), an edited history line.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from cluster.cli import EXIT_INVALID, EXIT_USAGE, EXIT_VALID, main
 from cluster.experiments.simulate import SimulateOptions, simulate
 from loadgen.checker import CheckResult, Verdict
-from loadgen.partition import UNROUTED, merge_results, split_by_tenant
+from loadgen.fault_windows import LISTED_MAX, summarize
+from loadgen.partition import (
+    POOL_MIN_BYTES,
+    UNROUTED,
+    _map,
+    default_jobs,
+    merge_results,
+    split_by_tenant,
+)
 from loadgen.pictures import render_html, tally_timeline
+from loadgen.report import faults_table
 from loadgen.runner import RunSettings
 from loadgen.tally import ExerciseRule, Tally, exercise_verdict
 from loadgen.transport import Reply, Transport
@@ -176,13 +187,24 @@ def test_two_workers_merge_into_one_verdict(tmp_path: Path) -> None:
     assert results["settings"]["workers"] == 2
     for k in (0, 1):
         assert (run / f"worker-{k}" / "history.jsonl").stat().st_size > 0
-    again = CliRunner().invoke(main, ["check", str(run), "--json"])
+    again = CliRunner().invoke(main, ["check", str(run), "--json", "--jobs", "1"])
     assert again.exit_code == EXIT_VALID, again.output
-    assert len(json.loads(again.stdout)["histories"]) == 2
+    alone = json.loads(again.stdout)
+    assert len(alone["histories"]) == 2
+    assert alone["check"]["jobs"] == 1
+    # Two pool processes (the split of each history, then the tenants side by side): the
+    # same verdicts, evidence, counts and model tables as one process.
+    pooled = json.loads(
+        CliRunner().invoke(main, ["check", str(run), "--json", "--jobs", "2"]).stdout
+    )
+    assert pooled["check"]["jobs"] == 2
+    for field in ("verdict", "invariants", "counts", "model", "kinds", "flows"):
+        assert pooled[field] == alone[field], field
     index = _plant_told_executed(run / "worker-1" / "history.jsonl")
-    planted = CliRunner().invoke(main, ["check", str(run), "--json"])
-    assert planted.exit_code == EXIT_INVALID, planted.output
-    assert index in _verdict(json.loads(planted.stdout), "no_mutation_from_refused")["ops"]
+    for jobs in ("1", "2"):
+        planted = CliRunner().invoke(main, ["check", str(run), "--json", "--jobs", jobs])
+        assert planted.exit_code == EXIT_INVALID, planted.output
+        assert index in _verdict(json.loads(planted.stdout), "no_mutation_from_refused")["ops"]
 
 
 @pytest.mark.slow
@@ -201,6 +223,29 @@ def test_thirty_thousand_flows_stay_exercised(tmp_path: Path) -> None:
         assert results["kinds"][kind]["completed"] >= 3, kind
 
 
+def _pid(_: int) -> int:
+    return os.getpid()
+
+
+def test_a_check_with_jobs_runs_its_partitions_in_other_processes_in_order() -> None:
+    here = os.getpid()
+    assert _map(_pid, [0, 1], 1) == [here, here]
+    pids = _map(_pid, [0, 1, 2, 3, 4, 5], 2)
+    assert len(pids) == 6
+    assert here not in pids
+    assert len(set(pids)) <= 2
+    assert _map(str, [3, 1, 2], 2) == ["3", "1", "2"]
+
+
+def test_small_runs_are_checked_in_one_process_big_ones_on_every_cpu(tmp_path: Path) -> None:
+    small = tmp_path / "history.jsonl"
+    small.write_text("{}\n", encoding="utf-8")
+    assert default_jobs([small]) == 1
+    with small.open("r+b") as fh:
+        fh.truncate(POOL_MIN_BYTES)
+    assert default_jobs([small]) == len(os.sched_getaffinity(0))
+
+
 def test_split_by_tenant_routes_answers_to_their_invokes(tmp_path: Path) -> None:
     def line(i: int, process: int, type_: str, tenant: str | None = None) -> str:
         value = {"tenant": tenant} if tenant else {"noteId": f"n{i}"}
@@ -211,7 +256,7 @@ def test_split_by_tenant_routes_answers_to_their_invokes(tmp_path: Path) -> None
     rows = [line(0, 1, "invoke", "load0"), line(1, 2, "invoke", "load1"), line(2, 2, "ok")]
     rows += [line(3, 1, "ok"), line(4, 9, "ok")]
     history.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    parts = split_by_tenant([history], tmp_path)
+    parts = split_by_tenant(history, tmp_path)
     got = {
         t: [json.loads(x)["index"] for x in p.read_text().splitlines()] for t, p in parts.items()
     }
@@ -269,3 +314,55 @@ def test_the_report_page_shows_each_kind_and_each_fault_window() -> None:
     assert '<th>plain</th><td class="n">3 / 2 (ask_unknown 1)</td>' in page
     assert 'redis kill 1.0–2.0 s</th><td class="n">75%</td>' in page
     assert 'nodes restart 3.0–4.0 s</th><td class="n">-</td>' in page
+
+
+def _windows(n: int) -> list[dict[str, Any]]:
+    """``n`` fault windows alternating redis latency (answered 20 %, 60 %, ...) and node
+    restarts (no answer seen), one second each."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        redis_ = i % 2 == 0
+        out.append(
+            {
+                "kind": "redis" if redis_ else "nodes",
+                "action": "latency" if redis_ else "restart",
+                "start_s": float(i),
+                "end_s": i + 1.0,
+                "detail": f"window {i}",
+                "availability": (0.2 if i % 4 == 0 else 0.6) if redis_ else None,
+            }
+        )
+    return out
+
+
+def test_a_long_runs_fault_windows_are_summed_per_kind_and_action() -> None:
+    assert summarize(_windows(8)) == [
+        {
+            "kind": "redis",
+            "action": "latency",
+            "count": 4,
+            "seconds": 4.0,
+            "answered_median": 0.4,
+            "answered_min": 0.2,
+        },
+        {
+            "kind": "nodes",
+            "action": "restart",
+            "count": 4,
+            "seconds": 4.0,
+            "answered_median": None,
+            "answered_min": None,
+        },
+    ]
+    console = Console(width=120, record=True)
+    console.print(faults_table(_windows(LISTED_MAX)))
+    few = console.export_text()
+    assert "window 23" in few, "up to LISTED_MAX windows are listed one by one"
+    console.print(faults_table(_windows(LISTED_MAX + 4)))
+    many = console.export_text()
+    assert "window 27" not in many
+    assert f"Faults injected ({LISTED_MAX + 4} windows, by kind" in many
+    assert "40% / 20%" in many
+    page = render_html({"verdict": "valid", "faults": _windows(LISTED_MAX + 4)}, b"png")
+    assert "14 windows, 14 s; answered 40% median, 20% worst" in page
+    assert "window 27" not in page
