@@ -33,6 +33,17 @@ from cluster.experiments.bench_servers import (
 from tests.conftest import require_real_redis
 
 BENCH_REDIS_URL = os.environ.get("NOTES_CLUSTER_BENCH_TEST_REDIS", "redis://127.0.0.1:6379/13")
+STEADY_KEYS = {
+    "flows",
+    "completed",
+    "verdict",
+    "first_tenth_flows_per_s",
+    "last_tenth_flows_per_s",
+    "last_over_first",
+    "elapsed_s",
+    "seed",
+    "concurrency",
+}
 POINT_KEYS = {"flows", "failed", "elapsed_s", "flows_per_s", "p50_ms", "p99_ms", "max_ms"}
 CPU_KEYS = {"bench_process", "client", "servers", "redis"}
 
@@ -46,6 +57,7 @@ def tiny(out_dir: Path, **changes: Any) -> BenchOptions:
         "nodes": (1,),
         "concurrencies": (2,),
         "sizes": (100, 300),
+        "steady_flows": 200,
     }
     return BenchOptions(**(base | changes))
 
@@ -101,17 +113,31 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
         check_point(point)
         assert point["keys"] > point["stored_notes"]
 
+    steady = result["scenarios"]["steady"]
+    assert set(steady) == STEADY_KEYS
+    assert steady["flows"] == 200
+    assert 0 < steady["completed"] <= 200
+    # 200 flows may fall short of the exercise rule (UNKNOWN); never a wall-clock bound here.
+    assert steady["verdict"] in ("valid", "unknown", "invalid")
+    first, last = steady["first_tenth_flows_per_s"], steady["last_tenth_flows_per_s"]
+    assert first > 0
+    assert last > 0
+    assert steady["last_over_first"] == pytest.approx(last / first, abs=0.01)
+    assert steady["seed"] == 1
+    assert steady["elapsed_s"] > 0
+
     assert set(result["targets"]) == {
         "ceiling_fraction_at_least_0.35",
         "peer_throughput_at_least_2",
         "peer_cpu_at_most_one_third",
         "http_server_at_most_0.2_of_node",
+        "steady_last_tenth_at_least_0.8_of_first",
     }
     assert all(isinstance(v, bool) for v in result["targets"].values())
 
     md = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert f"Command: `{result['command']}`" in md
-    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## Targets"):
+    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## Targets"):
         assert heading in md
     assert "ours flows/s ÷ peer in memory" in md
     assert "| HTTP (node processes) | redis | 1 | 2 |" in md
@@ -119,17 +145,20 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
 
 
 @pytest.mark.slow
-def test_a_run_without_peer_and_sizes_says_so_and_leaves_their_targets_unmeasured(
+def test_a_run_without_peer_sizes_and_steady_state_says_so_and_leaves_their_targets_unmeasured(
     tmp_path: Path,
 ) -> None:
-    result = run_bench(tiny(tmp_path, peer=False, sizes=()), lambda _: None)
+    result = run_bench(tiny(tmp_path, peer=False, sizes=(), steady_flows=0), lambda _: None)
 
     assert result["scenarios"]["peer"] is None
     assert result["scenarios"]["sizes"] is None
+    assert result["scenarios"]["steady"] is None
     assert result["targets"]["peer_throughput_at_least_2"] is None
+    assert result["targets"]["steady_last_tenth_at_least_0.8_of_first"] is None
     assert "peer=False" in result["command"]
+    assert "steady_flows=0" in result["command"]
     md = (tmp_path / "bench.md").read_text(encoding="utf-8")
-    assert md.count("Skipped in this run.") == 2
+    assert md.count("Skipped in this run.") == 3
     assert "not measured" in md
     assert render_markdown(result) == md
 
@@ -141,6 +170,8 @@ def test_quick_and_full_modes_plan_the_documented_points() -> None:
     assert full.nodes == (1, 2, 3)
     assert full.sizes[-1] == 1_000_000
     assert quick.seconds < full.seconds
+    assert (quick.steady_flows, full.steady_flows) == (3_000, 20_000)
+    assert plan_for(BenchOptions(quick=True, steady_flows=0)).steady_flows == 0
     assert plan_for(BenchOptions(seconds_per_point=0.5)).seconds == 0.5
     assert command_line(BenchOptions(quick=True)) == (
         "notes-cluster bench --quick --redis redis://127.0.0.1:6379/12 --out runs/bench"

@@ -12,7 +12,9 @@ Scenarios:
            and ``redis-benchmark`` EVALSHA; the in-process cluster as a fraction of it;
 3. peer    the same flow on the official MCP Python SDK under uvicorn, alternating with ours
            (1 node) in short slots at concurrency 8: flows/s ratio and server CPU per flow;
-4. sizes   flows/s and p50 with 1k .. 1M other notes stored.
+4. sizes   flows/s and p50 with 1k .. 1M other notes stored;
+5. steady  the race workload (``simulate``, 3 in-process nodes on the same Redis, c64): flows/s
+           in the last tenth of the run against the first tenth.
 
 Only ratios measured in this one run mean anything: the machine is shared and noisy. The Redis
 database given is flushed before, between and after points.
@@ -39,6 +41,7 @@ import coredis
 import trio
 from hdrh.histogram import HdrHistogram
 
+from cluster.config import ClusterSettings
 from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
 from cluster.experiments.bench_flows import FlowFn, PointStats, Target, run_flows
 from cluster.experiments.bench_flows import transport_flow as mcp_flow
@@ -58,9 +61,12 @@ from cluster.experiments.bench_store import (
     seed_filler,
     seed_targets,
 )
+from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.load_fixture import load_tokens, with_load_scope
 from cluster.local import InProcessTransport, open_local_cluster
 from cluster.serve import settings_for
+from loadgen.runner import RunSettings
+from loadgen.workload import tenants_for
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
@@ -77,6 +83,12 @@ FULL_SIZES = (1_000, 100_000, 1_000_000)
 CONCURRENCIES = (8, 32)
 SIZE_NODES = 2
 """Cluster size of the stored-notes scenario (in-process, real Redis)."""
+QUICK_STEADY_FLOWS = 3_000
+FULL_STEADY_FLOWS = 20_000
+STEADY_NODES = 3
+STEADY_CONCURRENCY = 64
+STEADY_MAX_S = 900.0
+"""The steady-state run's time bound: generous, so its flow count ends it, not time."""
 
 MAX_RATE = 3_000
 """Flows/s a point is seeded for: well above what two cores reach, so time ends a point, not
@@ -93,6 +105,7 @@ TARGET_CEILING_FRACTION = 0.35
 TARGET_PEER_THROUGHPUT = 2.0
 TARGET_PEER_CPU = 1 / 3
 TARGET_HTTP_SERVER_SHARE = 0.2
+TARGET_STEADY_RATIO = 0.8
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,8 @@ class BenchOptions:
     concurrencies: tuple[int, ...] | None = None
     sizes: tuple[int, ...] | None = None
     peer: bool = True
+    steady_flows: int | None = None
+    """Flows of the steady-state scenario (None: the mode's; 0: skip it)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +135,7 @@ class Plan:
     concurrencies: tuple[int, ...]
     sizes: tuple[int, ...]
     peer: bool
+    steady_flows: int
 
     def cap(self, rate: int = MAX_RATE) -> int:
         """Most measured flows one point may run (the notes seeded for it)."""
@@ -136,6 +152,9 @@ def plan_for(options: BenchOptions) -> Plan:
         if options.sizes is not None
         else (QUICK_SIZES if options.quick else FULL_SIZES),
         peer=options.peer,
+        steady_flows=options.steady_flows
+        if options.steady_flows is not None
+        else (QUICK_STEADY_FLOWS if options.quick else FULL_STEADY_FLOWS),
     )
 
 
@@ -146,7 +165,8 @@ def command_line(options: BenchOptions) -> str:
     knobs = {
         k: v
         for k, v in asdict(options).items()
-        if k in ("seconds_per_point", "nodes", "concurrencies", "sizes", "seed", "peer")
+        if k
+        in ("seconds_per_point", "nodes", "concurrencies", "sizes", "seed", "peer", "steady_flows")
         and v != getattr(BenchOptions(), k)
     }
     if knobs:
@@ -320,6 +340,49 @@ async def _sizes(bench: Bench) -> list[dict[str, Any]]:
     return out
 
 
+async def _steady(bench: Bench) -> dict[str, Any]:
+    """The race workload as ``notes-cluster simulate`` runs it, on the bench's Redis: flows/s in
+    the last tenth of the run against the first. Its run folder (the history, ~4 KB a flow) is
+    a temporary one, deleted afterwards."""
+    flows = bench.plan.steady_flows
+    await flushdb(bench.client)  # no stored notes left from the sizes scenario
+    with tempfile.TemporaryDirectory(prefix="notes-cluster-steady-") as run_dir:
+        options = SimulateOptions(
+            nodes=STEADY_NODES,
+            redis_url=bench.url,
+            run_dir=Path(run_dir),
+            settings=RunSettings(
+                flows=flows,
+                duration_s=STEADY_MAX_S,
+                concurrency=STEADY_CONCURRENCY,
+                seed=bench.seed,
+                tenants=tenants_for(flows),
+            ),
+            workers=1,
+            keep_history=False,
+        )
+        sim = await simulate(options)
+    tally = sim.stats.tally
+    rates = tally.tenth_rates()
+    first, last = rates["first_tenth"], rates["last_tenth"]
+    out: dict[str, Any] = {
+        "flows": flows,
+        "completed": tally.completed,
+        "verdict": sim.result.status,
+        "first_tenth_flows_per_s": round(first, 1),
+        "last_tenth_flows_per_s": round(last, 1),
+        "last_over_first": _ratio(last, first),
+        "elapsed_s": round(sim.stats.elapsed_s, 1),
+        "seed": bench.seed,
+        "concurrency": STEADY_CONCURRENCY,
+    }
+    bench.log(
+        f"  {flows} flows, {sim.result.status.upper()}: {first:.0f} flows/s in the first tenth, "
+        f"{last:.0f} in the last (× {out['last_over_first']})"
+    )
+    return out
+
+
 def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b > 0 else None
 
@@ -367,20 +430,30 @@ async def _run(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
             evalsha = await _redis_benchmark(bench)
             log("1. delete flows: HTTP node processes, real Redis")
             flows += await http_points(bench, settings)
-            peer = None
-            if plan.peer and importlib.util.find_spec("mcp") is None:
-                log("3. the SDK peer: skipped, the mcp package is not installed")
-            elif plan.peer:
-                log("3. the SDK peer and ours, alternating")
-                peer = peer_summary(await peer_comparison(bench, settings))
+            peer = await _peer_scenario(bench, settings)
             sizes = None
             if plan.sizes:
                 log("4. cost per flow by stored notes")
                 sizes = await _sizes(bench)
+            steady = None
+            if plan.steady_flows:
+                log("5. steady state: the race workload, first tenth against last tenth")
+                steady = await _steady(bench)
         finally:
             with trio.CancelScope(shield=True):
                 await flushdb(client)
-    return _report(options, plan, info, flows, ceiling, evalsha, peer, sizes)
+    return _report(options, plan, info, flows, ceiling, evalsha, peer, sizes, steady)
+
+
+async def _peer_scenario(bench: Bench, settings: ClusterSettings) -> dict[str, Any] | None:
+    """Scenario 3, when the plan has it and the SDK is installed."""
+    if not bench.plan.peer:
+        return None
+    if importlib.util.find_spec("mcp") is None:
+        bench.log("3. the SDK peer: skipped, the mcp package is not installed")
+        return None
+    bench.log("3. the SDK peer and ours, alternating")
+    return peer_summary(await peer_comparison(bench, settings))
 
 
 def machine(info: dict[str, Any]) -> dict[str, Any]:
@@ -403,32 +476,9 @@ def _report(
     evalsha: dict[str, Any] | None,
     peer: dict[str, Any] | None,
     sizes: list[dict[str, Any]] | None,
+    steady: dict[str, Any] | None,
 ) -> dict[str, Any]:
     fractions = _ceiling_fractions(flows, ceiling)
-    size_summary = None
-    if sizes:
-        first, last = sizes[0], sizes[-1]
-        size_summary = {
-            "points": sizes,
-            "flows_ratio_largest_to_smallest": _ratio(last["flows_per_s"], first["flows_per_s"]),
-            "p50_ratio_largest_to_smallest": _ratio(last["p50_ms"], first["p50_ms"]),
-        }
-    targets: dict[str, bool | None] = {
-        "ceiling_fraction_at_least_0.35": all(
-            (f["fraction"] or 0) >= TARGET_CEILING_FRACTION for f in fractions
-        )
-        if fractions
-        else None,
-        "peer_throughput_at_least_2": None
-        if peer is None
-        else (peer["throughput_ratio_vs_peer_memory"] or 0) >= TARGET_PEER_THROUGHPUT,
-        "peer_cpu_at_most_one_third": None
-        if peer is None
-        else (peer["cpu_ratio_vs_peer_memory"] or 99) <= TARGET_PEER_CPU,
-        "http_server_at_most_0.2_of_node": None
-        if peer is None
-        else (peer["http_server_share_of_node"] or 99) <= TARGET_HTTP_SERVER_SHARE,
-    }
     return {
         "command": command_line(options),
         "mode": "quick" if options.quick else "full",
@@ -440,6 +490,7 @@ def _report(
             "sizes": list(plan.sizes),
             "peer": plan.peer,
             "peer_concurrency": PEER_CONCURRENCY,
+            "steady_flows": plan.steady_flows,
             "http_client": "wrk (Lua flow script), one connection per thread, pinned off the "
             "servers' core where the machine has two or more",
             "seed": options.seed,
@@ -456,9 +507,46 @@ def _report(
                 "target": TARGET_CEILING_FRACTION,
             },
             "peer": peer,
-            "sizes": size_summary,
+            "sizes": _size_summary(sizes),
+            "steady": steady,
         },
-        "targets": targets,
+        "targets": _targets(fractions, peer, steady),
+    }
+
+
+def _size_summary(sizes: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    if not sizes:
+        return None
+    first, last = sizes[0], sizes[-1]
+    return {
+        "points": sizes,
+        "flows_ratio_largest_to_smallest": _ratio(last["flows_per_s"], first["flows_per_s"]),
+        "p50_ratio_largest_to_smallest": _ratio(last["p50_ms"], first["p50_ms"]),
+    }
+
+
+def _targets(
+    fractions: list[dict[str, Any]], peer: dict[str, Any] | None, steady: dict[str, Any] | None
+) -> dict[str, bool | None]:
+    """Each target's verdict (None: its scenario did not run)."""
+    return {
+        "ceiling_fraction_at_least_0.35": all(
+            (f["fraction"] or 0) >= TARGET_CEILING_FRACTION for f in fractions
+        )
+        if fractions
+        else None,
+        "peer_throughput_at_least_2": None
+        if peer is None
+        else (peer["throughput_ratio_vs_peer_memory"] or 0) >= TARGET_PEER_THROUGHPUT,
+        "peer_cpu_at_most_one_third": None
+        if peer is None
+        else (peer["cpu_ratio_vs_peer_memory"] or 99) <= TARGET_PEER_CPU,
+        "http_server_at_most_0.2_of_node": None
+        if peer is None
+        else (peer["http_server_share_of_node"] or 99) <= TARGET_HTTP_SERVER_SHARE,
+        "steady_last_tenth_at_least_0.8_of_first": None
+        if steady is None
+        else (steady["last_over_first"] or 0) >= TARGET_STEADY_RATIO,
     }
 
 

@@ -203,6 +203,31 @@ def _sizes(section: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _steady(section: dict[str, Any] | None) -> list[str]:
+    if section is None:
+        return ["## 5. Steady state", "", "Skipped in this run.", ""]
+    row = [
+        f"{section['flows']:,}",
+        f"{section['completed']:,}",
+        section["verdict"].upper(),
+        _num(section["first_tenth_flows_per_s"]),
+        _num(section["last_tenth_flows_per_s"]),
+        _num(section["last_over_first"], 3),
+    ]
+    head = ["flows", "completed", "verdict", "flows/s first tenth", "flows/s last tenth"]
+    head += ["last ÷ first (target ≥ 0.8)"]
+    return [
+        "## 5. Steady state (the race workload, in-process nodes on real Redis, "
+        f"c{section['concurrency']}, seed {section['seed']})",
+        "",
+        *_table(head, [row]),
+        "Each flow works on a title of its own and cleans up after itself, so the cost per flow "
+        "must stay flat as the run goes on: flows/s in the last tenth of the run against the "
+        f"first tenth, both measured within this one run ({_num(section['elapsed_s'])} s).",
+        "",
+    ]
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The whole ``bench.md``."""
     m, s = result["machine"], result["settings"]
@@ -221,6 +246,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         *_ceiling(sc["ceiling"]),
         *_peer(sc["peer"]),
         *_sizes(sc["sizes"]),
+        *_steady(sc.get("steady")),
         "## Targets",
         "",
         *_table(

@@ -184,7 +184,12 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
 
 async def _run(options: ServersOptions, log: Log) -> dict[str, Any]:
     plan = Plan(
-        seconds=options.slot, nodes=(1,), concurrencies=(PEER_CONCURRENCY,), sizes=(), peer=False
+        seconds=options.slot,
+        nodes=(1,),
+        concurrencies=(PEER_CONCURRENCY,),
+        sizes=(),
+        peer=False,
+        steady_flows=0,
     )
     async with redis_client(options.redis_url) as client:
         pid = await redis_server_pid(client)
