@@ -78,6 +78,8 @@ class CheckResult:
     counts: dict[str, int] = field(default_factory=dict)
     model: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Per race kind: each answer's legal replies under the model and the replies seen."""
+    cost: dict[str, Any] = field(default_factory=dict)
+    """What a check over run folders cost: ``jobs``, ``seconds``, peak resident memory."""
 
     @property
     def status(self) -> Status:

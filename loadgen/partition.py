@@ -24,7 +24,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -142,6 +142,7 @@ def check_folders(
     per CPU for a big run) split the histories and check tenants side by side; memory is then up
     to ``jobs`` tenants' at once, time about 1/``jobs``."""
     jobs = default_jobs(histories) if jobs is None else max(1, jobs)
+    started = time.monotonic()
     meta = store_meta(facts_dir)
     grace = int(meta["grace_ms"])
     tenants = sorted(meta["redis_end_ms"])
@@ -162,7 +163,8 @@ def check_folders(
             f"The history names tenants the store facts lack: {', '.join(strays[:8])}.",
         )
         merged = CheckResult((*merged.verdicts, stray), merged.counts, merged.model)
-    return merged
+    seconds = round(time.monotonic() - started, 2)
+    return replace(merged, cost={"jobs": jobs, "seconds": seconds} | peak_memory_mb())
 
 
 def merge_results(results: Sequence[CheckResult]) -> CheckResult:
@@ -223,11 +225,7 @@ def recheck(
     and what the check cost (``check``: jobs, seconds, peak resident memory)."""
     histories = [p for d in run_dirs for p in history_files(d)]
     tally = merge(read_tallies(d) for d in run_dirs)
-    jobs = default_jobs(histories) if jobs is None else max(1, jobs)
-    started = time.monotonic()
-    checked = check_folders(histories, facts_dir, jobs)
-    seconds = time.monotonic() - started
-    result = judge(checked, tally, legacy_share, rule, weights)
+    result = judge(check_folders(histories, facts_dir, jobs), tally, legacy_share, rule, weights)
     return {
         "verdict": result.status,
         "invariants": [v.to_json() for v in result.verdicts],
@@ -237,7 +235,7 @@ def recheck(
         "flows": {"total": tally.total, "completed": tally.completed},
         "flows_per_s_by_tenth": tally.tenth_rates(),
         "histories": [str(p) for p in histories],
-        "check": {"jobs": jobs, "seconds": round(seconds, 2)} | peak_memory_mb(),
+        "check": result.cost,
     }
 
 

@@ -41,6 +41,9 @@ def summary_tables(results: dict[str, Any]) -> list[Table]:
         perf.add_row(name, str(n))
     for master, n in results.get("key_distribution", {}).items():
         perf.add_row(f"keys on master {master}", str(n))
+    cost = results.get("check")
+    if cost:
+        perf.add_row("check", check_cost(cost))
     tables = [verdicts, races, perf]
     if results.get("model"):
         tables.append(model_table(results["model"]))
@@ -102,11 +105,15 @@ def print_check(results: dict[str, Any], console: Console) -> None:
     console.print(f"flows completed {flows['completed']} of {flows['total']}")
     cost = results.get("check")
     if cost:
-        console.print(
-            f"checked in {cost['seconds']:.1f} s by {cost['jobs']} process(es); peak resident "
-            f"{cost['peak_rss_mb']:.0f} MB here, {cost['child_peak_rss_mb']:.0f} MB in the "
-            "largest pool process"
-        )
+        console.print(f"checked in {check_cost(cost)}")
+
+
+def check_cost(cost: dict[str, Any]) -> str:
+    """What a check cost, in one line: seconds, processes, peak resident memory."""
+    text = f"{cost['seconds']:.1f} s, {cost['jobs']} process(es), peak {cost['peak_rss_mb']:.0f} MB"
+    if cost["jobs"] > 1:
+        text += f" + {cost['child_peak_rss_mb']:.0f} MB per pool process"
+    return text
 
 
 def faults_table(faults: list[dict[str, Any]]) -> Table:

@@ -8,6 +8,7 @@ Layer: loadgen. Pure data, mergeable: every load process (``simulate --workers``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
@@ -229,7 +230,7 @@ def judge(
 ) -> CheckResult:
     """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
     verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
-    return CheckResult((*result.verdicts, verdict), result.counts, result.model)
+    return dataclasses.replace(result, verdicts=(*result.verdicts, verdict))
 
 
 def read_tallies(run_dir: Path) -> Tally:

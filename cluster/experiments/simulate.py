@@ -195,7 +195,8 @@ class Simulation:
             }
             | self._fault_settings(),
         } | (
-            ({} if self.key_distribution is None else {"key_distribution": self.key_distribution})
+            ({"check": self.result.cost} if self.result.cost else {})
+            | ({} if self.key_distribution is None else {"key_distribution": self.key_distribution})
             | ({"faults": self.faults_json()} if self._fault_settings().get("faults") else {})
         )
 
