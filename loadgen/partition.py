@@ -25,6 +25,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -95,14 +96,35 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _map(work: Callable[[T], R], tasks: Sequence[T], jobs: int) -> list[R]:
+def _map(work: Callable[[T], R], tasks: Sequence[T], jobs: int) -> tuple[list[R], float]:
     """``work`` over ``tasks``, in order: in this process, or in a pool of ``jobs`` fresh
-    processes (spawned: the caller may be a threaded trio program)."""
+    processes (spawned: the caller may be a threaded trio program). Also the largest peak
+    resident memory of a pool process, in MB (0 when no pool ran)."""
     if jobs <= 1 or len(tasks) <= 1:
-        return [work(t) for t in tasks]
+        return [work(t) for t in tasks], 0.0
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-        return list(pool.map(work, tasks))
+        done = list(pool.map(partial(_with_peak, work), tasks))
+    return [r for r, _ in done], max(peak for _, peak in done)
+
+
+def _with_peak(work: Callable[[T], R], task: T) -> tuple[R, float]:
+    return work(task), own_peak_mb()
+
+
+def own_peak_mb() -> float:
+    """This process's peak resident memory in MB since its program started. Linux's ``VmHWM``,
+    not ``ru_maxrss``: a spawned process inherits, across fork and exec, its parent's
+    ``ru_maxrss`` at the fork (a pool started by a 400 MB load process would report 400 MB),
+    and ``RUSAGE_CHILDREN`` also counts ``--workers`` load processes."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # kB
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
 def _split_one(task: tuple[Path, Path]) -> dict[str, Path]:
@@ -149,11 +171,12 @@ def check_folders(
     with tempfile.TemporaryDirectory(prefix="nc-check-", dir=facts_dir) as tmp:
         splits = [(h, Path(tmp) / str(i)) for i, h in enumerate(histories)]
         parts: dict[str, list[Path]] = {}
-        for split in _map(_split_one, splits, jobs):  # in history order: a tenant's parts too
+        split_all, split_peak = _map(_split_one, splits, jobs)
+        for split in split_all:  # in history order: a tenant's parts too
             for tenant, path in split.items():
                 parts.setdefault(tenant, []).append(path)
         tasks = [TenantCheck(facts_dir, t, grace, tuple(parts.pop(t, ()))) for t in tenants]
-        results = _map(check_tenant, tasks, jobs)
+        results, check_peak = _map(check_tenant, tasks, jobs)
         strays = sorted(t for t in parts if t != UNROUTED)
     merged = merge_results(results)
     if strays:
@@ -164,7 +187,13 @@ def check_folders(
         )
         merged = CheckResult((*merged.verdicts, stray), merged.counts, merged.model)
     seconds = round(time.monotonic() - started, 2)
-    return replace(merged, cost={"jobs": jobs, "seconds": seconds} | peak_memory_mb())
+    cost = {
+        "jobs": jobs,
+        "seconds": seconds,
+        "peak_rss_mb": own_peak_mb(),
+        "child_peak_rss_mb": max(split_peak, check_peak),
+    }
+    return replace(merged, cost=cost)
 
 
 def merge_results(results: Sequence[CheckResult]) -> CheckResult:
@@ -236,17 +265,4 @@ def recheck(
         "flows_per_s_by_tenth": tally.tenth_rates(),
         "histories": [str(p) for p in histories],
         "check": result.cost,
-    }
-
-
-def peak_memory_mb() -> dict[str, float]:
-    """Peak resident memory so far, in MB: this process's, and its largest ended child's (a
-    pool process of the check); at most ``jobs`` children run at once."""
-
-    def mb(who: int) -> float:
-        return round(resource.getrusage(who).ru_maxrss / 1024, 1)  # KiB on Linux
-
-    return {
-        "peak_rss_mb": mb(resource.RUSAGE_SELF),
-        "child_peak_rss_mb": mb(resource.RUSAGE_CHILDREN),
     }

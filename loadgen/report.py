@@ -111,7 +111,7 @@ def print_check(results: dict[str, Any], console: Console) -> None:
 def check_cost(cost: dict[str, Any]) -> str:
     """What a check cost, in one line: seconds, processes, peak resident memory."""
     text = f"{cost['seconds']:.1f} s, {cost['jobs']} process(es), peak {cost['peak_rss_mb']:.0f} MB"
-    if cost["jobs"] > 1:
+    if cost.get("child_peak_rss_mb"):  # 0 when no pool ran (one process, or one task)
         text += f" + {cost['child_peak_rss_mb']:.0f} MB per pool process"
     return text
 

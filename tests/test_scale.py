@@ -27,6 +27,7 @@ from loadgen.partition import (
     _map,
     default_jobs,
     merge_results,
+    own_peak_mb,
     split_by_tenant,
 )
 from loadgen.pictures import render_html, tally_timeline
@@ -192,12 +193,14 @@ def test_two_workers_merge_into_one_verdict(tmp_path: Path) -> None:
     alone = json.loads(again.stdout)
     assert len(alone["histories"]) == 2
     assert alone["check"]["jobs"] == 1
+    assert alone["check"]["child_peak_rss_mb"] == 0  # no pool
     # Two pool processes (the split of each history, then the tenants side by side): the
     # same verdicts, evidence, counts and model tables as one process.
     pooled = json.loads(
         CliRunner().invoke(main, ["check", str(run), "--json", "--jobs", "2"]).stdout
     )
     assert pooled["check"]["jobs"] == 2
+    assert pooled["check"]["child_peak_rss_mb"] > 0
     for field in ("verdict", "invariants", "counts", "model", "kinds", "flows"):
         assert pooled[field] == alone[field], field
     index = _plant_told_executed(run / "worker-1" / "history.jsonl")
@@ -229,12 +232,28 @@ def _pid(_: int) -> int:
 
 def test_a_check_with_jobs_runs_its_partitions_in_other_processes_in_order() -> None:
     here = os.getpid()
-    assert _map(_pid, [0, 1], 1) == [here, here]
-    pids = _map(_pid, [0, 1, 2, 3, 4, 5], 2)
+    assert _map(_pid, [0, 1], 1) == ([here, here], 0.0)
+    pids, peak = _map(_pid, [0, 1, 2, 3, 4, 5], 2)
     assert len(pids) == 6
     assert here not in pids
     assert len(set(pids)) <= 2
-    assert _map(str, [3, 1, 2], 2) == ["3", "1", "2"]
+    assert peak > 0
+    assert _map(str, [3, 1, 2], 2)[0] == ["3", "1", "2"]
+
+
+def _hold(mb: int) -> int:
+    block = b"x" * (mb << 20)  # written, so resident
+    return len(block)
+
+
+def test_a_pool_process_reports_its_own_peak_not_the_parent_s_at_the_fork() -> None:
+    parent_block = b"y" * (400 << 20)  # the parent is big when the pool starts (a load process)
+    assert own_peak_mb() >= 400
+    _, idle_peak = _map(_pid, [0, 1], 2)
+    _, busy_peak = _map(_hold, [150, 1], 2)
+    del parent_block
+    assert 0 < idle_peak < 150  # ru_maxrss would say >= 400: inherited across fork and exec
+    assert 150 <= busy_peak < 400
 
 
 def test_small_runs_are_checked_in_one_process_big_ones_on_every_cpu(tmp_path: Path) -> None:
