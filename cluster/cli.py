@@ -44,6 +44,12 @@ class MissingExtra(click.ClickException):
     exit_code = EXIT_USAGE
 
 
+class DamagedFolder(click.ClickException):
+    """A run folder's file does not hold what a run writes: no verdict, exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
 def require_extra(extra: str, *, only: tuple[str, ...] | None = None) -> None:
     """Refuse to go on unless the modules of ``extra`` (or ``only`` these of them) are
     installed, naming the extra and how to install it."""
@@ -557,6 +563,7 @@ def check_cmd(
     from rich.console import Console
 
     from cluster.experiments.simulate import EXPIRY_SETTLE_S, SIM_REPLAY_GRACE_MS
+    from loadgen.history import DamagedRunFile
     from loadgen.partition import recheck
     from loadgen.report import print_check
     from loadgen.runfolder import STORE_DIR, dump_store_facts
@@ -577,7 +584,10 @@ def check_cmd(
         saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
     )
     legacy_share = float(saved.get("legacy_share", 0.0))
-    results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"), jobs)
+    try:
+        results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"), jobs)
+    except DamagedRunFile as exc:
+        raise DamagedFolder(f"{exc}. Nothing was checked.") from None
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:
@@ -602,7 +612,12 @@ def _saved_settings(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "results.json"
     if not path.exists():
         return {}
-    settings: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
+    except (ValueError, AttributeError) as exc:
+        raise DamagedFolder(f"{path}: not a run's results ({exc}). Nothing was checked.") from None
+    if not isinstance(settings, dict):
+        raise DamagedFolder(f"{path}: its settings are not an object. Nothing was checked.")
     return settings
 
 

@@ -63,11 +63,75 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, TypeVar, get_args
 
 import orjson
 
 OpType = Literal["invoke", "ok", "fail", "info"]
+OP_TYPES = frozenset(get_args(OpType))
+
+T = TypeVar("T")
+
+
+class DamagedRunFile(ValueError):
+    """A run folder's file does not hold what a run writes (torn by a process killed while
+    writing, cut short by a full disk or a partial copy, or edited): which file, which line,
+    what is wrong. Nothing is checked from such a folder."""
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """A whole-file JSON document (``meta.json``, ``tally.json``), or ``DamagedRunFile``."""
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise DamagedRunFile(f"{path}: missing ({what})") from None
+    except OSError as exc:
+        raise DamagedRunFile(f"{path}: cannot be read ({exc.strerror})") from None
+    except orjson.JSONDecodeError as exc:
+        raise DamagedRunFile(f"{path}: not JSON ({exc}); it should hold {what}") from None
+
+
+def json_lines(path: Path, what: str) -> Iterator[tuple[int, bytes, Any]]:
+    """Each non-blank line of a JSONL file as (line number, the line's bytes, its value);
+    ``DamagedRunFile`` names the file and line of the first that is not JSON. Streams: one
+    line in memory at a time."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        raise DamagedRunFile(f"{path}: missing ({what})") from None
+    except OSError as exc:
+        raise DamagedRunFile(f"{path}: cannot be read ({exc.strerror})") from None
+    with fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                torn = "; a torn last line" if not line.endswith(b"\n") else ""
+                raise DamagedRunFile(f"{path}, line {number}: not JSON ({exc}{torn})") from None
+            yield number, line, value
+
+
+SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
+"""What a parser of a decoded line raises when the line has the wrong shape."""
+
+
+def wrong_shape(path: Path, number: int, what: str, exc: Exception) -> DamagedRunFile:
+    """The error for line ``number`` of ``path``, JSON but not one of ``what``."""
+    return DamagedRunFile(f"{path}, line {number}: not one of {what} ({type(exc).__name__}: {exc})")
+
+
+def read_json_lines(path: Path, parse: Callable[[Any], T], what: str) -> Iterator[T]:
+    """Each line of a JSONL file, decoded and handed to ``parse`` (which raises one of
+    ``SHAPE_ERRORS`` on a wrong shape); ``DamagedRunFile`` at the first that is not one of
+    ``what``."""
+    for number, _, value in json_lines(path, what):
+        try:
+            item = parse(value)
+        except SHAPE_ERRORS as exc:
+            raise wrong_shape(path, number, what, exc) from None
+        yield item
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +165,17 @@ class Op:
         )
 
     @classmethod
-    def from_json(cls, line: str) -> Op:
+    def from_json(cls, line: str | bytes) -> Op:
         """Parse one JSONL line."""
-        d = orjson.loads(line)
+        return cls.from_dict(orjson.loads(line))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Op:
+        """One decoded entry (KeyError, TypeError or ValueError if it is not one)."""
+        if d["type"] not in OP_TYPES:
+            raise ValueError(f"type {d['type']!r} is none of {sorted(OP_TYPES)}")
+        if not isinstance(d["value"], dict):
+            raise TypeError("value is not an object")
         return cls(
             int(d["index"]),
             int(d["time_ms"]),
@@ -112,7 +184,7 @@ class Op:
             str(d["f"]),
             int(d["flow"]),
             str(d["kind"]),
-            dict(d["value"]),
+            d["value"],
         )
 
 
@@ -153,11 +225,9 @@ def read_history(path: Path) -> list[Op]:
 
 
 def iter_history(path: Path) -> Iterator[Op]:
-    """Stream a ``history.jsonl`` file, one entry at a time."""
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield Op.from_json(line)
+    """Stream a ``history.jsonl`` file, one entry at a time (``DamagedRunFile`` at the first
+    line that is not an entry)."""
+    return read_json_lines(path, Op.from_dict, "the history's entries")
 
 
 def open_history(run_dir: Path | None, *, keep: bool = True, first_index: int = 0) -> History:

@@ -27,13 +27,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
-
-import orjson
+from typing import Any, BinaryIO, TypeVar
 
 from loadgen.checker import CheckResult, Status, Verdict, check
 from loadgen.conformance import merge_tables
-from loadgen.history import iter_history
+from loadgen.history import OP_TYPES, SHAPE_ERRORS, iter_history, json_lines, wrong_shape
 from loadgen.runfolder import history_files, read_tenant_facts, store_meta
 from loadgen.tally import ExerciseRule, judge, merge, read_tallies
 
@@ -41,35 +39,40 @@ MAX_EVIDENCE = 200
 """Most history indices (and journal ids) a merged verdict lists; the summary counts them all."""
 
 UNROUTED = "_unrouted"
-"""Partition of answers whose invoke no history holds (the checker ignores them)."""
+"""Partition of answers whose invoke no history holds: not checked, and counted (a run writes
+none, so any makes the verdict UNKNOWN: the history was cut or edited)."""
 
 
 def split_by_tenant(history: Path, work: Path) -> dict[str, Path]:
-    """Stream one load process's ``history`` into ``work/<tenant>.jsonl``, each line unchanged.
-    Memory: the operations in flight (invokes waiting for their answer), not the history."""
+    """Stream one load process's ``history`` into ``work/<tenant>.jsonl``, each line unchanged
+    (``DamagedRunFile`` at a line that is not a history entry). Memory: the operations in
+    flight (invokes waiting for their answer), not the history."""
     work.mkdir(parents=True, exist_ok=True)
-    files: dict[str, TextIO] = {}
+    files: dict[str, BinaryIO] = {}
     paths: dict[str, Path] = {}
     pending: dict[tuple[int, int, str], deque[str]] = defaultdict(deque)
+    what = "the history's entries"
     try:
-        with history.open(encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                d = orjson.loads(line)
+        for number, line, d in json_lines(history, what):
+            try:
                 key = (int(d["process"]), int(d["flow"]), str(d["f"]))
-                if d["type"] == "invoke":
-                    tenant = str(d["value"].get("tenant") or UNROUTED)
-                    pending[key].append(tenant)
-                else:
-                    waiting = pending.get(key)
-                    tenant = waiting.popleft() if waiting else UNROUTED
-                    if waiting is not None and not waiting:
-                        del pending[key]
-                if tenant not in files:
-                    paths[tenant] = work / f"{re.sub(r'[^A-Za-z0-9_-]', '_', tenant)}.jsonl"
-                    files[tenant] = paths[tenant].open("w", encoding="utf-8")
-                files[tenant].write(line if line.endswith("\n") else line + "\n")
+                if d["type"] not in OP_TYPES:
+                    raise ValueError(f"type {d['type']!r} is none of {sorted(OP_TYPES)}")
+                invoke = d["type"] == "invoke"
+                tenant = str(d["value"].get("tenant") or UNROUTED) if invoke else ""
+            except SHAPE_ERRORS as exc:
+                raise wrong_shape(history, number, what, exc) from None
+            if invoke:
+                pending[key].append(tenant)
+            else:
+                waiting = pending.get(key)
+                tenant = waiting.popleft() if waiting else UNROUTED
+                if waiting is not None and not waiting:
+                    del pending[key]
+            if tenant not in files:
+                paths[tenant] = work / f"{re.sub(r'[^A-Za-z0-9_-]', '_', tenant)}.jsonl"
+                files[tenant] = paths[tenant].open("wb")
+            files[tenant].write(line if line.endswith(b"\n") else line + b"\n")
     finally:
         for out in files.values():
             out.close()
@@ -127,6 +130,11 @@ def own_peak_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
 def _split_one(task: tuple[Path, Path]) -> dict[str, Path]:
     return split_by_tenant(*task)
 
@@ -178,13 +186,18 @@ def check_folders(
         tasks = [TenantCheck(facts_dir, t, grace, tuple(parts.pop(t, ()))) for t in tenants]
         results, check_peak = _map(check_tenant, tasks, jobs)
         strays = sorted(t for t in parts if t != UNROUTED)
+        unpaired = sum(_count_lines(p) for p in parts.get(UNROUTED, ()))
     merged = merge_results(results)
+    unread = []
     if strays:
-        stray = Verdict(
-            "tenants_read",
-            "unknown",
-            f"The history names tenants the store facts lack: {', '.join(strays[:8])}.",
+        unread.append(f"The history names tenants the store facts lack: {', '.join(strays[:8])}.")
+    if unpaired:
+        unread.append(
+            f"{unpaired} answers in the history have no invoke before them (a history cut "
+            "or edited), so they were not checked."
         )
+    if unread:
+        stray = Verdict("tenants_read", "unknown", " ".join(unread))
         merged = CheckResult((*merged.verdicts, stray), merged.counts, merged.model)
     seconds = round(time.monotonic() - started, 2)
     cost = {

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file, read_json_lines
 from store.client import sync_client
 from store.journal import (
     JournalEntry,
@@ -48,13 +47,6 @@ def _write_lines(path: Path, rows: Iterable[Any]) -> None:
             fh.write(json.dumps(row, separators=(",", ":")) + "\n")
 
 
-def _read_lines(path: Path) -> Iterator[Any]:
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield orjson.loads(line)
-
-
 def dump_store_facts(
     run_dir: Path, url: str, prefix: str, tenants: Iterable[str], grace_ms: int
 ) -> None:
@@ -80,9 +72,16 @@ def dump_store_facts(
 
 
 def store_meta(run_dir: Path) -> dict[str, Any]:
-    """``store/meta.json`` of a run folder (FileNotFoundError: the folder has no store facts)."""
-    meta: dict[str, Any] = json.loads((run_dir / STORE_DIR / META_FILE).read_text("utf-8"))
-    return meta
+    """``store/meta.json`` of a run folder: ``grace_ms`` and per tenant ``redis_end_ms``
+    (``DamagedRunFile`` if it is missing or holds something else)."""
+    path = run_dir / STORE_DIR / META_FILE
+    meta = read_json_file(path, "the store facts' grace and Redis clock per tenant")
+    try:
+        int(meta["grace_ms"])
+        ends = {str(t): int(ms) for t, ms in meta["redis_end_ms"].items()}
+    except SHAPE_ERRORS as exc:
+        raise DamagedRunFile(f"{path}: no grace_ms and redis_end_ms ({exc!r})") from None
+    return dict(meta) | {"redis_end_ms": ends}
 
 
 def tenants_of(run_dir: Path) -> list[str]:
@@ -90,14 +89,35 @@ def tenants_of(run_dir: Path) -> list[str]:
     return sorted(store_meta(run_dir)["redis_end_ms"])
 
 
+def _note_at(pair: list[Any]) -> tuple[str, str]:
+    note, where = pair
+    return str(note), str(where)
+
+
+def _expires_at(pair: list[Any]) -> tuple[str, int]:
+    nonce, ttl = pair
+    return str(nonce), int(ttl)
+
+
 def read_tenant_facts(run_dir: Path, tenant: str) -> TenantFacts:
-    """One tenant's store facts, as ``dump_store_facts`` wrote them."""
+    """One tenant's store facts, as ``dump_store_facts`` wrote them (``DamagedRunFile`` at a
+    file that is missing or a line that is not a fact)."""
     base = run_dir / STORE_DIR
-    journal = [JournalEntry(**d) for d in _read_lines(base / f"{tenant}.journal.jsonl")]
-    notes = {(tenant, str(n)): str(ws) for n, ws in _read_lines(base / f"{tenant}.notes.jsonl")}
-    replay = {(tenant, str(n)): int(t) for n, t in _read_lines(base / f"{tenant}.replay.jsonl")}
-    end = int(store_meta(run_dir)["redis_end_ms"][tenant])
-    return TenantFacts(tenant, journal, notes, replay, end)
+    journal = list(
+        read_json_lines(
+            base / f"{tenant}.journal.jsonl", lambda d: JournalEntry(**d), "journal entries"
+        )
+    )
+    notes = read_json_lines(base / f"{tenant}.notes.jsonl", _note_at, "[note, workspace]")
+    replay = read_json_lines(base / f"{tenant}.replay.jsonl", _expires_at, "[nonce, ttl]")
+    end = store_meta(run_dir)["redis_end_ms"][tenant]
+    return TenantFacts(
+        tenant,
+        journal,
+        {(tenant, n): ws for n, ws in notes},
+        {(tenant, n): ttl for n, ttl in replay},
+        end,
+    )
 
 
 def history_files(run_dir: Path) -> list[Path]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.checker import CheckResult, Verdict
+from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file
 from loadgen.legacy_clients import LEGACY_KINDS
 from loadgen.workload import RACE_KINDS
 
@@ -155,8 +156,13 @@ def write_tally(run_dir: Path, tally: Tally) -> None:
 
 
 def read_tally(run_dir: Path) -> Tally:
-    """Read ``run_dir/tally.json``."""
-    return Tally.from_json(json.loads((run_dir / TALLY_FILE).read_text(encoding="utf-8")))
+    """Read ``run_dir/tally.json`` (``DamagedRunFile`` if it is missing or something else)."""
+    path = run_dir / TALLY_FILE
+    d = read_json_file(path, "the run's counters per race kind")
+    try:
+        return Tally.from_json(d)
+    except SHAPE_ERRORS as exc:
+        raise DamagedRunFile(f"{path}: not the run's counters ({exc!r})") from None
 
 
 def exercise_verdict(
