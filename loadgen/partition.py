@@ -39,8 +39,9 @@ MAX_EVIDENCE = 200
 """Most history indices (and journal ids) a merged verdict lists; the summary counts them all."""
 
 UNROUTED = "_unrouted"
-"""Partition of answers whose invoke no history holds: not checked, and counted (a run writes
-none, so any makes the verdict UNKNOWN: the history was cut or edited)."""
+"""Partition of answers whose invoke no history holds, and of invokes naming no tenant (with
+their answers): not checked, and counted (a run writes none, so any makes the verdict UNKNOWN:
+the history was cut or edited)."""
 
 
 def split_by_tenant(history: Path, work: Path) -> dict[str, Path]:
@@ -193,8 +194,8 @@ def check_folders(
         unread.append(f"The history names tenants the store facts lack: {', '.join(strays[:8])}.")
     if unpaired:
         unread.append(
-            f"{unpaired} answers in the history have no invoke before them (a history cut "
-            "or edited), so they were not checked."
+            f"{unpaired} answers in the history have no invoke before them, or belong to an "
+            "invoke naming no tenant (a history cut or edited), so they were not checked."
         )
     if unread:
         stray = Verdict("tenants_read", "unknown", " ".join(unread))
