@@ -113,6 +113,14 @@ def json_lines(path: Path, what: str) -> Iterator[tuple[int, bytes, Any]]:
             yield number, line, value
 
 
+def entry_type(d: dict[str, Any]) -> OpType:
+    """A decoded entry's ``type`` (ValueError if it is none of ``OpType``)."""
+    kind = d["type"]
+    if kind not in OP_TYPES:
+        raise ValueError(f"type {kind!r} is none of {sorted(OP_TYPES)}")
+    return kind  # type: ignore[no-any-return]
+
+
 SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError)
 """What a parser of a decoded line raises when the line has the wrong shape."""
 
@@ -172,15 +180,14 @@ class Op:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Op:
         """One decoded entry (KeyError, TypeError or ValueError if it is not one)."""
-        if d["type"] not in OP_TYPES:
-            raise ValueError(f"type {d['type']!r} is none of {sorted(OP_TYPES)}")
+        kind = entry_type(d)
         if not isinstance(d["value"], dict):
             raise TypeError("value is not an object")
         return cls(
             int(d["index"]),
             int(d["time_ms"]),
             int(d["process"]),
-            d["type"],
+            kind,
             str(d["f"]),
             int(d["flow"]),
             str(d["kind"]),

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from loadgen.checker import CheckResult, Status, Verdict, check
 from loadgen.conformance import merge_tables
-from loadgen.history import OP_TYPES, SHAPE_ERRORS, iter_history, json_lines, wrong_shape
+from loadgen.history import SHAPE_ERRORS, entry_type, iter_history, json_lines, wrong_shape
 from loadgen.runfolder import history_files, read_tenant_facts, store_meta
 from loadgen.tally import ExerciseRule, judge, merge, read_tallies
 
@@ -57,9 +57,7 @@ def split_by_tenant(history: Path, work: Path) -> dict[str, Path]:
         for number, line, d in json_lines(history, what):
             try:
                 key = (int(d["process"]), int(d["flow"]), str(d["f"]))
-                if d["type"] not in OP_TYPES:
-                    raise ValueError(f"type {d['type']!r} is none of {sorted(OP_TYPES)}")
-                invoke = d["type"] == "invoke"
+                invoke = entry_type(d) == "invoke"
                 tenant = str(d["value"].get("tenant") or UNROUTED) if invoke else ""
             except SHAPE_ERRORS as exc:
                 raise wrong_shape(history, number, what, exc) from None
