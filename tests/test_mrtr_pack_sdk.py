@@ -1,0 +1,107 @@
+"""The MRTR conformance pack against the official SDKs' reference servers, two instances each.
+
+Layer: tests. The Python SDK reference (``cluster.experiments.reference_sdk``, ``mcp`` from
+PyPI) runs as two processes sharing a sealing key and the real Redis (a key prefix of the
+test's own). As measured, it fails exactly the checks that need a record of used states (the
+SDK seals and binds ``requestState`` but its handlers run again on every retry), each FAILURE
+quoting the requests that show it; the same server with ``--used-state-store`` passes every
+check. The TypeScript SDK reference runs the same way when Node 22 and its packages are there
+(skipped otherwise, a failure under CI).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.experiments.references import Sdk, node_binary, open_reference
+from cluster.mrtr_conformance import demo_contract, run_conformance
+from loadgen.mrtr_pack.checks import Check
+from store.client import sync_client
+from store.journal import scan_keys
+from tests.conftest import require_real_redis
+
+STATE_TTL_S = 3.0
+
+NEEDS_USED_STATE_STORE = {
+    "mrtr-replay-same-instance",
+    "mrtr-replay-other-instance",
+    "mrtr-concurrent-duplicates",
+    "mrtr-lost-response-retry",
+    "mrtr-different-answer-used-state",
+    "mrtr-decline-then-accept",
+}
+"""The checks an SDK server fails when it keeps no record of used states."""
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[tuple[str, str]]:
+    """The real Redis and a key prefix of this test's own (its keys deleted afterwards)."""
+    url = require_real_redis()
+    prefix = "nct" + secrets.token_hex(5)
+    yield url, prefix
+    sync = sync_client(url)
+    keys = list(scan_keys(sync, f"{prefix}:*"))
+    if keys:
+        sync.delete(*keys)
+    sync.close()
+
+
+def _require(sdk: Sdk) -> None:
+    if sdk == "typescript" and node_binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI needs Node 22 and the TypeScript reference's packages")
+        pytest.skip("Node 22 or the TypeScript reference's packages are not installed")
+
+
+async def _pack(
+    sdk: Sdk, redis_prefix: tuple[str, str], out: Path, used_state_store: bool
+) -> dict[str, Check]:
+    url, prefix = redis_prefix
+    async with open_reference(
+        sdk, url, prefix=prefix, state_ttl_s=STATE_TTL_S, used_state_store=used_state_store
+    ) as urls:
+        assert len(urls) == 2
+        checks = await run_conformance(urls, demo_contract(STATE_TTL_S), out)
+    return {c.id: c for c in checks}
+
+
+def _answers_under_one_state(check: Check) -> list[dict[str, object]]:
+    """The requests of a check that answered under its first state."""
+    requests = check.details["requests"]
+    states = [r["request"]["params"].get("requestState") for r in requests]
+    first = next(s for s in states if s)
+    return [r for r, s in zip(requests, states, strict=True) if s == first]
+
+
+@pytest.mark.parametrize("sdk", ["python", "typescript"])
+async def test_an_sdk_reference_fails_exactly_the_checks_that_need_a_used_state_store(
+    sdk: Sdk, redis_prefix: tuple[str, str], tmp_path: Path
+) -> None:
+    _require(sdk)
+    checks = await _pack(sdk, redis_prefix, tmp_path, used_state_store=False)
+    statuses = {k: c.status for k, c in checks.items()}
+    failed = {k for k, s in statuses.items() if s == "FAILURE"}
+    assert failed == NEEDS_USED_STATE_STORE, statuses
+    assert {s for k, s in statuses.items() if k not in failed} == {"SUCCESS"}, statuses
+    for cid in failed:
+        # The evidence: at least two answers under one state (the first, then the retry, copy
+        # or second answer), and the reads of the effect around them.
+        assert len(_answers_under_one_state(checks[cid])) >= 2, cid
+        assert checks[cid].error_message
+    assert (tmp_path / "checks.json").is_file()
+
+
+@pytest.mark.parametrize("sdk", ["python", "typescript"])
+async def test_the_same_sdk_reference_with_a_used_state_store_passes_every_check(
+    sdk: Sdk, redis_prefix: tuple[str, str], tmp_path: Path
+) -> None:
+    _require(sdk)
+    checks = await _pack(sdk, redis_prefix, tmp_path, used_state_store=True)
+    assert {k: c.status for k, c in checks.items()} == dict.fromkeys(checks, "SUCCESS"), [
+        (k, c.error_message) for k, c in checks.items() if c.status != "SUCCESS"
+    ]
