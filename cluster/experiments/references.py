@@ -3,7 +3,7 @@ sharing a sealing key and a Redis, each a process that prints its endpoint URL w
 
 Layer: cluster (an experiment). ``open_reference`` starts the instances of the Python SDK
 reference (``cluster.experiments.reference_sdk``) or of the TypeScript SDK reference
-(``cluster/experiments/reference_ts/server.mjs``, run by Node 22), waits for each URL, yields
+(``cluster/experiments/reference_ts/server.ts``, run by Node 22), waits for each URL, yields
 them, and kills each process by pid on exit.
 """
 
@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
@@ -29,7 +29,7 @@ START_TIMEOUT_S = 120.0
 """How long an instance may take to print its URL: imports are slow on a loaded machine."""
 
 TS_DIR = Path(__file__).resolve().parent / "reference_ts"
-"""The TypeScript reference: ``server.mjs``, its ``package.json`` (``npm ci`` installs it)."""
+"""The TypeScript reference: ``server.ts``, its ``package.json`` (``npm ci`` installs it)."""
 
 NODE_ENV = "NOTES_CLUSTER_NODE"
 """Path of the Node 22 binary (else ``node`` on PATH)."""
@@ -48,12 +48,25 @@ def node_binary() -> str | None:
     return node if major.isdigit() and int(major) >= 22 else None
 
 
+ADDITIONS: dict[Sdk, tuple[str, ...]] = {
+    "python": ("used-state-store",),
+    "typescript": ("used-state-store", "bind-call"),
+}
+"""What each reference can add to what its SDK does (a flag each): the record of used states
+(both), and binding the state to the tool and its arguments (the TypeScript codec binds only
+what its ``bind`` callback returns)."""
+
+
 def reference_command(
-    sdk: Sdk, redis_url: str, prefix: str, state_ttl_s: float, used_state_store: bool
+    sdk: Sdk, redis_url: str, prefix: str, state_ttl_s: float, additions: Sequence[str] = ()
 ) -> list[str]:
-    """The argv of one instance (port 0: it picks a free one and prints its URL)."""
+    """The argv of one instance (port 0: it picks a free one and prints its URL) with the named
+    ``additions`` (see ``ADDITIONS``)."""
+    unknown = set(additions) - set(ADDITIONS[sdk])
+    if unknown:
+        raise ValueError(f"the {sdk} reference has no addition {sorted(unknown)}")
     flags = ["--redis", redis_url, "--prefix", prefix, "--state-ttl", str(state_ttl_s)]
-    flags += ["--port", "0", *(["--used-state-store"] if used_state_store else [])]
+    flags += ["--port", "0", *(f"--{a}" for a in additions)]
     if sdk == "python":
         return [sys.executable, "-m", "cluster.experiments.reference_sdk", *flags]
     node = node_binary()
@@ -62,7 +75,7 @@ def reference_command(
             f"the TypeScript reference needs Node 22 ({NODE_ENV} or node on PATH) and "
             f"`npm ci --prefix {TS_DIR}`"
         )
-    return [node, str(TS_DIR / "server.mjs"), *flags]
+    return [node, "--experimental-strip-types", str(TS_DIR / "server.ts"), *flags]
 
 
 async def _read_line(stream: trio.abc.ReceiveStream) -> str:
@@ -83,11 +96,11 @@ async def open_reference(
     instances: int = 2,
     prefix: str = "ncref",
     state_ttl_s: float = 300.0,
-    used_state_store: bool = False,
+    additions: Sequence[str] = (),
 ) -> AsyncIterator[list[str]]:
-    """``instances`` processes of one reference sharing a fresh sealing key and ``redis_url``
-    (keys under ``prefix``); yields their endpoint URLs."""
-    argv = reference_command(sdk, redis_url, prefix, state_ttl_s, used_state_store)
+    """``instances`` processes of one reference (with ``additions``) sharing a fresh sealing key
+    and ``redis_url`` (keys under ``prefix``); yields their endpoint URLs."""
+    argv = reference_command(sdk, redis_url, prefix, state_ttl_s, additions)
     env = {**os.environ, KEY_ENV: base64.b64encode(os.urandom(32)).decode("ascii")}
     procs: list[trio.Process] = []
     try:
