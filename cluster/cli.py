@@ -73,6 +73,8 @@ Examples:
   notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0
   notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 \\
       --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
+  notes-cluster loadgen --foreign --state-ttl 300 --target http://127.0.0.1:8800/mcp \\
+      --target http://127.0.0.1:8801/mcp        the race workload against an SDK reference
   notes-cluster conformance --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
   notes-cluster bench --quick
   notes-cluster bench-servers --quick
@@ -440,6 +442,19 @@ simulate_cmd.name = "simulate"
     metavar="PRINCIPAL=TOKEN",
     help="Bearer token of a load principal (default: the demo load tokens).",
 )
+@click.option(
+    "--foreign",
+    is_flag=True,
+    help="The target is not our cluster (e.g. an SDK reference serving the notes contract): "
+    "states are opaque, no journal is read; the final state is listed through notes_list and "
+    "the check says which invariants it could not decide without a journal. Needs --state-ttl.",
+)
+@click.option(
+    "--state-ttl",
+    default=None,
+    type=click.FloatRange(0.5, 3600),
+    help="With --foreign: the target's requestState lifetime in seconds.",
+)
 @load_options
 @click.option(
     "--process-id",
@@ -456,6 +471,8 @@ def loadgen(
     config_path: Path | None,
     demo: bool,
     tokens: tuple[str, ...],
+    foreign: bool,
+    state_ttl: float | None,
     flows: int,
     duration: float,
     concurrency: int,
@@ -483,6 +500,8 @@ def loadgen(
     from loadgen.runner import RunSettings
 
     urls = _loopback_targets(targets)
+    if foreign:
+        _loadgen_foreign(urls, tokens, state_ttl, redis_url, config_path, demo)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):
         raise click.UsageError(
             f"give --config FILE, or --demo with {STATE_KEY_ENV} set to the cluster's state key"
@@ -520,6 +539,56 @@ def loadgen(
         ),
     )
     _report(sim, run_dir, as_json)
+
+
+def _loadgen_foreign(
+    urls: list[str],
+    tokens: tuple[str, ...],
+    state_ttl: float | None,
+    redis_url: str | None,
+    config_path: Path | None,
+    demo: bool,
+) -> NoReturn:
+    """``loadgen --foreign``: the workload against a server without our journal."""
+    import secrets
+
+    from rich.console import Console
+
+    from cluster.experiments.foreign import run_foreign
+    from cluster.load_fixture import load_tokens
+    from loadgen.runner import RunSettings
+
+    if state_ttl is None:
+        raise click.UsageError("--foreign needs --state-ttl (the target's state lifetime)")
+    if redis_url is not None or config_path is not None or demo:
+        raise click.UsageError("--foreign reads nothing of the target: no --redis/--config/--demo")
+    p = click.get_current_context().params
+    principal_tokens = {pr: t for t, pr in load_tokens().items()} | _token_options(tokens)
+    seed = secrets.randbelow(2**31) if p["seed"] is None else p["seed"]
+    run_dir = p["out_dir"] or Path("runs") / time.strftime("foreign-%Y%m%d-%H%M%S")
+    Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
+    run = RunSettings(
+        flows=p["flows"],
+        duration_s=p["duration"],
+        concurrency=p["concurrency"],
+        rate=p["rate"],
+        seed=seed,
+    )
+    sim = _with_progress(
+        p["flows"],
+        lambda advance: trio.run(
+            lambda: run_foreign(
+                urls,
+                principal_tokens,
+                run,
+                state_ttl_s=state_ttl,
+                run_dir=run_dir,
+                on_flow=advance,
+                exercise=_exercise_rule(p["min_completed"], p["min_per_kind"]),
+            )
+        ),
+    )
+    _report(sim, run_dir, p["as_json"])
 
 
 @main.command(

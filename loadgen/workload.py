@@ -1,9 +1,10 @@
 """The race workload: each flow is a real two-round ``notes_delete`` with one race forced into it
 (the ``archive`` flow: a two-round ``notes_archive``, its confirmation sent to several nodes).
 
-Layer: loadgen. Drives nodes through ``loadgen.clients``; holds the key ring only to learn each
-state's nonce and expiry for the history (a trusted harness, like a Jepsen client with access to
-the database's own ids). It never reads the store while running.
+Layer: loadgen. Drives nodes through ``loadgen.clients``; learns each state's nonce and expiry
+for the history through a ``loadgen.states.StateReader`` (our nodes: the key ring opens it, a
+trusted harness like a Jepsen client with access to the database's own ids; a foreign server:
+the token's digest and the client's clock). It never reads the store while running.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 import trio
 
 from loadgen.clients import Client, Outcome, request
+from loadgen.states import StateReader
 from loadgen.tenants import LOAD_TENANTS
-from nodes.sealing import KeyRing, StateRejected
 
 TITLES = ("Weekly report", "TPS report", "Minutes", "Todo")
 """Title stems; every flow adds its run tag and flow id (``flow_title``), so no flow ever meets
@@ -131,8 +132,8 @@ class FlowEnv:
     kind: str
     client: Client
     rival: Client
-    ring: KeyRing
-    audience: str
+    states: StateReader
+    """Reads each round-1 state's facts (opens it with the key ring, or not at all)."""
     principal: str
     foreigner: str
     tenant: str
@@ -233,22 +234,12 @@ async def _lookup(env: FlowEnv, title: str, c: Client) -> list[str] | None:
     return None
 
 
-def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
+def _state_facts(env: FlowEnv, out: Outcome, tool: str) -> dict[str, Any]:
     """The nonce, expiry and candidates of the state in an input_required answer (if any)."""
     res = out.result or {}
-    token = res.get("requestState")
-    if out.type != "ok" or res.get("resultType") != "input_required" or not token:
+    if out.type != "ok" or res.get("resultType") != "input_required":
         return {}
-    try:
-        payload = env.ring.open(token, audience=env.audience)
-    except StateRejected:
-        return {}
-    return {
-        "nonce": payload.nonce,
-        "exp_ms": payload.exp_ms,
-        "tool": payload.tool,
-        "candidates": [[c.note_id, c.version] for c in payload.candidates],
-    }
+    return env.states.facts(tool, res)
 
 
 def _opened(out: Outcome, arguments: dict[str, Any], tool: str = DELETE_TOOL) -> Asked | None:
@@ -283,7 +274,7 @@ async def ask_once(
         node,
         env.principal,
         msg,
-        annotate=lambda o: _state_facts(env, o),
+        annotate=lambda o: _state_facts(env, o, tool),
     )
 
 
@@ -369,7 +360,7 @@ async def confirm(
             request("tools/call", params),
             timeout_s=timeout_s,
             lose_response=lose,
-            annotate=lambda o: _state_facts(env, o),
+            annotate=lambda o: _state_facts(env, o, asked.tool),
         )
         if out.type != "info" or retries == 0:
             env.done = env.done or _executed(out)
