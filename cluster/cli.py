@@ -1099,6 +1099,92 @@ def conformance(
     sys.exit(EXIT_INVALID if failed(checks) else EXIT_VALID)
 
 
+@main.command(
+    "conformance-table",
+    help="The conformance pack against our 3-node demo cluster and the Python and TypeScript "
+    "SDK references (as their docs show, and with what their authors must add), check by "
+    "check: the README's table. Needs a real Redis (keys under a prefix of the run's own, "
+    "deleted afterwards); the TypeScript columns need Node 22 (NOTES_CLUSTER_NODE).",
+)
+@click.option("--redis", "redis_url", required=True, help="redis:// URL the targets share.")
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for table.md, table.json and each target's checks (default: under runs/).",
+)
+def conformance_table_cmd(redis_url: str, out_dir: Path | None) -> None:
+    """``notes-cluster conformance-table``."""
+    require_extra("sim")
+    require_extra("bench")
+    from cluster.experiments.conformance_table import conformance_table
+
+    folder = out_dir or Path("runs") / time.strftime("conformance-%Y%m%d-%H%M%S")
+    table = trio.run(lambda: conformance_table(redis_url, folder))
+    click.echo(table)
+    click.echo(f"written to {folder}", err=True)
+
+
+@main.command(
+    "serve-reference",
+    help="Serve an official SDK's reference server for the conformance pack: N instances "
+    "sharing a fresh sealing key and the given Redis; prints their URLs, serves until Ctrl-C.",
+)
+@click.option("--sdk", type=click.Choice(["python", "typescript"]), default="python")
+@click.option("--instances", default=2, show_default=True, type=click.IntRange(1, 16))
+@click.option("--redis", "redis_url", required=True, help="redis:// URL the instances share.")
+@click.option("--prefix", default="ncref", show_default=True, help="Key prefix of the notes.")
+@click.option("--state-ttl", default=300.0, show_default=True, type=click.FloatRange(0.5, 86_400))
+@click.option(
+    "--used-state-store", is_flag=True, help="Record each state's outcome (one-shot states)."
+)
+@click.option(
+    "--bind-call",
+    is_flag=True,
+    help="TypeScript: bind the state to the tool and its arguments too.",
+)
+def serve_reference(
+    sdk: str,
+    instances: int,
+    redis_url: str,
+    prefix: str,
+    state_ttl: float,
+    used_state_store: bool,
+    bind_call: bool,
+) -> None:
+    """``notes-cluster serve-reference``."""
+    require_extra("bench")
+    from cluster.experiments.references import ADDITIONS, Sdk, open_reference
+
+    chosen: Sdk = "python" if sdk == "python" else "typescript"
+    additions = [
+        a for a, on in (("used-state-store", used_state_store), ("bind-call", bind_call)) if on
+    ]
+    unknown = [a for a in additions if a not in ADDITIONS[chosen]]
+    if unknown:
+        raise click.UsageError(f"the {sdk} reference has no --{unknown[0]}")
+
+    async def serve() -> None:
+        async with open_reference(
+            chosen,
+            redis_url,
+            instances=instances,
+            prefix=prefix,
+            state_ttl_s=state_ttl,
+            additions=additions,
+        ) as urls:
+            _print_ready(urls)
+            await trio.sleep_forever()
+
+    try:
+        trio.run(serve)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _print_ready(urls: list[str]) -> None:
     for url in urls:
         click.echo(url)

@@ -26,7 +26,9 @@ def _token(principal: str) -> str:
     return next(token for token, p in DEMO_TOKENS.items() if p == principal)
 
 
-def demo_contract(state_ttl_s: float | None = None, copies: int = 4) -> Contract:
+def demo_contract(
+    state_ttl_s: float | None = None, copies: int = 4, expiry_margin_s: float = 1.0
+) -> Contract:
     """Our tool contract on the demo fixture: alice deletes (or archives) a note of her Notes
     that the pack made (``notes_create``) and observes with ``notes_list``; bob is the other
     principal."""
@@ -45,6 +47,7 @@ def demo_contract(state_ttl_s: float | None = None, copies: int = 4) -> Contract
         other_token=_token("bob"),
         copies=copies,
         state_ttl_s=state_ttl_s,
+        expiry_margin_s=expiry_margin_s,
     )
 
 

@@ -28,7 +28,7 @@ from store.client import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis
 
-STATE_TTL_S = 3.0
+STATE_TTL_S = 5.0
 SEED = 24
 RUN = RunSettings(flows=len(FOREIGN_KINDS) * 3, duration_s=120, concurrency=6, seed=SEED)
 TOKENS = {principal: token for token, principal in load_tokens().items()}

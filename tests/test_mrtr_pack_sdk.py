@@ -27,7 +27,10 @@ from store.client import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis
 
-STATE_TTL_S = 3.0
+STATE_TTL_S = 8.0
+"""Long enough that every round of a slow target lands well inside it."""
+EXPIRY_MARGIN_S = 2.0
+"""How far before and after the expiry the expiry checks answer: room for a loaded machine."""
 
 NEEDS_USED_STATE_STORE = {
     "mrtr-replay-same-instance",
@@ -76,7 +79,9 @@ async def _pack(
         sdk, url, prefix=prefix, state_ttl_s=STATE_TTL_S, additions=additions
     ) as urls:
         assert len(urls) == 2
-        checks = await run_conformance(urls, demo_contract(STATE_TTL_S), out)
+        checks = await run_conformance(
+            urls, demo_contract(STATE_TTL_S, expiry_margin_s=EXPIRY_MARGIN_S), out
+        )
     return {c.id: c for c in checks}
 
 
