@@ -1154,6 +1154,8 @@ def serve_reference(
     bind_call: bool,
 ) -> None:
     """``notes-cluster serve-reference``."""
+    import signal
+
     require_extra("bench")
     from cluster.experiments.references import ADDITIONS, Sdk, open_reference
 
@@ -1175,7 +1177,10 @@ def serve_reference(
             additions=additions,
         ) as urls:
             _print_ready(urls)
-            await trio.sleep_forever()
+            # SIGTERM (a supervisor) stops the instances as Ctrl-C does: by pid, on the way out.
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    return
 
     try:
         trio.run(serve)

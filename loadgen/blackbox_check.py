@@ -16,8 +16,8 @@ the invariants below, each a ``Verdict`` with the operations that prove it:
 - ``retries_learn_the_outcome``: once an answer acted (told so, or its note vanished with no
   other state to explain it), every retry and copy of it under the same state learned that
   outcome, not an error;
-- ``before_expiry_honoured_client_clock``: accepts sent well before the state's expiry, as the
-  client's clock estimates it, acted.
+- ``before_expiry_honoured_client_clock``: accepts answered before the state's earliest
+  possible expiry, on the client's clock, acted.
 
 What it cannot decide without the server's journal is said as ``unknown`` verdicts naming why
 (``UNDECIDABLE``): whether a handler ran its mutation again where that changed nothing visible,
@@ -223,26 +223,26 @@ def _issued_after_ms(f: Facts) -> dict[str, int]:
 
 
 def before_expiry_honoured(f: Facts, ttl_ms: int) -> Verdict:
-    """Accepts sent well before the state's earliest possible expiry (the client's clock:
-    round 1's send time plus the lifetime) acted; one sent later is not judged."""
+    """Accepts answered before the state's earliest possible expiry (the client's clock: round
+    1's send time plus the lifetime) acted. The reply's arrival bounds when the server decided,
+    so an answer whose reply came later is not judged: a busy server may have queued it past
+    the expiry."""
     issued = _issued_after_ms(f)
     bad = []
     for nonce, cs in f.confirms.items():
         for c in cs:
-            sent = c.v.get("redis_send_ms")
-            if not _legit(c) or not isinstance(sent, int) or c.outcome == "info":
+            if not _legit(c) or "redis_send_ms" not in c.v or c.done is None:
                 continue
             earliest = issued.get(nonce)
-            margin = int(c.v.get("margin_ms", 0))
-            if earliest is None or sent + margin > earliest + ttl_ms:
-                continue  # not surely before expiry: nothing to hold the server to
+            if earliest is None or c.done.time_ms > earliest + ttl_ms or c.outcome == "info":
+                continue  # not surely decided before expiry: nothing to hold the server to
             if not _executed_note(c):
                 bad.append(
-                    Finding("an accept sent before the state's expiry did not act", c.indices)
+                    Finding("an accept answered before the state's expiry did not act", c.indices)
                 )
     return verdict(
         "before_expiry_honoured_client_clock",
-        "Accepts sent before expiry (the client's estimate) acted.",
+        "Accepts answered before expiry (the client's clock) acted.",
         bad,
     )
 

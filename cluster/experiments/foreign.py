@@ -12,6 +12,7 @@ needs a journal as ``unknown``. Race kinds that need tools beyond the contract (
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -34,6 +35,8 @@ NEEDS_MORE_TOOLS = frozenset({"race_move", "edit_between"})
 
 FOREIGN_KINDS: tuple[str, ...] = tuple(k for k in RACE_KINDS if k not in NEEDS_MORE_TOOLS)
 HTTP_POOL = 64
+FINAL_STATE_FILE = "final_state.json"
+"""In the run folder: note id -> the workspace it was listed in after the run."""
 
 
 def foreign_weights(weights: Mapping[str, float]) -> dict[str, float]:
@@ -74,6 +77,8 @@ async def run_foreign(
             final = await observe_final(transport, history.ops)
     finally:
         close_history(history)
+    if run_dir is not None:  # what the check holds the history to, beside it
+        (run_dir / FINAL_STATE_FILE).write_text(json.dumps(final, indent=1) + "\n", "utf-8")
     result = check_without_journal(history.ops, final, int(state_ttl_s * 1000))
     exercised = exercise_verdict(stats.tally, (FOREIGN_KINDS,), options.exercise, run.weights)
     result = replace(result, verdicts=(*result.verdicts, exercised))
