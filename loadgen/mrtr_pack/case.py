@@ -55,14 +55,14 @@ def fill(template: str, fresh: int) -> dict[str, Any]:
 
 
 def changed(template: str, fresh: int) -> dict[str, Any]:
-    """The arguments with one string value altered: the one that holds ``{fresh}`` if any,
-    else the first string (ValueError when there is none)."""
-    raw = json.loads(template)
+    """The arguments with one string value altered: one that holds ``{fresh}`` if any, else the
+    first string (ValueError when there is none)."""
     args = fill(template, fresh)
-    strings = [k for k, v in raw.items() if isinstance(v, str)]
+    other = fill(template, fresh + 1)  # the values that hold {fresh} differ between the two
+    strings = [k for k, v in args.items() if isinstance(v, str)]
     if not strings:
         raise ValueError("no string argument to change")
-    key = next((k for k in strings if FRESH in raw[k]), strings[0])
+    key = next((k for k in strings if args[k] != other[k]), strings[0])
     return {**args, key: f"{args[key]} (changed)"}
 
 

@@ -17,7 +17,7 @@ Status = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED"]
 
 SPEC_MRTR = {
     "id": "MCP-2026-07-28-MRTR",
-    "url": "https://modelcontextprotocol.io/specification/2026-07-28/basic/multi-round-trip",
+    "url": "https://modelcontextprotocol.io/specification/2026-07-28/basic/patterns/mrtr",
 }
 """The spec's multi-round-trip rules: ``requestState`` is attacker input, bind it, enforce
 one-shot server-side, re-ask on silence."""
@@ -26,11 +26,9 @@ SPEC_ELICITATION = {
     "url": "https://modelcontextprotocol.io/specification/2026-07-28/client/elicitation",
 }
 """Form-mode answers: accept, decline, cancel."""
-EXACTLY_ONCE = {
-    "id": "notes-cluster-exactly-once",
-    "url": "https://github.com/notes-cluster/notes-cluster/blob/main/README.md#exactly-once",
-}
-"""This project's invariants (design §1): exactly-once mutation, no lost answer, expiry."""
+EXACTLY_ONCE = {"id": "notes-cluster-exactly-once"}
+"""This project's invariants (its design, section 1): exactly-once mutation, no lost answer,
+correct expiry (no URL: the README's "The model" section states them)."""
 
 
 @dataclass
