@@ -13,12 +13,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
 from loadgen.mrtr_pack.checks import Check
 from loadgen.mrtr_pack.forms import Form, form_of
 from loadgen.mrtr_pack.wire import Call, Exchange, Wire
 
 FRESH = "{fresh}"
 """Replaced, in every argument template, by the scenario's own integer."""
+
+SETTLE_S = 5.0
+"""After a request whose response was lost on purpose, how long the pack watches the effect for
+that request to finish before it retries (a server may also abandon it: then it retries anyway)."""
+SETTLE_POLL_S = 0.1
 
 
 class SetupFailed(Exception):
@@ -105,6 +112,13 @@ class Case:
         self.exchanges.append(ex)
         return ex
 
+    async def drop(self, step: str, instance: int, asked: Asked, response: dict[str, Any]) -> None:
+        """Round 2 sent on a connection closed at once: its response is lost on purpose."""
+        call = Call(self.contract.tool, self.arguments, asked.state, {asked.form.key: response})
+        self.exchanges.append(
+            await self.wire.send_and_drop(step, instance, call, self.contract.token)
+        )
+
     async def create(self, count: int = 1) -> None:
         """Make the target ``count`` times (nothing without a create tool)."""
         c = self.contract
@@ -152,19 +166,35 @@ class Case:
         )
         return await self.send(step, instance, call, token, note)
 
-    async def read(self, label: str) -> Any:
+    async def read(self, label: str, *, keep: bool = True) -> Any:
         """The effect as the read tool shows it, with this scenario's integer written as
-        ``{fresh}`` (so two scenarios' effects compare); None without a read tool."""
+        ``{fresh}`` (so two scenarios' effects compare); None without a read tool. ``keep``
+        False leaves the read out of the evidence (a poll)."""
         c = self.contract
         if c.read_tool is None:
             return None
         args = fill(c.read_arguments or c.arguments, self.fresh)
-        ex = await self.send(f"read: {label}", 0, Call(c.read_tool, args))
+        ex = await self.wire.call(f"read: {label}", 0, Call(c.read_tool, args), c.token)
+        if keep:
+            self.exchanges.append(ex)
         if ex.kind != "done":
             raise SetupFailed(f"{c.read_tool} did not complete ({describe(ex)})")
         value = json.loads(json.dumps(ex.outcome).replace(str(self.fresh), FRESH))
-        self.reads.append({"label": label, "effect": value})
+        if keep:
+            self.reads.append({"label": label, "effect": value})
         return value
+
+    async def settle(self, before: Any, label: str) -> Any:
+        """Poll the effect until it differs from ``before`` or ``SETTLE_S`` passed (the last
+        read is kept as evidence); None without a read tool."""
+        if not self.observes:
+            return None
+        deadline = trio.current_time() + SETTLE_S
+        while True:
+            value = await self.read(label, keep=False)
+            if value != before or trio.current_time() >= deadline:
+                return await self.read(label)
+            await trio.sleep(SETTLE_POLL_S)
 
     def details(self, summary: str) -> dict[str, Any]:
         """The check's details: the summary, the reads and every exchange."""

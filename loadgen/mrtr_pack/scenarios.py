@@ -160,10 +160,14 @@ async def concurrent(case: Case, base: Baseline) -> Verdict:
 
 
 async def lost_response(case: Case, base: Baseline) -> Verdict:
-    """The accept's response is lost on purpose (not read); the client retries elsewhere."""
+    """The accept's response is lost on purpose (its connection closed as soon as it was
+    sent); once its effect shows (or a few seconds passed), the client retries on another
+    instance."""
     await case.create()
     asked = await case.ask()
-    await case.answer("accept", 0, asked, accept(asked.form), note="response discarded: lost")
+    before = await case.read("before")
+    await case.drop("accept", 0, asked, accept(asked.form))
+    await case.settle(before, "after the lost accept")
     retry = await case.answer("retry", 1, asked, accept(asked.form))
     after = await case.read("after the retry")
     problem = _once(case, base, after)

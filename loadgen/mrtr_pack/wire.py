@@ -13,8 +13,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
+import trio
 
 from loadgen.transport import ACCEPT, PROTOCOL_VERSION, request_headers
 
@@ -117,6 +119,22 @@ class Call:
         return {"jsonrpc": "2.0", "id": next(_ids), "method": "tools/call", "params": params}
 
 
+def _http_request(host: str, path: str, message: dict[str, Any], token: str | None) -> bytes:
+    """An HTTP/1.1 POST of ``message`` with the headers ``Wire.call`` sends."""
+    body = json.dumps(message).encode("utf-8")
+    headers = request_headers(message) | {
+        "host": host,
+        "accept": ACCEPT,
+        "content-type": "application/json",
+        "content-length": str(len(body)),
+        "connection": "close",
+    }
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    head = f"POST {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return head.encode("latin-1") + b"\r\n" + body
+
+
 def _from_event_stream(text: str, request_id: object) -> dict[str, Any] | None:
     """The JSON-RPC response with ``request_id`` among the events of an SSE body."""
     for block in text.replace("\r\n", "\n").split("\n\n"):
@@ -169,6 +187,29 @@ class Wire:
         ex.reply = self._decode(resp, message["id"])
         if ex.reply is None:
             ex.problem = f"no JSON-RPC response in the body ({resp.headers.get('content-type')})"
+        return ex
+
+    async def send_and_drop(
+        self, step: str, instance: int, call: Call, token: str | None
+    ) -> Exchange:
+        """Send ``call`` on a connection of its own and close it without reading a byte of the
+        response: the response is lost, the request may or may not have been carried out.
+        Where no plain TCP connection can be opened to the instance (https, or a client whose
+        transport is not the network) the response is read and ignored instead."""
+        index = instance % len(self.urls)
+        url = urlsplit(self.urls[index])
+        message = call.message()
+        try:
+            if url.scheme != "http":
+                raise OSError("not plain http")
+            with trio.fail_after(REQUEST_TIMEOUT_S):
+                stream = await trio.open_tcp_stream(url.hostname or "", url.port or 80)
+        except (OSError, trio.TooSlowError):
+            return await self.call(step, instance, call, token, note="response ignored: lost")
+        ex = Exchange(step, index, message, note="connection closed after sending: response lost")
+        self.log.append(ex)
+        async with stream:
+            await stream.send_all(_http_request(url.netloc, url.path or "/", message, token))
         return ex
 
     @staticmethod
