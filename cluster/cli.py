@@ -641,6 +641,8 @@ def check_cmd(
 
     first = run_dirs[0]
     saved = _saved_settings(first)
+    if (first / "final_state.json").exists():  # a `loadgen --foreign` folder: no journal
+        _check_foreign(run_dirs, redis_url, saved, min_completed, min_per_kind, as_json)
     if redis_url is not None:
         grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
         # Every state of the runs must have expired, plus grace, before the store is read.
@@ -656,6 +658,40 @@ def check_cmd(
     legacy_share = float(saved.get("legacy_share", 0.0))
     try:
         results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"), jobs)
+    except DamagedRunFile as exc:
+        raise DamagedFolder(f"{exc}. Nothing was checked.") from None
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+    else:
+        print_check(results, Console())
+    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+
+
+def _check_foreign(
+    run_dirs: tuple[Path, ...],
+    redis_url: str | None,
+    saved: dict[str, Any],
+    min_completed: float | None,
+    min_per_kind: int | None,
+    as_json: bool,
+) -> NoReturn:
+    """``check`` of a ``loadgen --foreign`` folder: its history against its final state."""
+    import json
+
+    from rich.console import Console
+
+    from cluster.experiments.foreign import recheck_foreign
+    from loadgen.history import DamagedRunFile
+    from loadgen.report import print_check
+
+    if len(run_dirs) != 1 or redis_url is not None:
+        raise click.UsageError("a --foreign run folder is checked alone, without --redis")
+    rule = _exercise_rule(
+        saved.get("min_completed_share") if min_completed is None else min_completed,
+        saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
+    )
+    try:
+        results = recheck_foreign(run_dirs[0], rule)
     except DamagedRunFile as exc:
         raise DamagedFolder(f"{exc}. Nothing was checked.") from None
     if as_json:

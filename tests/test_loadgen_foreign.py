@@ -5,7 +5,8 @@ Layer: tests. ``cluster.experiments.foreign.run_foreign`` drives the SDK's Pytho
 checker (``loadgen.blackbox_check``) decides what that can decide and names the rest ``unknown``.
 Against the reference as the SDK's docs show (no record of used states) it finds violations the
 history and final state prove; with ``--used-state-store`` every decidable invariant is valid
-and the verdict is UNKNOWN, naming the invariants only a journal decides. Our own nodes, driven
+and the verdict is UNKNOWN, naming the invariants only a journal decides; its run folder checks
+again offline (``notes-cluster check``) to the same verdicts. Our own nodes, driven
 the same way, give no violation either (the checker does not invent any).
 """
 
@@ -13,17 +14,19 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import trio
 
-from cluster.experiments.foreign import FOREIGN_KINDS, run_foreign
+from cluster.experiments.foreign import FOREIGN_KINDS, recheck_foreign, run_foreign
 from cluster.experiments.references import open_reference
 from cluster.load_fixture import load_tokens
 from cluster.serve import settings_for, start_http_nodes
 from loadgen.blackbox_check import UNDECIDABLE
 from loadgen.checker import CheckResult
 from loadgen.runner import RunSettings
+from loadgen.tally import ExerciseRule
 from store.client import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis
@@ -90,18 +93,21 @@ async def test_the_sdk_reference_without_a_used_state_store_is_found_invalid(
 
 
 async def test_with_a_used_state_store_every_decidable_invariant_holds(
-    redis_prefix: tuple[str, str],
+    redis_prefix: tuple[str, str], tmp_path: Path
 ) -> None:
     url, prefix = redis_prefix
     print(f"seed {SEED}")
     async with open_reference(
         "python", url, prefix=prefix, state_ttl_s=STATE_TTL_S, additions=("used-state-store",)
     ) as urls:
-        sim = await run_foreign(urls, TOKENS, RUN, state_ttl_s=STATE_TTL_S)
+        sim = await run_foreign(urls, TOKENS, RUN, state_ttl_s=STATE_TTL_S, run_dir=tmp_path)
     statuses = _statuses(sim.result)
     assert {k: statuses[k] for k in DECIDED} == dict.fromkeys(DECIDED, "valid"), statuses
     assert sim.result.status == "unknown"
     _undecided_named(sim.result)
+    # The run folder holds what the check needs: checked again offline, the same verdicts.
+    again = await trio.to_thread.run_sync(recheck_foreign, tmp_path, ExerciseRule())
+    assert {v["name"]: v["status"] for v in again["invariants"]} == statuses
 
 
 async def test_our_nodes_driven_as_a_foreign_target_show_no_violation(

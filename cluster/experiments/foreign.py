@@ -17,16 +17,23 @@ import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from cluster.experiments.simulate import SimulateOptions, Simulation, finish, races
 from loadgen.blackbox_check import check_without_journal
 from loadgen.final_state import observe_final
-from loadgen.history import close_history, open_history
+from loadgen.history import (
+    DamagedRunFile,
+    close_history,
+    open_history,
+    read_history,
+    read_json_file,
+)
 from loadgen.runner import FlowSample, RunSettings, run_load
 from loadgen.states import OpaqueStates
-from loadgen.tally import ExerciseRule, exercise_verdict
+from loadgen.tally import ExerciseRule, exercise_verdict, read_tallies
 from loadgen.transport import HttpTransport
 from loadgen.workload import RACE_KINDS
 
@@ -85,3 +92,30 @@ async def run_foreign(
     return finish(
         Simulation(result, stats, history, races(stats.tally), run_dir, options, "foreign")
     )
+
+
+def recheck_foreign(run_dir: Path, rule: ExerciseRule) -> dict[str, Any]:
+    """``notes-cluster check`` of a ``loadgen --foreign`` folder: its history against its
+    ``final_state.json``, as the ``results.json`` fields the check decides (``DamagedRunFile``
+    when a file does not hold what the run writes)."""
+    saved = read_json_file(run_dir / "results.json", "the run's results")
+    final = read_json_file(run_dir / FINAL_STATE_FILE, "the final state")
+    settings = saved.get("settings") if isinstance(saved, dict) else None
+    ttl = settings.get("state_ttl_s") if isinstance(settings, dict) else None
+    if not isinstance(final, dict) or not isinstance(ttl, int | float):
+        raise DamagedRunFile(f"{run_dir}: no final state or state lifetime of a foreign run")
+    history = read_history(run_dir / "history.jsonl")
+    tally = read_tallies(run_dir)
+    result = check_without_journal(
+        history, {str(k): str(v) for k, v in final.items()}, int(ttl * 1000)
+    )
+    weights = settings.get("weights") if isinstance(settings, dict) else None
+    exercised = exercise_verdict(tally, (FOREIGN_KINDS,), rule, weights)
+    result = replace(result, verdicts=(*result.verdicts, exercised))
+    return {
+        "verdict": result.status,
+        "invariants": [v.to_json() for v in result.verdicts],
+        "counts": dict(result.counts),
+        "kinds": tally.per_kind(),
+        "flows": {"total": tally.total, "completed": tally.completed},
+    }
