@@ -10,7 +10,8 @@
  * Each instance prints its endpoint URL once it listens. Node 22 runs this file as it is (type
  * stripping: only erasable TypeScript syntax here). Tools: notes_create, notes_list, and the
  * confirm-before-act notes_delete and notes_archive, for the demo principals (tokens
- * alice-demo-token, bob-demo-token). Notes live in the shared Redis under `--prefix`.
+ * alice-demo-token, bob-demo-token) and the load principals. Notes live in the shared Redis
+ * under `--prefix`.
  *
  * Written as the SDK's input_required guide (docs/servers/input-required.md) and its MRTR
  * example (examples/mrtr/server.ts) show: a handler that returns `inputRequired(...)` with an
@@ -55,6 +56,18 @@ const TEAM = 'file:///Shared/Team';
 const TOKENS: Record<string, string> = { 'alice-demo-token': 'alice', 'bob-demo-token': 'bob' };
 const GRANTS: Record<string, string[]> = { alice: [ALICE_NOTES, ALICE_ARCHIVE, TEAM], bob: [BOB_NOTES, TEAM] };
 const ARCHIVES: Record<string, string> = { [ALICE_NOTES]: ALICE_ARCHIVE };
+/** The load fixture (cluster/load_fixture.py): tenants 0..3, an inbox archiving to an archive,
+ * principals u<t>a and u<t>b with their published load tokens, for `loadgen --foreign`. */
+const LOAD_TENANTS = 4;
+for (let t = 0; t < LOAD_TENANTS; t++) {
+    const inbox = `file:///load/t${t}/inbox`;
+    const archive = `file:///load/t${t}/archive`;
+    ARCHIVES[inbox] = archive;
+    for (const side of ['a', 'b']) {
+        TOKENS[`u${t}${side}-load-token`] = `u${t}${side}`;
+        GRANTS[`u${t}${side}`] = [inbox, archive];
+    }
+}
 const MAX_CANDIDATES = 50;
 /** A used-state record outlives its state by this much. */
 const REPLAY_GRACE_MS = 60_000;
