@@ -12,6 +12,7 @@ the same way, give no violation either (the checker does not invent any).
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,8 @@ from store.journal import scan_keys
 from tests.conftest import require_real_redis
 
 STATE_TTL_S = 5.0
-SEED = 24
+SEED = int(os.environ.get("NOTES_CLUSTER_TEST_SEED") or secrets.randbelow(2**31))
+"""The workload's seed (printed by each test): set NOTES_CLUSTER_TEST_SEED to repeat one."""
 RUN = RunSettings(flows=len(FOREIGN_KINDS) * 3, duration_s=120, concurrency=6, seed=SEED)
 TOKENS = {principal: token for token, principal in load_tokens().items()}
 DECIDED = {
