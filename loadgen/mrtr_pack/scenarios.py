@@ -99,7 +99,8 @@ async def control(case: Case, base: Baseline) -> Verdict:
     if case.observes and after == before:
         return "FAILURE", "a plain accept completed but the read shows no effect"
     base.effect, base.known = after, case.observes
-    return "SUCCESS", f"the accept completed ({describe(ex)})"
+    unseen = "" if case.observes else "; no read tool, so no effect is observed in any check"
+    return "SUCCESS", f"the accept completed ({describe(ex)}){unseen}"
 
 
 async def _replay(case: Case, base: Baseline, other: bool) -> Verdict:
