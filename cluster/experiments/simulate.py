@@ -69,6 +69,14 @@ LATENCY_FILE = "latency.hdr"
 SIM_REPLAY_GRACE_MS = 1_000
 """Replay grace in simulations: short, so the run can show replay entries really expire."""
 
+SIM_LIST_PAGE_SIZE = 2
+"""``notes_list`` page size in simulations: small, so a ``list_pages`` flow's few notes take
+several pages (the checker holds every page to it)."""
+
+SIM_PUBLIC_URL = "http://127.0.0.1:9"
+"""Base of the setup links in simulations (``notes_setup`` round 1 needs one; nothing opens it:
+the in-process run drives the tool up to its URL-mode elicitation, not the page)."""
+
 EXPIRY_SETTLE_S = 0.5
 """Extra wait past the last expiry plus grace before looking for leftover replay entries."""
 
@@ -210,6 +218,8 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
         key_ring=KeyRing.generate(),
         state_ttl_ms=int(state_ttl_s * 1000),
         archives={**DEMO_ARCHIVES, **load_archives(tenants)},
+        list_page_size=SIM_LIST_PAGE_SIZE,
+        public_url=SIM_PUBLIC_URL,
     )
 
 
