@@ -37,6 +37,9 @@ FORM_KEY = "confirm_delete"
 DELETE_TOOL = "notes_delete"
 ARCHIVE_TOOL = "notes_archive"
 FORM_KEYS = {DELETE_TOOL: FORM_KEY, ARCHIVE_TOOL: "confirm_archive"}
+ARCHIVE_TARGET = "archive"
+"""Where an archive state seals its target workspace (``StatePayload.extra``): the checker
+holds the journal's move to it."""
 
 EXPIRY_MARGIN_MS = 400
 """How far before (or after) a state's expiry the ``before_expiry`` (``expired``) flows answer,
@@ -291,6 +294,7 @@ def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
         "exp_ms": payload.exp_ms,
         "tool": payload.tool,
         "candidates": [[c.note_id, c.version] for c in payload.candidates],
+        "target": payload.extra.get(ARCHIVE_TARGET, ""),
     }
 
 
@@ -317,7 +321,13 @@ async def ask_once(
     ws = workspace or env.inbox
     args = {"workspaceUri": ws, "title": title}
     msg = request("tools/call", {"name": tool, "arguments": args})
-    invoke = {"principal": env.principal, "tenant": env.tenant, "workspace": ws, "title": title}
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": ws,
+        "title": title,
+        "redis_ms": env.redis_now_ms(),
+    }
     return await c.op(
         "ask",
         env.flow,
@@ -768,6 +778,7 @@ async def setup_call(
         "workspace": env.inbox,
         "action": action,
         "tool": tool,
+        "redis_ms": env.redis_now_ms(),
     }
     if misuse is not None:
         invoke["misuse"] = misuse

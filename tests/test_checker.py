@@ -42,6 +42,13 @@ NAMES = {
     "replay_entries_expire",
     "no_lost_note",
     "before_expiry_honoured",
+    "creates_exactly_once",
+    "updates_one_step",
+    "moves_land",
+    "reads_show_every_note_once",
+    "setup_answers",
+    "bounds_respected",
+    "unknown_outcomes_explained",
     "answers_conform_to_model",
     "answers_make_progress",
 }

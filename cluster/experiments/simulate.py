@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +39,7 @@ from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_l
 from loadgen.checker import CheckResult, Verdict, check
 from loadgen.history import History, close_history, open_history
 from loadgen.legacy_clients import LegacyHttp
+from loadgen.limits import FaultWindow, Limits
 from loadgen.partition import check_folders
 from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
@@ -223,6 +224,11 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
     )
 
 
+def sim_limits(options: SimulateOptions) -> Limits:
+    """The bounds a simulation's nodes are configured with (``simulation_config``)."""
+    return Limits(SIM_LIST_PAGE_SIZE, int(options.state_ttl_s * 1000))
+
+
 def races(tally: Tally) -> dict[str, int]:
     """Flows of each race kind that got past round 1 (so their race was really exercised)."""
     return {k: v["completed"] for k, v in tally.per_kind().items()}
@@ -315,7 +321,15 @@ async def simulate(
             if options.worker is not None:
                 return _recorded(options, stats, history, faults)
             result = await check_run(
-                history, url, prefix, tenants, offset, SIM_REPLAY_GRACE_MS, options.run_dir
+                history,
+                url,
+                prefix,
+                tenants,
+                offset,
+                SIM_REPLAY_GRACE_MS,
+                options.run_dir,
+                limits=sim_limits(options),
+                faults=faults,
             )
             if options.redis_url is not None:
                 dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
@@ -441,18 +455,46 @@ async def check_run(
     offset_ms: int,
     grace_ms: int,
     run_dir: Path | None = None,
+    *,
+    limits: Limits | None = None,
+    faults: Sequence[FaultRecord] | None = None,
 ) -> CheckResult:
     """Wait until every state of the run expired plus grace, read the store, check the history.
-    With a run folder, the store facts are written into it first and the check streams the
-    folder tenant by tenant (``loadgen.partition``); without one, it runs in memory."""
+    With a run folder, the store facts are written into it first (with ``limits`` and the fault
+    windows) and the check streams the folder tenant by tenant (``loadgen.partition``); without
+    one, it runs in memory. ``faults`` None: no fault record, unknown outcomes not held to it."""
     await wait_for_expiry(history.max_exp_ms, offset_ms, grace_ms)
     if run_dir is not None:
-        await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace_ms)
+        if faults is not None:
+            write_faults(run_dir, faults)
+        bounds = None if limits is None else limits.to_json()
+        await trio.to_thread.run_sync(
+            dump_store_facts, run_dir, url, prefix, tenants, grace_ms, bounds
+        )
         return await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
     journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
         _read_store, url, prefix, tenants
     )
-    return check(history.ops, journal, final, replay, redis_end_ms=redis_end_ms, grace_ms=grace_ms)
+    windows = None if faults is None else [FaultWindow.from_record(_row(r)) for r in faults]
+    return check(
+        history.ops,
+        journal,
+        final,
+        replay,
+        redis_end_ms=redis_end_ms,
+        grace_ms=grace_ms,
+        limits=limits,
+        faults=windows,
+    )
+
+
+def _row(record: FaultRecord) -> dict[str, Any]:
+    return {
+        "kind": record.kind,
+        "action": record.action,
+        "start_wall": record.start_wall,
+        "end_wall": record.end_wall,
+    }
 
 
 async def wait_for_expiry(last_exp_ms: int, offset_ms: int, grace_ms: int) -> None:
