@@ -106,12 +106,13 @@ RACE_KINDS: tuple[str, ...] = (
     "search",
     "setup",
     "wrong_tool",
+    "write_retry",
 )
 """Every race kind a run exercises (``loadgen.tally``'s rule holds each to it)."""
 
-KEYED_KINDS: tuple[str, ...] = ("write_retry",)
-"""Kinds that retry writes with an idempotency key: run only when weighted (tests) until every
-node honours the key (a node without it applies the retried write again)."""
+KEYED_KINDS: tuple[str, ...] = ()
+"""Kinds run only when weighted (none now: ``write_retry`` joined the race kinds once every
+node honoured the idempotency key)."""
 
 TOOLS_DRIVEN: dict[str, tuple[str, ...]] = {
     "notes_create": ("every kind (setup)",),
@@ -886,7 +887,7 @@ async def flow_write_retry(env: FlowEnv, asked: Asked, note: str) -> None:
     # Every write retried with its idempotency key after a lost reply: a create (one note),
     # a move of that note (one move), an edit of the flow's note (one version step); the same
     # key with other arguments is refused. Then the accept, re-asked since the note changed.
-    tag = f"{env.tag}-{env.flow}"
+    tag = f"flow.{env.tag}.{env.flow}.{env.rng.getrandbits(64):016x}"  # 16-128 characters
     args = {"workspaceUri": env.inbox, "title": env.title, "body": f"keyed {env.flow}"}
     env.leave(env.inbox)
     made = await keyed(env, "notes_create", args, f"{tag}-create")

@@ -113,6 +113,23 @@ def _title_of(c: Call) -> tuple[str, ...]:
     return (str(c.v.get("tenant", "")), str(c.v.get("workspace", "")), str(c.v.get("title")))
 
 
+def _op_ids(ctx: Context, op: str) -> list[Finding]:
+    """Journal entries of ``op`` sharing an operation id: one operation wrote twice."""
+    seen: dict[tuple[str, str], list[JournalEntry]] = defaultdict(list)
+    for e in ctx.journal:
+        if e.op == op and e.op_id and not e.nonce:
+            seen[(e.tenant, e.op_id)].append(e)
+    return [
+        Finding(
+            f"operation {key[1]} journaled {len(es)} {op}s (of {es[0].note})",
+            (),
+            [e.id for e in es],
+        )
+        for key, es in seen.items()
+        if len(es) > 1
+    ]
+
+
 def check_creates(ctx: Context) -> Verdict:
     """``creates_exactly_once``; see the module."""
     calls = _by(
@@ -154,6 +171,7 @@ def check_creates(ctx: Context) -> Verdict:
                 bad.append(Finding(text, c.indices, [made_it.id] if made_it else []))
         bad += _key_conflicts(cs, "create")
         bad += _disagreeing(cs, "create", "noteId")
+    bad += _op_ids(ctx, "create")
     ok = f"All {told} acknowledged creates are one journal create each, and no title has more."
     return verdict("creates_exactly_once", ok, bad)
 
@@ -232,6 +250,7 @@ def check_updates(ctx: Context) -> Verdict:
                 bad.append(Finding(text, c.indices, [entries[i].id for i in mine]))
         bad += _key_conflicts(cs, "update")
         bad += _disagreeing(cs, "update", "version")
+    bad += _op_ids(ctx, "update")
     ok = f"All {told} acknowledged updates are one journal version step each, and no note has more."
     return verdict("updates_one_step", ok, bad)
 
@@ -280,5 +299,6 @@ def check_moves(ctx: Context) -> Verdict:
                 bad.append(Finding(text, c.indices, [e.id for e in mine]))
         bad += _key_conflicts(cs, "move")
         bad += _disagreeing(cs, "move", "version")
+    bad += _op_ids(ctx, "move")
     ok = f"All {told} acknowledged moves landed where asked, once, and no note moved more."
     return verdict("moves_land", ok, bad)
