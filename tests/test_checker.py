@@ -529,6 +529,7 @@ async def test_the_journal_reader_sees_every_mutation_note_and_replay_entry(
         exp,
         delete_e.at_ms,
         "notes_delete",
+        "",  # a confirmation's entry carries no write operation id
     )
     assert delete_e.at_ms < exp
     assert (decline_e.nonce, decline_e.note, decline_e.exp_ms) == (K2, "", exp)
