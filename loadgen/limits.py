@@ -86,7 +86,9 @@ class FaultWindow:
 
 def _sealed(ctx: Context) -> Iterable[Call]:
     for c in ctx.calls:
-        asked = c.invoke.f in ("ask", "setup") and c.outcome == "ok" and c.done is not None
+        # A setup retry offers the link again under the state it came with: only round 1 seals.
+        fresh = c.invoke.f == "ask" or (c.invoke.f == "setup" and c.v.get("action") == "round1")
+        asked = fresh and c.outcome == "ok" and c.done is not None
         if (
             asked
             and isinstance(c.result.get("exp_ms"), int)

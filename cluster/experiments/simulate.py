@@ -27,15 +27,19 @@ from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORK
 from cluster.experiments.legacy_nodes import serve_legacy_nodes
 from cluster.faults import (
     FAULT_STREAM_TIMEOUT_S,
+    SHORT_TIMEOUT_KINDS,
     CustomFault,
     FaultInjector,
     FaultKind,
     FaultRecord,
+    FaultUsageError,
     open_injector,
     write_faults,
 )
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
+from cluster.reply_proxy import ReplyDroppingProxy, open_reply_proxy
+from cluster.store_faults import StoreFaults
 from loadgen.checker import CheckResult, Verdict, check
 from loadgen.history import History, close_history, open_history
 from loadgen.legacy_clients import LegacyHttp
@@ -49,7 +53,7 @@ from loadgen.transport import Transport
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
-from store.client import sync_client
+from store.client import is_cluster, sync_client
 from store.journal import (
     keys_per_master,
     list_replay_entries,
@@ -69,6 +73,9 @@ LATENCY_FILE = "latency.hdr"
 
 SIM_REPLAY_GRACE_MS = 1_000
 """Replay grace in simulations: short, so the run can show replay entries really expire."""
+
+STORE_SEAM_KINDS = frozenset({"lost-reply", "stall"})
+"""Fault kinds played at the in-process nodes' store seam on the embedded store."""
 
 SIM_LIST_PAGE_SIZE = 2
 """``notes_list`` page size in simulations: small, so a ``list_pages`` flow's few notes take
@@ -93,7 +100,8 @@ class SimulateOptions:
     run_dir: Path | None = None
     keep_keys: bool = False
     faults: frozenset[FaultKind] = frozenset()
-    """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client."""
+    """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client,
+    lost-reply, stall."""
     fault_seed: int | None = None
     """Seed of the fault schedule; None: the run's seed."""
     injected: frozenset[FaultKind] | None = None
@@ -302,20 +310,23 @@ async def simulate(
     history = open_history(options.run_dir, keep=keep, first_index=first_index)
     dist: dict[str, int] | None = None
     try:
-        async with open_local_cluster(
-            config,
-            options.nodes,
-            redis_url=options.redis_url,
-            prefix=prefix,
-            seed=not options.worker,
-            replay_grace_ms=SIM_REPLAY_GRACE_MS,
-            store_options=store_options(options, prefix),
-        ) as cluster:
+        async with (
+            store_nemeses(options) as nemeses,
+            open_local_cluster(
+                config,
+                options.nodes,
+                redis_url=options.redis_url,
+                prefix=prefix,
+                seed=not options.worker,
+                replay_grace_ms=SIM_REPLAY_GRACE_MS,
+                store_options=store_options(options, prefix, nemeses),
+            ) as cluster,
+        ):
             url = cluster.redis_url
             offset = await trio.to_thread.run_sync(redis_offset_ms, url)
             async with legacy_nodes(options, cluster) as legacy:
                 stats, faults = await _load(
-                    options, cluster, config, history, offset, on_flow, legacy
+                    options, cluster, config, history, offset, on_flow, legacy, nemeses
                 )
             close_history(history)
             if options.worker is not None:
@@ -366,18 +377,60 @@ def _recorded(
     return Simulation(result, stats, history, races(stats.tally), options.run_dir, options, "")
 
 
-def store_options(options: SimulateOptions, prefix: str) -> StoreOptions:
+def stream_timeout(options: SimulateOptions) -> float:
+    """The nodes' Redis timeout: as set, else the short fault-run one under ``redis`` and
+    ``stall`` faults (so a pause outlasts it), else the default."""
+    if options.stream_timeout_s is not None:
+        return options.stream_timeout_s
+    short = bool(options.faults & SHORT_TIMEOUT_KINDS)
+    return FAULT_STREAM_TIMEOUT_S if short else StoreOptions.stream_timeout_s
+
+
+@dataclass(frozen=True)
+class StoreNemeses:
+    """What stands between a run's nodes and Redis for ``lost-reply`` and ``stall``: the store
+    seam (embedded store) or a reply-dropping proxy (a real Redis)."""
+
+    seam: StoreFaults | None = None
+    proxy: ReplyDroppingProxy | None = None
+    proxy_url: str | None = None
+
+
+@asynccontextmanager
+async def store_nemeses(options: SimulateOptions) -> AsyncIterator[StoreNemeses]:
+    """The seam or the proxy the run's fault kinds need (nothing for the others)."""
+    kinds = options.faults if options.injected is None else options.injected
+    seed = options.settings.seed if options.fault_seed is None else options.fault_seed
+    if options.redis_url is None:
+        seam = StoreFaults(seed, stream_timeout(options)) if kinds & STORE_SEAM_KINDS else None
+        yield StoreNemeses(seam=seam)
+        return
+    if "lost-reply" not in kinds:
+        yield StoreNemeses()
+        return
+    if await is_cluster(options.redis_url):
+        raise FaultUsageError(
+            "--faults lost-reply needs the embedded store or a single Redis: a Redis Cluster's "
+            "clients follow the cluster's own node addresses past any proxy"
+        )
+    async with open_reply_proxy(options.redis_url, seed) as (url, proxy):
+        yield StoreNemeses(proxy=proxy, proxy_url=url)
+
+
+def store_options(
+    options: SimulateOptions, prefix: str, nemeses: StoreNemeses | None = None
+) -> StoreOptions:
     """How the run's nodes open the store: named connections when faults are injected (so
-    ``CLIENT KILL`` finds exactly them), a short Redis timeout under ``redis`` faults."""
+    ``CLIENT KILL`` finds exactly them), a short Redis timeout under ``redis`` and ``stall``
+    faults, through the store nemeses' seam or proxy."""
     faulty = bool(options.faults or options.custom_faults)
-    timeout = options.stream_timeout_s
-    if timeout is None:
-        short = "redis" in options.faults
-        timeout = FAULT_STREAM_TIMEOUT_S if short else StoreOptions.stream_timeout_s
+    nemeses = nemeses or StoreNemeses()
     return StoreOptions(
         wait_replicas=options.wait_replicas,
-        stream_timeout_s=timeout,
+        stream_timeout_s=stream_timeout(options),
         client_name=prefix if faulty else None,
+        connect_url=nemeses.proxy_url,
+        store_faults=nemeses.seam,
     )
 
 
@@ -389,6 +442,7 @@ async def _load(
     offset_ms: int,
     on_flow: Callable[[FlowSample], None] | None,
     legacy: LegacyHttp | None = None,
+    nemeses: StoreNemeses | None = None,
 ) -> tuple[RunStats, list[FaultRecord]]:
     """Run the load, with the fault injector alongside when faults were asked for."""
     settings = options.settings
@@ -418,6 +472,8 @@ async def _load(
         horizon_s=settings.duration_s,
         client_name_prefix=f"{cluster.prefix}-node-",
         custom=options.custom_faults,
+        store_faults=nemeses.seam if nemeses else None,
+        proxy=nemeses.proxy if nemeses else None,
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(injector.run)

@@ -97,7 +97,7 @@ def worker_options(options: SimulateOptions, k: int, prefix: str) -> SimulateOpt
         run_dir=options.run_dir / f"worker-{k}",
         keep_keys=True,
         fault_seed=seed + k,
-        injected=options.faults if k == 0 else options.faults - {"redis"},
+        injected=options.faults if k == 0 else options.faults - {"redis", "stall"},
         transport_hook=None,
         settings=replace(s, flows=share, first_flow=k * FLOW_STRIDE),
     )
