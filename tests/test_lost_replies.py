@@ -31,9 +31,11 @@ from nodes.auth import TokenTable
 from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node, Reply
 from nodes.results import META_REPLAY
+from store.api import StoreUnavailable
 from store.client import redis_client, sync_client
 from store.journal import JournalEntry, read_journal, scan_keys
 from store.notes import RESENDS, NoteStore
+from store.sessions import SessionStore
 from tests.asgi_driver import request
 from tests.harness import call_tool, make_nodes, meta, rpc
 from tests.own_redis import OwnRedis, own_redis
@@ -289,3 +291,30 @@ async def test_a_create_stalled_past_every_resend_is_unknown_and_its_keyed_retry
         note_id = retried["structuredContent"]["noteId"]
         assert await titled(r, "Paused long") == [note_id]
         assert [e.note for e in r.journal() if e.op == "create"] == [note_id]
+
+
+async def test_legacy_inbox_writes_are_resent_only_when_safe_and_never_written_twice(
+    upstream: str,
+) -> None:
+    async with rig(upstream) as r:
+        sessions = SessionStore(r.store.client, prefix=r.prefix)
+        sid, _ = await sessions.create("alice", "2025-11-25", {}, {}, 0, 4)
+        assert await sessions.open_request(sid, "nc-" + "a" * 16, 60_000)
+        shas = {name: script.sha.encode() for name, script in sessions._scripts.items()}
+        for script in sessions._scripts.values():  # loaded: a dropped EVALSHA is one that ran
+            await r.store.client.script_load(script.script)
+
+        def drop(name: str) -> None:
+            r.proxy.drop_next(1, matching=lambda args: len(args) > 1 and args[1] == shas[name])
+
+        # deliver is safe to run twice: the re-send finds the answer taken (a duplicate, which
+        # the adapter accepts as it accepts a client's own copy) and the inbox holds it once.
+        drop("deliver")
+        assert await sessions.deliver(sid, "nc-" + "a" * 16, '{"result":{}}') == "duplicate"
+        # An event is never re-sent: a lost reply is an unknown outcome, the event is there once.
+        drop("event")
+        with pytest.raises(StoreUnavailable):
+            await sessions.announce(sid, "cancelled", "7")
+        assert r.proxy.statistics().dropped == 2
+        _, entries = await sessions.read_inbox(sid, "0-0", block_ms=1)
+        assert [e.kind for e in entries] == ["answer", "cancelled"]
