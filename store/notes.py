@@ -253,6 +253,11 @@ class NoteStore:
         """The key layout of one tenant."""
         return TenantKeys(self.prefix, tenant)
 
+    def script_digests(self) -> dict[str, str]:
+        """Script name -> the SHA1 that ``EVALSHA`` names it by: a fault injector picks the
+        commands of one script by it (``cluster.reply_dropping_proxy``)."""
+        return {name: script.sha for name, script in self._scripts.items()}
+
     def statistics(self) -> StoreStatistics:
         """A copy of the counters."""
         s = self._stats

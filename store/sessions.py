@@ -17,6 +17,22 @@ Cluster slot.
                                           cap; ``digest`` is of the principal's name)
     <prefix>:{w:<reader>}:wake    stream  a node's inbox reader is woken through it (one Redis)
 
+Exactly once (issue 18): the Redis client never re-sends a command by itself. Each script below is
+either safe to run twice, and then sent again after a lost reply (``RESENDABLE``), or never sent
+again, and a lost reply is ``StoreUnavailable`` (the outcome is unknown, the client is told so):
+
+    create        safe: the same session id and fields written again
+    load          safe: reads, and pushes the same expiry back
+    set_fields    safe: the same values written again
+    deliver       safe: a second run finds the request answered (``duplicate``), which the adapter
+                  accepts (202) as it accepts a client's own copy; the inbox holds the answer once
+    open_request  safe: the same marker set again
+    end           safe: a second run finds no session (False), and the session is gone
+    wake          safe: a second wake of a reader only ends one more blocking read early
+    event         never re-sent: a second run would append the event twice
+    track         never re-sent: a second run would not return the sessions the first evicted
+    begin_call    never re-sent: a second run could count the call against its own limit
+
 Any node appends to a session's inbox; the nodes holding the SSE streams of its pending calls read
 it. The stream orders what the client sent, whichever node took it: a roots change the client saw
 acknowledged before it answered is read before the answer. Reading is multiplexed per node (see
@@ -297,6 +313,13 @@ def _failure(what: str, exc: Exception) -> StoreUnavailable:
 
 _REDIS_FAILURES = (coredis.exceptions.RedisError, TimeoutError, OSError)
 
+RESENDABLE = frozenset({"create", "load", "set_fields", "deliver", "open_request", "end", "wake"})
+"""The session scripts that are safe to run twice (see the module docstring): sent once more
+after a lost reply. The others are never re-sent."""
+
+_LOST_REPLY = (coredis.exceptions.ConnectionError, TimeoutError, OSError)
+"""A dropped connection or a timeout: the script may have run, its reply is lost."""
+
 
 def _stream_entries(entries: Any, after: str) -> tuple[str, list[InboxEntry]]:
     out: list[InboxEntry] = []
@@ -356,10 +379,16 @@ class SessionStore:
         return f"{self.prefix}:{{w:{reader}}}:wake"
 
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> Any:
-        try:
-            return await self._scripts[name](keys=keys, args=args)
-        except _REDIS_FAILURES as exc:
-            raise _failure(name, exc) from exc
+        attempts = 2 if name in RESENDABLE else 1
+        for attempt in range(attempts):
+            try:
+                return await self._scripts[name](keys=keys, args=args)
+            except _LOST_REPLY as exc:
+                if attempt + 1 == attempts:
+                    raise _failure(name, exc) from exc
+            except _REDIS_FAILURES as exc:
+                raise _failure(name, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def create(
         self,

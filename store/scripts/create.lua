@@ -29,7 +29,7 @@ redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'op', 'create', 'note', ARGV[1],
   'ws', ARGV[4], 'title', ARGV[2], 'version', 1, 'principal', ARGV[5], 'opid', ARGV[9],
   'at', now)
-local f = {'status', 'created', 'note', ARGV[1], 'title', ARGV[2], 'ws', ARGV[4],
-  'version', 1, 'created', created, 'updated', created}
-op_record(KEYS[5], ARGV[10], ARGV[11], ARGV[12], now, f)
-return {'created', ARGV[1], ARGV[2], ARGV[4], 1, created, created, now, '0'}
+local w = {status = 'created', note = ARGV[1], title = ARGV[2], ws = ARGV[4], version = 1,
+  created = created, updated = created}
+op_record(KEYS[5], ARGV[10], ARGV[11], ARGV[12], now, w)
+return op_note_reply(w, now)

@@ -29,7 +29,7 @@ redis.call('SADD', KEYS[5], ARGV[1])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'op', 'move', 'note', ARGV[1],
   'ws', ARGV[2], 'to', ARGV[3], 'title', cur[3], 'version', version, 'principal', ARGV[4],
   'opid', ARGV[7], 'at', now)
-local created = cur[4] or 0
-op_record(KEYS[7], ARGV[8], ARGV[9], ARGV[10], now, {'status', 'moved', 'note', ARGV[1],
-  'title', cur[3], 'ws', ARGV[3], 'version', version, 'created', created, 'updated', now})
-return {'moved', ARGV[1], cur[3], ARGV[3], version, created, now, now, '0'}
+local w = {status = 'moved', note = ARGV[1], title = cur[3], ws = ARGV[3], version = version,
+  created = cur[4] or 0, updated = now}
+op_record(KEYS[7], ARGV[8], ARGV[9], ARGV[10], now, w)
+return op_note_reply(w, now)

@@ -26,17 +26,24 @@ local function op_recorded(key, digest, call)
   return f
 end
 
--- Record a write under 'key' for 'ttl' ms from 'now' (Redis clock). 'fields' is a flat list
--- of the script's result fields.
-local function op_record(key, digest, call, ttl, now, fields)
+-- Record a write under 'key' for 'ttl' ms from 'now' (Redis clock). 'f' holds the script's
+-- result fields by name.
+local function op_record(key, digest, call, ttl, now, f)
   local until_ms = now + tonumber(ttl)
-  redis.call('HSET', key, 'digest', digest, 'call', call, 'until', until_ms, unpack(fields))
+  local flat = {'digest', digest, 'call', call, 'until', until_ms}
+  for name, value in pairs(f) do
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
+  end
+  redis.call('HSET', key, unpack(flat))
   redis.call('PEXPIREAT', key, until_ms)
 end
 
 -- The reply of a note write: {status, note id, title, workspace, version, created_ms,
--- updated_ms, now_ms, replayed}; store/notes.py's parse_write_reply reads it.
+-- updated_ms, now_ms, replayed}, the numbers as integers whether they come from this run or
+-- from a record; store/notes.py's parse_write_reply reads it.
 local function op_note_reply(f, now)
-  return {f['status'], f['note'] or '', f['title'] or '', f['ws'] or '', f['version'] or 0,
-    f['created'] or 0, f['updated'] or 0, now, f['replayed'] or '0'}
+  return {f['status'], f['note'] or '', f['title'] or '', f['ws'] or '',
+    tonumber(f['version'] or 0), tonumber(f['created'] or 0), tonumber(f['updated'] or 0), now,
+    f['replayed'] or '0'}
 end

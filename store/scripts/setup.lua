@@ -19,5 +19,5 @@ local exp = tonumber(ARGV[2])
 if now >= exp then return {'expired', '', now, '0'} end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('PEXPIREAT', KEYS[1], exp + tonumber(ARGV[3]))
-op_record(KEYS[2], '', ARGV[4], ARGV[5], now, {'status', 'completed', 'who', ARGV[1]})
+op_record(KEYS[2], '', ARGV[4], ARGV[5], now, {status = 'completed', who = ARGV[1]})
 return {'completed', ARGV[1], now, '0'}

@@ -15,7 +15,9 @@ if rec then return op_note_reply(rec, now) end
 local cur = redis.call('HMGET', KEYS[1], 'workspace', 'version', 'created_ms')
 if not cur[1] then return op_note_reply({status = 'gone'}, now) end
 if cur[1] ~= ARGV[2] then return op_note_reply({status = 'moved'}, now) end
-if cur[2] ~= ARGV[3] then return op_note_reply({status = 'changed', version = cur[2]}, now) end
+if cur[2] ~= ARGV[3] then
+  return op_note_reply({status = 'changed', version = cur[2]}, now)
+end
 local version = tonumber(cur[2]) + 1
 redis.call('HSET', KEYS[1], 'title', ARGV[4], 'body', ARGV[5], 'version', version,
   'updated_ms', now)
@@ -26,7 +28,7 @@ end
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'op', 'update', 'note', ARGV[1],
   'ws', ARGV[2], 'title', ARGV[4], 'version', version, 'principal', ARGV[6], 'opid', ARGV[8],
   'at', now)
-local created = cur[3] or 0
-op_record(KEYS[5], ARGV[9], ARGV[10], ARGV[11], now, {'status', 'updated', 'note', ARGV[1],
-  'title', ARGV[4], 'ws', ARGV[2], 'version', version, 'created', created, 'updated', now})
-return {'updated', ARGV[1], ARGV[4], ARGV[2], version, created, now, now, '0'}
+local w = {status = 'updated', note = ARGV[1], title = ARGV[4], ws = ARGV[2],
+  version = version, created = cur[3] or 0, updated = now}
+op_record(KEYS[5], ARGV[9], ARGV[10], ARGV[11], now, w)
+return op_note_reply(w, now)
