@@ -19,7 +19,8 @@ Kinds (each selectable):
 - ``lost-reply``: Redis runs a command and its reply is lost (with probability ``p`` during a
   window): at the store seam of the in-process nodes on the embedded store
   (``cluster.store_faults``), through a reply-dropping proxy between the nodes and a real Redis
-  (``cluster.reply_proxy``; not on a Redis Cluster, whose clients bypass any proxy).
+  (``cluster.reply_dropping_proxy``, ``mode="close"``; not on a Redis Cluster, whose clients
+  follow the cluster's own node addresses past any proxy).
 - ``stall``: Redis holds every script past the nodes' client timeout, then runs it:
   ``CLIENT PAUSE <ms> WRITE`` on a real Redis (every master of a cluster), the same hold at the
   store seam on the embedded store. The nodes' Redis timeout is cut to
@@ -45,7 +46,7 @@ import redis
 import trio
 
 from cluster.local import LocalCluster
-from cluster.reply_proxy import ReplyDroppingProxy
+from cluster.reply_dropping_proxy import SCRIPT_COMMANDS, ReplyDroppingProxy
 from cluster.store_faults import StoreFaults
 from loadgen.transport import NodeDown, Reply, Transport
 
@@ -82,6 +83,9 @@ LOSS_P = (0.2, 0.5)
 LOST_REPLY_S = (0.3, 1.0)
 LOST_REPLY_P = (0.1, 0.4)
 """A lost-reply window's length and the probability that a Redis reply in it is lost."""
+
+LOST_REPLY_MAX = 1_000_000
+"""Most replies one lost-reply window may drop through the proxy (its draw decides which)."""
 
 STALL_MS = (600, 1200)
 """A stall's length: past the fault-run Redis timeout (0.25 s), so node calls give up while
@@ -440,22 +444,30 @@ class FaultInjector:
     async def _lost_reply(self, fault: PlannedFault) -> None:
         start = (time.monotonic(), time.time())
         seam, proxy = self.store_faults, self.proxy
-        before = (seam.lost if seam else 0) + (proxy.lost if proxy else 0)
+        before = self._lost()
         where = "at the store seam" if seam else "by the proxy"
         if seam is not None:
             seam.p_lost = fault.p
         if proxy is not None:
-            proxy.p = fault.p
+            draw = _rng(f"lost-reply:{self.seed}:{fault.at_s}")
+            proxy.drop_next(
+                LOST_REPLY_MAX, SCRIPT_COMMANDS, matching=lambda _: draw.random() < fault.p
+            )
         try:
             await trio.sleep(fault.duration_s)
         finally:
             if seam is not None:
                 seam.p_lost = 0.0
             if proxy is not None:
-                proxy.p = 0.0
-            lost = (seam.lost if seam else 0) + (proxy.lost if proxy else 0) - before
+                proxy.stop_dropping()
+            lost = self._lost() - before
             detail = f"Redis replies lost {where} with p={fault.p:.2f}: {lost} lost"
             self._record("lost-reply", "drop_redis_replies", detail, start)
+
+    def _lost(self) -> int:
+        """Redis replies lost so far (seam and proxy)."""
+        seam, proxy = self.store_faults, self.proxy
+        return (seam.lost if seam else 0) + (proxy.statistics().dropped if proxy else 0)
 
     async def _stall(self, fault: PlannedFault, rng: random.Random) -> None:
         ms = int(fault.duration_s * 1000)

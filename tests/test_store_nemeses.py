@@ -17,11 +17,9 @@ from typing import Any
 
 import pytest
 import redis
-import trio
 from click.testing import CliRunner
 
 from cluster.cli import main
-from cluster.reply_proxy import open_reply_proxy
 from tests.own_redis import own_redis
 
 pytestmark = pytest.mark.slow
@@ -86,20 +84,3 @@ def test_a_reply_dropping_proxy_and_client_pause_on_real_redis_leave_the_run_val
     _bitten(results, run_dir, "by the proxy")
     assert {f["action"] for f in results["faults"] if f["kind"] == "stall"} == {"pause_write"}
     assert not redis.Redis.from_url(private_redis).keys("ncsim*"), "the run's keys are dropped"
-
-
-async def test_the_proxy_loses_a_reply_after_redis_ran_the_command(private_redis: str) -> None:
-    async with open_reply_proxy(private_redis, seed=1) as (url, proxy):
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        await stream.send_all(b"*3\r\n$3\r\nSET\r\n$10\r\nnemesis:k1\r\n$1\r\n1\r\n")
-        assert await stream.receive_some(100) == b"+OK\r\n"  # p = 0: a plain proxy
-        proxy.p = 1.0
-        await stream.send_all(b"*3\r\n$3\r\nSET\r\n$10\r\nnemesis:k2\r\n$1\r\n2\r\n")
-        with trio.fail_after(10):
-            assert await stream.receive_some(100) == b""  # closed without the reply
-        await stream.aclose()
-        assert proxy.lost == 1
-    direct = redis.Redis.from_url(private_redis)
-    assert direct.get("nemesis:k2") == b"2"  # Redis ran it all the same
-    direct.delete("nemesis:k1", "nemesis:k2")

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.cluster
 import trio
@@ -38,7 +39,7 @@ from cluster.faults import (
 )
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
-from cluster.reply_proxy import ReplyDroppingProxy, open_reply_proxy
+from cluster.reply_dropping_proxy import ReplyDroppingProxy, open_reply_dropping_proxy
 from cluster.store_faults import StoreFaults
 from loadgen.checker import CheckResult, Verdict, check
 from loadgen.history import History, close_history, open_history
@@ -413,8 +414,11 @@ async def store_nemeses(options: SimulateOptions) -> AsyncIterator[StoreNemeses]
             "--faults lost-reply needs the embedded store or a single Redis: a Redis Cluster's "
             "clients follow the cluster's own node addresses past any proxy"
         )
-    async with open_reply_proxy(options.redis_url, seed) as (url, proxy):
-        yield StoreNemeses(proxy=proxy, proxy_url=url)
+    parts = urlsplit(options.redis_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    async with open_reply_dropping_proxy(host, port) as proxy:
+        db = int(parts.path.strip("/") or 0)
+        yield StoreNemeses(proxy=proxy, proxy_url=proxy.url(db))
 
 
 def store_options(
