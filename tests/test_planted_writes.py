@@ -11,6 +11,7 @@ status.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,23 @@ class CreatesTwice(Wrapped):
         note = await self.inner.create(*args, **kw)
         await self.inner.create(*args, **{**kw, "op": WriteOp.fresh()})
         return note
+
+
+class IgnoresIdempotencyKeys(Wrapped):
+    """Every write under an operation of its own: a retry with the same idempotency key is
+    not recognised and writes again."""
+
+    async def recorded_write(self, tenant: str, op_id: str) -> None:
+        return None
+
+    async def create(self, *args: Any, **kw: Any) -> Note:
+        return await self.inner.create(*args, **{**kw, "op": WriteOp.fresh()})
+
+    async def update(self, *args: Any, **kw: Any) -> WriteOutcome:
+        return await self.inner.update(*args, **{**kw, "op": WriteOp.fresh()})
+
+    async def move(self, *args: Any, **kw: Any) -> WriteOutcome:
+        return await self.inner.move(*args, **{**kw, "op": WriteOp.fresh()})
 
 
 class UpdatesTwice(Wrapped):
@@ -213,7 +231,16 @@ def ops_named(ops: list[Op], v: Verdict, f: str) -> list[Op]:
     return [op for op in ops if op.index in evidence and op.f == f]
 
 
-KINDS = ["plain", "edit_between", "race_move", "archive", "list_pages", "search", "setup"]
+KINDS = [
+    "plain",
+    "edit_between",
+    "race_move",
+    "archive",
+    "list_pages",
+    "search",
+    "setup",
+    "write_retry",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -229,6 +256,7 @@ async def test_without_a_plant_the_same_runs_are_valid(kind: str) -> None:
         "list_pages": {"list"},
         "search": {"search"},
         "setup": {"setup"},
+        "write_retry": {"create", "update", "move"},
     }[kind]
     assert want <= done, done  # the control exercised the write the plant breaks
 
@@ -319,3 +347,14 @@ async def test_an_unknown_outcome_where_no_fault_was_is_invalid_naming_the_write
     assert "outside every fault window" in v.summary
     named = ops_named(ops, v, "create")
     assert any(op.type == "info" for op in named)
+
+
+async def test_a_node_ignoring_idempotency_keys_is_invalid_naming_the_retried_writes() -> None:
+    result, ops = await run_kind("write_retry", IgnoresIdempotencyKeys)
+    assert {"creates_exactly_once", "updates_one_step"} <= invalid(result)
+    v = verdict_of(result, "creates_exactly_once")
+    made, asked = re.findall(r"(\d+) notes titled .* by (\d+) create request", v.summary)[0]
+    assert int(made) == int(asked) + 1  # the keyed create and its retry count as one request
+    keyed = [op for op in ops_named(ops, v, "create") if op.type == "invoke" and "key" in op.value]
+    assert len({op.value["key"] for op in keyed}) >= 1
+    assert len(keyed) >= 2  # the lost first send and its retry, both in the evidence
