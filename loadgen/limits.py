@@ -12,7 +12,8 @@ Layer: loadgen. Pure module: no I/O, no node code. Two verdicts for ``loadgen.ch
   a node down, ``-32603`` "outcome unknown") is legal only where something could explain it:
   the workload's own deliberate losses and cut-short requests, the client's timeout, a legacy
   answer POST taken on 202, or a fault window of the run (``FaultWindow``: any kind, from its
-  start until ``AFTERMATH_MS`` after its end) that the request overlapped. Elsewhere it is a
+  start until ``AFTERMATH_MS`` after its end; a failover until the run ends) that the request
+  overlapped. Elsewhere it is a
   finding: a node that cannot tell what happened where nothing went wrong.
 """
 
@@ -34,6 +35,12 @@ measured once at the start of the run, on the same host or a LAN)."""
 AFTERMATH_MS = 1_000
 """How long after a fault window ends an unknown outcome may still be its doing (a request
 queued behind a pause, a retry policy's last attempt)."""
+
+BOUNDED_KINDS = frozenset({"nodes", "redis", "client", "lost-reply", "stall"})
+"""Fault kinds whose effect ends with their window (plus ``AFTERMATH_MS``). Any other kind (a
+Redis Cluster failover, ``cluster.experiments.failover``) changes the store for the rest of the
+run (a promoted master without a replica answers every ``WAIT`` late), so it explains unknown
+outcomes from its start to the end of the run."""
 
 EXPLAINED_REASONS = frozenset({"response lost", "cut short", "timeout"})
 """Unknown outcomes the client causes or declares itself (``loadgen.clients``)."""
@@ -145,7 +152,10 @@ def _explained(c: Call, windows: Sequence[FaultWindow]) -> bool:
         return True
     start = c.invoke.time_ms
     end = c.done.time_ms if c.done is not None else start + 10**12
-    return any(w.start_ms <= end and start <= w.end_ms + AFTERMATH_MS for w in windows)
+    return any(
+        w.start_ms <= end and (w.kind not in BOUNDED_KINDS or start <= w.end_ms + AFTERMATH_MS)
+        for w in windows
+    )
 
 
 def check_unknown_outcomes(ctx: Context, faults: Sequence[FaultWindow] | None) -> Verdict:
