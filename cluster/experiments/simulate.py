@@ -62,6 +62,7 @@ from store.journal import (
     read_journal,
     scan_keys,
 )
+from store.notes import NoteStore
 
 KEEP_OPS_MAX = 50_000
 """Runs of up to this many flows also keep their history in memory (tests read it); longer
@@ -325,6 +326,7 @@ async def simulate(
         ):
             url = cluster.redis_url
             offset = await trio.to_thread.run_sync(redis_offset_ms, url)
+            await scripts_loaded(cluster)
             async with legacy_nodes(options, cluster) as legacy:
                 stats, faults = await _load(
                     options, cluster, config, history, offset, on_flow, legacy, nemeses
@@ -357,6 +359,15 @@ async def simulate(
         result, stats, history, races(stats.tally), options.run_dir, options, store, dist, faults
     )
     return finish(sim)
+
+
+async def scripts_loaded(cluster: LocalCluster) -> None:
+    """Load the store's scripts into Redis before the load, as a served node's readiness probe
+    does (``NoteStore.check_ready``) before a load balancer sends it anything: a run starts on
+    a ready store, so its faults meet the store's handling of lost replies, not a cold cache."""
+    first = cluster.nodes[0] if cluster.nodes else None
+    if first is not None and isinstance(first.store, NoteStore):
+        await first.store.check_ready()
 
 
 def new_prefix() -> str:
