@@ -19,6 +19,7 @@ Layer: loadgen. Pure module: no I/O, no node code. Two verdicts for ``loadgen.ch
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -146,16 +147,34 @@ def check_bounds(ctx: Context, limits: Limits | None) -> Verdict:
     return verdict("bounds_respected", ok, bad)
 
 
-def _explained(c: Call, windows: Sequence[FaultWindow]) -> bool:
+@dataclass(frozen=True)
+class _Windows:
+    """Fault windows by start, with the latest reach (end plus aftermath) of any window that
+    started at or before each: one bisection answers "did a window overlap this span"."""
+
+    starts: tuple[int, ...]
+    reach: tuple[float, ...]
+
+    @classmethod
+    def build(cls, windows: Sequence[FaultWindow]) -> _Windows:
+        ordered = sorted(windows, key=lambda w: w.start_ms)
+        reach: list[float] = []
+        for w in ordered:
+            last = w.end_ms + AFTERMATH_MS if w.kind in BOUNDED_KINDS else float("inf")
+            reach.append(max(last, reach[-1]) if reach else last)
+        return cls(tuple(w.start_ms for w in ordered), tuple(reach))
+
+    def overlap(self, start: int, end: float) -> bool:
+        i = bisect.bisect_right(self.starts, end)
+        return i > 0 and self.reach[i - 1] >= start
+
+
+def _explained(c: Call, windows: _Windows) -> bool:
     r = c.result
     if r.get("reason") in EXPLAINED_REASONS or r.get("status") == 202:
         return True
-    start = c.invoke.time_ms
-    end = c.done.time_ms if c.done is not None else start + 10**12
-    return any(
-        w.start_ms <= end and (w.kind not in BOUNDED_KINDS or start <= w.end_ms + AFTERMATH_MS)
-        for w in windows
-    )
+    end = float(c.done.time_ms) if c.done is not None else float("inf")
+    return windows.overlap(c.invoke.time_ms, end)
 
 
 def check_unknown_outcomes(ctx: Context, faults: Sequence[FaultWindow] | None) -> Verdict:
@@ -166,8 +185,9 @@ def check_unknown_outcomes(ctx: Context, faults: Sequence[FaultWindow] | None) -
     if faults is None:
         return Verdict(name, "valid", f"Not checked: no fault record ({len(infos)} unknown).")
     bad = []
+    windows = _Windows.build(faults)
     for c in infos:
-        if not _explained(c, faults):
+        if not _explained(c, windows):
             reason = c.result.get("reason", "no answer")
             text = (
                 f"{c.invoke.f} at {c.invoke.index} ({c.invoke.kind}) had an unknown outcome "

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loadgen.checker import (
@@ -83,50 +84,60 @@ def _placed(journal: list[JournalEntry]) -> set[tuple[str, str, str, str]]:
     return out
 
 
-def _changers(ctx: Context) -> tuple[dict[str, list[Call]], dict[tuple[str, str], list[Call]]]:
-    """Requests that may change a note: confirms by nonce, updates and moves by note."""
-    by_nonce: dict[str, list[Call]] = defaultdict(list)
-    by_note: dict[tuple[str, str], list[Call]] = defaultdict(list)
-    for c in ctx.calls:
-        if c.invoke.f == "confirm":
-            by_nonce[c.nonce].append(c)
-        elif c.invoke.f in ("update", "move"):
-            by_note[(str(c.v.get("tenant", "")), str(c.v.get("noteId", "")))].append(c)
-    return by_nonce, by_note
+@dataclass
+class _Index:
+    """The history and journal indexed once for every listing of a partition."""
 
+    created: dict[tuple[str, str, str], dict[str, Call]]
+    """(tenant, workspace, title) -> note -> its create, answered ok."""
+    by_nonce: dict[str, list[Call]]
+    """Confirms by nonce (they may delete or move a note)."""
+    by_note: dict[tuple[str, str], list[Call]]
+    """Updates and moves by (tenant, note)."""
+    later: dict[tuple[str, str], list[JournalEntry]]
+    """(tenant, note) -> its journal entries after its create."""
 
-def _throughout(
-    ctx: Context, first: Call, last: Call, tenant: str, ws: str, title: str
-) -> set[str]:
-    """Notes in ``ws`` titled ``title`` from before ``first`` was sent until after ``last``
-    was answered, as far as the history can tell."""
-    created: dict[str, Call] = {}
-    for c in ctx.calls:
-        note = c.result.get("noteId")
-        here = (c.v.get("tenant"), c.v.get("workspace"), c.v.get("title")) == (tenant, ws, title)
-        if here and c.invoke.f == "create" and c.outcome == "ok" and isinstance(note, str):
-            created[note] = c
-    by_nonce, by_note = _changers(ctx)
-    later: dict[str, list[JournalEntry]] = defaultdict(list)
-    for e in ctx.journal:
-        if e.tenant == tenant and e.note in created and e.op != "create":
-            later[e.note].append(e)
-    out = set()
-    for note, c in created.items():
-        if not precedes(c, first):
-            continue
-        causes: list[Call] = []
-        for e in later[note]:
-            cs = by_nonce.get(e.nonce, []) if e.nonce else by_note.get((tenant, note), [])
-            causes.extend(cs or [first])  # no known cause: it may have been any time
-        if all(precedes(last, cause) for cause in causes):
-            out.add(note)
-    return out
+    @classmethod
+    def build(cls, ctx: Context) -> _Index:
+        created: dict[tuple[str, str, str], dict[str, Call]] = defaultdict(dict)
+        by_nonce: dict[str, list[Call]] = defaultdict(list)
+        by_note: dict[tuple[str, str], list[Call]] = defaultdict(list)
+        for c in ctx.calls:
+            tenant = str(c.v.get("tenant", ""))
+            note = c.result.get("noteId")
+            if c.invoke.f == "create" and c.outcome == "ok" and isinstance(note, str):
+                where = (tenant, str(c.v.get("workspace", "")), str(c.v.get("title", "")))
+                created[where][note] = c
+            elif c.invoke.f == "confirm":
+                by_nonce[c.nonce].append(c)
+            elif c.invoke.f in ("update", "move"):
+                by_note[(tenant, str(c.v.get("noteId", "")))].append(c)
+        later: dict[tuple[str, str], list[JournalEntry]] = defaultdict(list)
+        for e in ctx.journal:
+            if e.note and e.op != "create":
+                later[(e.tenant, e.note)].append(e)
+        return cls(created, by_nonce, by_note, later)
+
+    def throughout(self, first: Call, last: Call, tenant: str, ws: str, title: str) -> set[str]:
+        """Notes in ``ws`` titled ``title`` from before ``first`` was sent until after
+        ``last`` was answered, as far as the history can tell."""
+        out = set()
+        for note, c in self.created.get((tenant, ws, title), {}).items():
+            if not precedes(c, first):
+                continue
+            causes: list[Call] = []
+            for e in self.later.get((tenant, note), []):
+                cs = self.by_nonce.get(e.nonce, []) if e.nonce else self.by_note.get((tenant, note))
+                causes.extend(cs or [first])  # no known cause: it may have been any time
+            if all(precedes(last, cause) for cause in causes):
+                out.add(note)
+        return out
 
 
 def check_reads(ctx: Context) -> Verdict:
     """``reads_show_every_note_once``; see the module."""
     placed = _placed(list(ctx.journal))
+    index = _Index.build(ctx)
     bad: list[Finding] = []
     complete = 0
     for calls in _listings(ctx).values():
@@ -147,7 +158,7 @@ def check_reads(ctx: Context) -> Verdict:
         if stray:
             text = f"listing of {title!r} in {ws} showed {stray}, never there under that title"
             bad.append(Finding(text, ops))
-        missing = sorted(_throughout(ctx, pages[0], pages[-1], tenant, ws, str(title)) - set(shown))
+        missing = sorted(index.throughout(pages[0], pages[-1], tenant, ws, str(title)) - set(shown))
         if missing:
             text = f"listing of {title!r} in {ws} skipped {missing}, there throughout"
             bad.append(Finding(text, ops))
