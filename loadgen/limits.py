@@ -148,7 +148,7 @@ def check_bounds(ctx: Context, limits: Limits | None) -> Verdict:
 
 
 @dataclass(frozen=True)
-class _Windows:
+class FaultIndex:
     """Fault windows by start, with the latest reach (end plus aftermath) of any window that
     started at or before each: one bisection answers "did a window overlap this span"."""
 
@@ -156,7 +156,7 @@ class _Windows:
     reach: tuple[float, ...]
 
     @classmethod
-    def build(cls, windows: Sequence[FaultWindow]) -> _Windows:
+    def build(cls, windows: Sequence[FaultWindow]) -> FaultIndex:
         ordered = sorted(windows, key=lambda w: w.start_ms)
         reach: list[float] = []
         for w in ordered:
@@ -169,7 +169,7 @@ class _Windows:
         return i > 0 and self.reach[i - 1] >= start
 
 
-def _explained(c: Call, windows: _Windows) -> bool:
+def _explained(c: Call, windows: FaultIndex) -> bool:
     r = c.result
     if r.get("reason") in EXPLAINED_REASONS or r.get("status") == 202:
         return True
@@ -185,7 +185,7 @@ def check_unknown_outcomes(ctx: Context, faults: Sequence[FaultWindow] | None) -
     if faults is None:
         return Verdict(name, "valid", f"Not checked: no fault record ({len(infos)} unknown).")
     bad = []
-    windows = _Windows.build(faults)
+    windows = FaultIndex.build(faults)
     for c in infos:
         if not _explained(c, windows):
             reason = c.result.get("reason", "no answer")
