@@ -6,7 +6,7 @@ from typing import Any
 
 from loadgen.checker import Call
 from loadgen.history import Op
-from loadgen.limits import AFTERMATH_MS, FaultWindow, FaultIndex
+from loadgen.limits import AFTERMATH_MS, FaultIndex, FaultWindow
 from loadgen.writes import landing, requests, version_steps
 from store.journal import JournalEntry
 
