@@ -546,7 +546,11 @@ async def flow_answer_changed(env: FlowEnv, asked: Asked, note: str) -> None:
 
 
 async def flow_changed_args(env: FlowEnv, asked: Asked, note: str) -> None:
-    changed = {**asked.arguments, "title": asked.arguments["title"] + " (other)"}
+    # Another title, or the same title in another workspace: the state binds both.
+    if env.rng.random() < 0.5:
+        changed = {**asked.arguments, "title": asked.arguments["title"] + " (other)"}
+    else:
+        changed = {**asked.arguments, "workspaceUri": env.archive}
     altered = {"altered": "arguments"}  # the model: a state that does not bind these arguments
     await confirm(env, asked, note, arguments=changed, expect="no_mutation", extra=altered)
     await confirm(env, asked, note)
