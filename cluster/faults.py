@@ -84,6 +84,11 @@ LOST_REPLY_S = (0.3, 1.0)
 LOST_REPLY_P = (0.1, 0.4)
 """A lost-reply window's length and the probability that a Redis reply in it is lost."""
 
+KIND_GAP_S: dict[str, tuple[float, float]] = {"stall": (2.0, 4.0)}
+"""Quiet time after a fault of these kinds, where it differs from ``GAP_S``: a stall holds
+every write of the run, so it comes less often (with the ``redis`` kind's pauses beside it,
+Redis would otherwise be paused most of the time and flows could barely start)."""
+
 LOST_REPLY_MAX = 1_000_000
 """Most replies one lost-reply window may drop through the proxy (its draw decides which)."""
 
@@ -156,7 +161,7 @@ def plan_faults(
         while t < horizon_s:
             fault = _draw(kind, rng, t, nodes)
             plan.append(fault)
-            t += fault.duration_s + rng.uniform(*GAP_S)
+            t += fault.duration_s + rng.uniform(*KIND_GAP_S.get(kind, GAP_S))
     return sorted(plan, key=lambda f: (f.at_s, f.kind))
 
 

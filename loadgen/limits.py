@@ -12,7 +12,8 @@ Layer: loadgen. Pure module: no I/O, no node code. Two verdicts for ``loadgen.ch
   a node down, ``-32603`` "outcome unknown") is legal only where something could explain it:
   the workload's own deliberate losses and cut-short requests, the client's timeout, a legacy
   answer POST taken on 202, or a fault window of the run (``FaultWindow``: any kind, from its
-  start until ``AFTERMATH_MS`` after its end; a failover until the run ends) that the request
+  start until ``AFTERMATH_MS`` after its end, ``PAUSE_AFTERMATH_MS`` for pauses; a failover
+  until the run ends) that the request
   overlapped. Elsewhere it is a
   finding: a node that cannot tell what happened where nothing went wrong.
 """
@@ -36,6 +37,12 @@ measured once at the start of the run, on the same host or a LAN)."""
 AFTERMATH_MS = 1_000
 """How long after a fault window ends an unknown outcome may still be its doing (a request
 queued behind a pause, a retry policy's last attempt)."""
+
+PAUSE_AFTERMATH_MS = 3_000
+"""The same after a window of a kind that pauses Redis past the nodes' shortened timeout
+(``redis``, ``stall``): the writes held during it run at once when it ends, and the nodes'
+connections that timed out reconnect; on a loaded two-core machine unknown outcomes were seen
+up to 2.6 s after a ``CLIENT PAUSE WRITE`` ended."""
 
 BOUNDED_KINDS = frozenset({"nodes", "redis", "client", "lost-reply", "stall"})
 """Fault kinds whose effect ends with their window (plus ``AFTERMATH_MS``). Any other kind (a
@@ -160,7 +167,8 @@ class FaultIndex:
         ordered = sorted(windows, key=lambda w: w.start_ms)
         reach: list[float] = []
         for w in ordered:
-            last = w.end_ms + AFTERMATH_MS if w.kind in BOUNDED_KINDS else float("inf")
+            after = PAUSE_AFTERMATH_MS if w.kind in ("redis", "stall") else AFTERMATH_MS
+            last = w.end_ms + after if w.kind in BOUNDED_KINDS else float("inf")
             reach.append(max(last, reach[-1]) if reach else last)
         return cls(tuple(w.start_ms for w in ordered), tuple(reach))
 

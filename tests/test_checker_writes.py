@@ -6,7 +6,7 @@ from typing import Any
 
 from loadgen.checker import Call
 from loadgen.history import Op
-from loadgen.limits import AFTERMATH_MS, FaultIndex, FaultWindow
+from loadgen.limits import AFTERMATH_MS, PAUSE_AFTERMATH_MS, FaultIndex, FaultWindow
 from loadgen.writes import landing, requests, version_steps
 from store.journal import JournalEntry
 
@@ -48,13 +48,16 @@ def test_sends_under_one_idempotency_key_are_one_request_and_a_reused_key_none()
 
 def test_a_fault_window_explains_what_overlaps_it_and_a_failover_the_rest_of_the_run() -> None:
     windows = FaultIndex.build(
-        [FaultWindow("stall", "stall", 1000, 2000), FaultWindow("nodes", "restart", 5000, 5100)]
+        [FaultWindow("client", "lose", 1000, 2000), FaultWindow("nodes", "restart", 5000, 5100)]
     )
     assert windows.overlap(1500, 1600)
     assert windows.overlap(2000 + AFTERMATH_MS, 9000)  # the aftermath, inclusive
     assert not windows.overlap(2001 + AFTERMATH_MS, 4999)
     assert not windows.overlap(0, 999)
     assert windows.overlap(0, float("inf"))  # no answer at all: overlaps what came later
+    stall = FaultIndex.build([FaultWindow("stall", "stall", 1000, 2000)])
+    assert stall.overlap(2000 + PAUSE_AFTERMATH_MS, 9000)
+    assert not stall.overlap(2001 + PAUSE_AFTERMATH_MS, 9000)
     failover = FaultIndex.build([FaultWindow("failover", "kill_master", 1000, 2000)])
     assert failover.overlap(60_000, 60_001)
     assert not failover.overlap(0, 999)
