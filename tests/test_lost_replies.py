@@ -14,10 +14,10 @@ the same idempotency key gets the recorded result.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -36,10 +36,12 @@ from store.client import redis_client, sync_client
 from store.journal import JournalEntry, read_journal, scan_keys
 from store.notes import RESENDS, NoteStore
 from store.sessions import SessionStore
-from tests.asgi_driver import request
+from tests.asgi_driver import Exchange, request
 from tests.harness import call_tool, make_nodes, meta, rpc
 from tests.own_redis import OwnRedis, own_redis
 from tests.test_setup_url import ALICE, FORM, PUBLIC, SECRET, configured, retry, start
+
+T = TypeVar("T")
 
 NOTES = "file:///Users/alice/Documents/Notes"
 ARCHIVE = "file:///Users/alice/Documents/Archive"
@@ -260,25 +262,78 @@ async def wait_until(predicate: Any, what: str) -> None:
             await trio.sleep(0.01)
 
 
+async def stalled_once(r: Rig, admin: redis.Redis, act: Callable[[], Awaitable[T]]) -> T:
+    """Run ``act`` with Redis paused for writes; unpause once the store timed out and re-sent
+    (the first send is held by the pause, past the stream timeout)."""
+    admin.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
+    out: list[T] = []
+    async with trio.open_nursery() as nursery:
+
+        async def run() -> None:
+            out.append(await act())
+
+        nursery.start_soon(run)
+        await wait_until(lambda: r.store.statistics().resent >= 1, "a re-send")
+        admin.execute_command("CLIENT", "UNPAUSE")
+    return out[0]
+
+
 async def test_a_create_stalled_past_the_timeout_by_client_pause_is_one_note(
     server: OwnRedis, paused_server: redis.Redis
 ) -> None:
     async with rig(server.url) as r:
-        paused_server.execute_command("CLIENT", "PAUSE", 60_000, "WRITE")
-        async with trio.open_nursery() as nursery:
-            replies: list[Reply] = []
-
-            async def one() -> None:
-                replies.append(await create(r, "Paused"))
-
-            nursery.start_soon(one)
-            # The first send timed out (the script is held by the pause): let Redis go on.
-            await wait_until(lambda: r.store.statistics().resent >= 1, "a re-send")
-            paused_server.execute_command("CLIENT", "UNPAUSE")
-        res = structured(replies[0])
+        res = structured(await stalled_once(r, paused_server, lambda: create(r, "Paused")))
         note_id = res["structuredContent"]["noteId"]
         assert await titled(r, "Paused") == [note_id]
         assert [e.note for e in r.journal() if e.op == "create"] == [note_id]
+
+
+async def test_an_update_stalled_past_the_timeout_by_client_pause_is_one_version_step(
+    server: OwnRedis, paused_server: redis.Redis
+) -> None:
+    async with rig(server.url) as r:
+        note_id = structured(await create(r, "Paused edit"))["structuredContent"]["noteId"]
+        args = {"workspaceUri": NOTES, "noteId": note_id, "body": "edited"}
+        res = structured(
+            await stalled_once(r, paused_server, lambda: call_tool(r.node, "notes_update", args))
+        )
+        assert res["structuredContent"]["version"] == 2
+        note = await r.store.get(DEMO_TENANT, note_id)
+        assert note is not None
+        assert (note.version, note.body) == (2, "edited")
+        assert [e.version for e in r.journal() if e.op == "update"] == [2]
+
+
+async def test_a_move_stalled_past_the_timeout_by_client_pause_reports_the_move(
+    server: OwnRedis, paused_server: redis.Redis
+) -> None:
+    async with rig(server.url) as r:
+        note_id = structured(await create(r, "Paused move"))["structuredContent"]["noteId"]
+        args = {"workspaceUri": NOTES, "noteId": note_id, "targetWorkspaceUri": ARCHIVE}
+        res = structured(
+            await stalled_once(r, paused_server, lambda: call_tool(r.node, "notes_move", args))
+        )
+        assert res["structuredContent"]["uri"] == f"{ARCHIVE}/{note_id}.md"
+        assert [(e.note, e.to) for e in r.journal() if e.op == "move"] == [(note_id, ARCHIVE)]
+
+
+async def test_a_setup_completion_stalled_past_the_timeout_by_client_pause_answers_success(
+    server: OwnRedis, paused_server: redis.Redis
+) -> None:
+    async with rig(server.url) as r:
+        app = http.make_app(r.node, TOKENS)
+        state, link = await start(r.node)
+        body = f"api_key={SECRET}"
+        headers = {**FORM, **BEARER, "content-length": str(len(body))}
+        path = httpx.URL(link).path
+
+        async def complete() -> Exchange:
+            return await request(app, "POST", path, headers, [body.encode()])
+
+        done = await stalled_once(r, paused_server, complete)
+        assert done.status == 200, done.body[:300]
+        assert configured(await retry(r.node, state))
+        assert [e.op for e in r.journal()].count("setup") == 1
 
 
 async def test_a_create_stalled_past_every_resend_is_unknown_and_its_keyed_retry_is_one_note(
