@@ -9,7 +9,10 @@ command picked for dropping, drops it:
     ``"close"``  and cuts that client's connection at once (the client sees a dropped connection:
                  ``ConnectionError``), as a node or network failing between reply and client would;
     ``"stall"``  and every later reply on that connection (the client sees its read time out), as
-                 a link that went silent would; the connection closes when the client gives up.
+                 a link that went silent would; the next command the client sends on it is not
+                 passed on, and the connection is cut (the client sees a dropped connection for
+                 a command that never ran: a client that keeps using a timed-out connection
+                 finds out it is dead).
 
 Use::
 
@@ -228,6 +231,8 @@ class _Link:
         try:
             while True:
                 chunk = await self.client.receive(READ_CHUNK)
+                if self.silent:
+                    break  # the link is dead: what the client sends now never reaches Redis
                 buf += chunk
                 pos = 0
                 while (found := command_at(buf, pos)) is not None:

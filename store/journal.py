@@ -6,11 +6,13 @@ Redis and on a Redis Cluster (``store.client.sync_client`` picks the client): SC
 on a cluster it targets the master owning a tenant's slot, or every master.
 
 Journal stream fields (``<prefix>:{t:<tenant>}:journal``), all optional but ``op`` and ``at``:
-``op`` (create|update|move|delete|decline), ``note``, ``ws``, ``to``, ``title``, ``version``,
+``op`` (create|update|move|delete|decline|setup), ``note``, ``ws``, ``to``, ``title``, ``version``,
 ``principal``, ``at`` (ms, Redis clock); confirm.lua's entries (its executions and its declines)
 also carry ``nonce``, ``exp`` (ms, Redis clock) and ``tool``; the create, update and move
 scripts' entries carry ``opid``, the operation id recorded with the write (an idempotency key's
-``k...``, or a random ``r...``): one operation id journals at most one write.
+``k...``, or a random ``r...``): one operation id journals at most one write. A setup link's
+completion (``setup.lua``) journals ``op`` setup with ``principal``, ``nonce`` (the link's),
+``exp`` and ``tool`` notes_setup.
 """
 
 from __future__ import annotations

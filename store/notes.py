@@ -604,8 +604,16 @@ class NoteStore:
         k = self.keys(tenant)
         status, who, now, _ = await self._run(
             "setup",
-            [k.setup(nonce), k.op(op.op_id)],
-            [principal, exp_ms, self.replay_grace_ms, _call_id(), op.ttl_ms],
+            [k.setup(nonce), k.op(op.op_id), k.journal],
+            [
+                principal,
+                exp_ms,
+                self.replay_grace_ms,
+                _call_id(),
+                op.ttl_ms,
+                nonce,
+                self.journal_maxlen,
+            ],
         )
         st = str(status)
         if st not in _SETUP_STATUSES:  # pragma: no cover - the script returns only these

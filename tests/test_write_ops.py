@@ -109,17 +109,22 @@ async def test_move_with_one_operation_twice_reports_the_move_once(
 
 
 async def test_setup_completion_run_twice_by_one_call_answers_completed_both_times(
-    store: NoteStore,
+    store: NoteStore, redis_url: str
 ) -> None:
     k = store.keys(T)
     exp = await store.redis_time_ms() + 60_000
-    keys = [k.setup("nonce1"), k.op("r" * 24)]
-    first, second = await run_twice(store, "setup", keys, ["alice", exp, 1000, "call1", 60_000])
+    keys = [k.setup("nonce1"), k.op("r" * 24), k.journal]
+    args = ["alice", exp, 1000, "call1", 60_000, "nonce1", 1000]
+    first, second = await run_twice(store, "setup", keys, args)
     assert (first[0], first[1]) == (second[0], second[1]) == ("completed", "alice")
     # A later completion (another call, another operation) finds the link used.
     later = await store.complete_setup(T, "nonce1", "alice", exp)
     assert (later.status, later.principal) == ("used", "alice")
     assert await store.setup_completed_by(T, "nonce1") == "alice"
+    setups = [e for e in journal(store, redis_url) if e.op == "setup"]
+    assert [(e.principal, e.nonce, e.exp_ms, e.tool) for e in setups] == [
+        ("alice", "nonce1", exp, "notes_setup")
+    ]
 
 
 async def test_a_confirmation_run_twice_by_one_call_is_executed_twice_and_deletes_once(
