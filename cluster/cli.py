@@ -234,7 +234,10 @@ def bench_options(quick_help: str, redis_help: str) -> list[Callable[[F], F]]:
     default="",
     metavar="KINDS",
     help="Inject faults during the run, comma-separated: nodes (stop and restart nodes), "
-    "redis (CLIENT KILL, CLIENT PAUSE, latency: a real Redis only), client (replies lost).",
+    "redis (CLIENT KILL, CLIENT PAUSE, latency: a real Redis only), client (replies lost), "
+    "lost-reply (Redis runs a command, its reply is lost: the store seam, or a proxy before a "
+    "single Redis), stall (scripts held past the nodes' Redis timeout: CLIENT PAUSE WRITE, or "
+    "the store seam).",
 )
 @click.option(
     "--fault-seed", default=None, type=int, help="Seed of the fault schedule (default: --seed)."

@@ -26,7 +26,7 @@ from loadgen.states import SealedStates, StateReader
 from loadgen.tally import Tally
 from loadgen.tenants import LOAD_TENANTS, SIDES
 from loadgen.transport import Transport
-from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
+from loadgen.workload import DEFAULT_WEIGHTS, KEYED_KINDS, RACE_KINDS, FlowEnv, run_flow
 from nodes.sealing import KeyRing
 
 LATENCY_MAX_US = 120_000_000
@@ -102,7 +102,7 @@ class RunStats:
 
 
 def _kinds(settings: RunSettings, rng: random.Random) -> Callable[[int], str]:
-    kinds = [k for k in RACE_KINDS if settings.weights.get(k, 0) > 0]
+    kinds = [k for k in (*RACE_KINDS, *KEYED_KINDS) if settings.weights.get(k, 0) > 0]
     weights = [settings.weights[k] for k in kinds]
     share = settings.legacy_share
 
@@ -179,6 +179,7 @@ class _Wiring:
             redis_offset_ms=self.redis_offset_ms,
             rng=frng,
             tag=self.settings.tag,
+            root=names.root(t),
         )
 
     def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:

@@ -22,6 +22,10 @@ from typing import Any, Protocol
 from loadgen.mrtr_pack.forms import form_of
 from nodes.sealing import KeyRing, StateRejected
 
+ARCHIVE_TARGET = "archive"
+"""Where an archive state seals its target workspace (``StatePayload.extra``): the checker
+holds the journal's move to it."""
+
 OPAQUE_NONCE_PREFIX = "token-sha256:"
 """Marks a nonce the load generator derived from an opaque state's bytes."""
 
@@ -30,8 +34,9 @@ class StateReader(Protocol):
     """Reads the facts of the state in an ``input_required`` result."""
 
     def facts(self, tool: str, result: Mapping[str, Any]) -> dict[str, Any]:
-        """``nonce``, ``exp_ms``, ``tool`` and ``candidates`` ([[note id, version]]), or {}
-        when the result carries no state this reader can use."""
+        """``nonce``, ``exp_ms``, ``tool``, ``candidates`` ([[note id, version]]) and ``target``
+        (an archive's sealed destination, "" if none or unknown), or {} when the result carries
+        no state this reader can use."""
         ...
 
 
@@ -56,6 +61,7 @@ class SealedStates:
             "exp_ms": payload.exp_ms,
             "tool": payload.tool,
             "candidates": [[c.note_id, c.version] for c in payload.candidates],
+            "target": payload.extra.get(ARCHIVE_TARGET, ""),
         }
 
 
@@ -84,4 +90,5 @@ class OpaqueStates:
             "exp_ms": int(time.time() * 1000) + self.ttl_ms,
             "tool": tool,
             "candidates": [[note, 0] for note in options],
+            "target": "",
         }

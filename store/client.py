@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import coredis
 import coredis.exceptions
+import coredis.retry
 import redis
 import redis.cluster
 from coredis.connection import TCPLocation
@@ -30,6 +31,26 @@ default) unless the operator set them."""
 
 STREAM_TIMEOUT_S = 5.0
 """A Redis reply slower than this is treated as an unknown outcome (see StoreUnavailable)."""
+
+
+def no_resend_policy() -> coredis.retry.RetryPolicy:
+    """The retry policy of every node client: never re-send a command by itself.
+
+    coredis' default re-sends a command up to twice after a ConnectionError or TimeoutError, and
+    either may come after Redis ran it (a lost reply, a stalled server): a script would then run
+    twice. Whether a command may be sent again is the store's decision, made per script
+    (``NoteStore`` re-sends only scripts that are safe to run twice: see ``store/scripts``)."""
+    return coredis.retry.NoRetryPolicy()
+
+
+def cluster_retry_policy() -> coredis.retry.RetryPolicy:
+    """The cluster client's policy: re-send only after ``CLUSTERDOWN``, an error reply that
+    Redis gives instead of running the command (so a re-send cannot run it twice); never after
+    a ConnectionError or TimeoutError. MOVED, ASK and TRYAGAIN, also refusals, are followed by
+    coredis' cluster client itself."""
+    return coredis.retry.ConstantRetryPolicy(
+        (coredis.exceptions.ClusterDownError,), retries=2, delay=0.1
+    )
 
 
 StoreClient: TypeAlias = "coredis.Redis[str] | coredis.RedisCluster[str]"
@@ -60,6 +81,7 @@ def redis_client(
         connect_timeout=stream_timeout_s,
         max_connections=max_connections,
         client_name=client_name,
+        retry_policy=no_resend_policy(),
     )
 
 
@@ -99,6 +121,7 @@ def cluster_client(
         stream_timeout=stream_timeout_s,
         connect_timeout=stream_timeout_s,
         max_connections=max_connections,
+        retry_policy=cluster_retry_policy(),
     )
     if client_name is not None:
         # The cluster client takes no client_name; its pool hands these to every connection.
