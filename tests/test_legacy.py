@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -584,7 +585,11 @@ async def test_a_roots_change_that_moves_a_pending_target_out_of_scope_refuses_t
         final = await events.next()
     result = final["result"]
     assert result["isError"] is True
-    assert "roots changed" in result["content"][0]["text"]
+    assert "structuredContent" not in result
+    assert result["content"][0]["text"].startswith(
+        f"The workspace {ALICE_NOTES} is outside this client's roots: the roots it listed "
+        f"({TEAM}) changed and no longer include it; nothing was changed."
+    )
     assert await tps_reports(cluster.store) == before
     record = await cluster.sessions.load(session)
     assert record is not None
@@ -629,9 +634,47 @@ async def test_legacy_roots_never_widen_what_the_principal_may_touch(cluster: Cl
         await accepted(cluster, 2, answer(listing["id"], roots(ALICE_DOCS)), session)
         final = await ev.next()
     assert final["result"]["isError"] is True
-    assert "outside the roots" in final["result"]["content"][0]["text"]
+    assert final["result"]["content"][0]["text"].startswith(
+        f"The workspace {TEAM} is outside this client's roots: the roots it listed ({ALICE_DOCS}) "
+        "do not include it; nothing was changed."
+    )
     snap = await cluster.store.find(DEMO_TENANT, TEAM, "Standup", 10)
     assert len(snap.notes) == 1
+
+
+async def test_a_client_that_lists_no_roots_is_told_so_and_how_to_declare_one(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The MCP Inspector's default: the roots capability declared, `roots/list` answered with
+    # an empty list. Roots only narrow, so nothing is open; the refusal says why and what to do,
+    # as plain text (no structuredContent a client would hold to the tool's outputSchema).
+    caplog.set_level(logging.INFO, logger="nodes.legacy")
+    before = await tps_reports(cluster.store)
+    session = await initialize(cluster, capabilities=ROOTS_CAPS)
+    async with open_call(cluster, 0, session, DELETE_ARGS) as events:
+        listing = await events.next()
+        assert listing["method"] == "roots/list"
+        await accepted(cluster, 1, answer(listing["id"], {"roots": []}), session)
+        final = await events.next()
+    result = final["result"]
+    assert result["isError"] is True
+    assert "structuredContent" not in result
+    assert result["content"] == [
+        {
+            "type": "text",
+            "text": f"The workspace {ALICE_NOTES} is outside this client's roots: the client "
+            "declared the roots capability but listed no roots, so no workspace is open to it; "
+            "nothing was changed. To use it, add it (or a folder above it) to the client's "
+            "roots, or connect without the roots capability (the server's grants alone then "
+            "decide)",
+        }
+    ]
+    assert await tps_reports(cluster.store) == before
+    # The log names the reason, not the client's own text.
+    refusals = [r.getMessage() for r in caplog.records if "legacy call refused" in r.getMessage()]
+    assert refusals == [
+        "legacy call refused: The client listed no roots; nothing was changed (tool=notes_delete)"
+    ]
 
 
 # --- URL mode, cancellation, timeouts --------------------------------------------------------
