@@ -527,7 +527,7 @@ async def test_delete_ends_the_session_and_its_pending_call(cluster: Cluster) ->
     assert await tps_reports(cluster.store) == before
 
 
-async def test_initialize_counter_offers_our_version_and_other_versions_get_400(
+async def test_initialize_counter_offers_our_version_and_a_session_takes_any_handshake_version(
     cluster: Cluster,
 ) -> None:
     params = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {}}
@@ -538,14 +538,19 @@ async def test_initialize_counter_offers_our_version_and_other_versions_get_400(
     assert result["capabilities"] == {"tools": {"listChanged": False}}
     assert result["serverInfo"]["name"] == demo_settings().node.server_name
     session = response.headers["mcp-session-id"]
-    headers = legacy_headers(session) | {"mcp-protocol-version": "2025-06-18"}
+    # The header SHOULD name the negotiated version; any handshake-era one is taken (as the
+    # TypeScript SDK's server does, and the conformance suite sends 2025-03-26 on our session).
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    wrong = await cluster.http.post(cluster.urls[1], json=ping, headers=headers)
-    assert wrong.status_code == 400
-    assert wrong.json()["error"]["data"] == {
-        "supported": [LEGACY_VERSION],
-        "requested": "2025-06-18",
-    }
+    for version in ("2025-06-18", "2025-03-26"):
+        headers = legacy_headers(session) | {"mcp-protocol-version": version}
+        taken = await cluster.http.post(cluster.urls[1], json=ping, headers=headers)
+        assert taken.status_code == 200, taken.text
+        assert taken.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    # A version no era knows is not the adapter's: the modern path answers (it has no ping).
+    headers = legacy_headers(session) | {"mcp-protocol-version": "2099-01-01"}
+    unknown = await cluster.http.post(cluster.urls[1], json=ping, headers=headers)
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == -32601, unknown.text
     # A legacy client without the elicitation capability: -32602, not the modern -32021.
     call = {
         "jsonrpc": "2.0",
