@@ -57,7 +57,7 @@ class JsEnv:
         return self.package_dir(package) / entry
 
 
-def _problem() -> str | None:
+def _problem(folder: Path) -> str | None:
     node = node_bin_dir() / "node"
     if not node.exists():
         return f"no Node {NODE_MAJOR} at {node}"
@@ -69,26 +69,28 @@ def _problem() -> str | None:
         return f"{node} does not run: {exc}"
     if not version.startswith(f"v{NODE_MAJOR}."):
         return f"{node} is {version}, not Node {NODE_MAJOR}"
-    wanted: dict[str, str] = json.loads((JS_DIR / "package.json").read_text())["dependencies"]
+    wanted: dict[str, str] = json.loads((folder / "package.json").read_text())["dependencies"]
     for name, pinned in sorted(wanted.items()):
-        manifest = JS_DIR / "node_modules" / name / "package.json"
+        manifest = folder / "node_modules" / name / "package.json"
         if not manifest.exists():
-            return f"{name} is not installed in {JS_DIR / 'node_modules'}"
+            return f"{name} is not installed in {folder / 'node_modules'}"
         installed = json.loads(manifest.read_text())["version"]
         if installed != pinned:
             return f"{name} {installed} is installed, {pinned} is pinned"
     return None
 
 
-def require_js() -> JsEnv:
-    """Node 22 and the pinned packages: skip where missing, fail under CI."""
-    problem = _problem()
+def require_js(folder: Path = JS_DIR) -> JsEnv:
+    """Node 22 and the packages pinned (exact versions) in ``folder``'s package.json: skip
+    where missing, fail under CI."""
+    problem = _problem(folder)
     if problem is not None:
-        message = f"{problem}: run {INSTALLER.relative_to(ROOT)}"
+        fix = INSTALLER.relative_to(ROOT)
+        message = f"{problem}: run {fix}" + ("" if folder == JS_DIR else f" {folder}")
         if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs Node {NODE_MAJOR} and the packages of tests/js: {message}")
+            pytest.fail(f"CI needs Node {NODE_MAJOR} and the packages of {folder}: {message}")
         pytest.skip(message)
-    return JsEnv(node_bin_dir() / "node", JS_DIR / "node_modules")
+    return JsEnv(node_bin_dir() / "node", folder / "node_modules")
 
 
 @dataclass(frozen=True)

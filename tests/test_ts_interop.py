@@ -334,3 +334,15 @@ def test_the_replay_key_the_scripts_read_is_the_nodes() -> None:
     # client_v2.mjs reads the replay mark under this key; keep them together.
     script = (Path(__file__).parent / "js" / "client_v2.mjs").read_text()
     assert f"'{META_REPLAY}'" in script
+
+
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)]
+)
+def test_missing_node_fails_under_ci_and_skips_elsewhere(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ci: str, outcome: type[BaseException]
+) -> None:
+    monkeypatch.setenv("NOTES_CLUSTER_NODE_HOME", str(tmp_path))
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match=r"no Node 22 at .*: run \.ci/install-node"):
+        require_js()
