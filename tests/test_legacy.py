@@ -40,6 +40,7 @@ from tests.test_sdk_interop import (
     ALICE_TOKEN,
     CREATED_2024,
     DELETE_ARGS,
+    OUR_TOOLS,
     Elicitations,
     Hop,
     RoundRobinTransport,
@@ -680,6 +681,44 @@ async def test_a_client_that_lists_no_roots_is_told_so_and_how_to_declare_one(
     assert refusals == [
         "legacy call refused: The client listed no roots; nothing was changed (tool=notes_delete)"
     ]
+
+
+async def test_every_tools_error_result_carries_no_structured_content_on_either_path(
+    cluster: Cluster,
+) -> None:
+    # Clients hold structuredContent to the tool's outputSchema, even on errors (the TypeScript
+    # SDK does): an error result has none, its message is its one text block, on both paths.
+    caps = {"elicitation": {"form": {}, "url": {}}}
+    session = await initialize(cluster, capabilities=caps)
+    modern = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    }
+    for i, tool in enumerate(sorted(OUR_TOOLS)):
+        call = {"name": tool, "arguments": {"workspaceUri": ALICE_NOTES, "bogus": 1}}
+        old = {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": call}
+        new = {**old, "params": {**call, "_meta": modern}}
+        headers = {
+            "authorization": f"Bearer {ALICE_TOKEN}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": tool,
+        }
+        replies = [
+            (await post(cluster, i % NODES, old, session)).json()["result"],
+            (await cluster.http.post(cluster.urls[i % NODES], json=new, headers=headers)).json()[
+                "result"
+            ],
+        ]
+        for result in replies:
+            assert result["isError"] is True, (tool, result)
+            assert "structuredContent" not in result, (tool, result)
+            (block,) = result["content"]
+            assert block["type"] == "text"
+            assert block["text"].startswith("Invalid arguments: "), block
+            assert "bogus: Extra inputs are not permitted" in block["text"], block
+            assert result["_meta"]["dev.notes-cluster/error"] == {"error": block["text"]}
 
 
 # --- URL mode, cancellation, timeouts --------------------------------------------------------
