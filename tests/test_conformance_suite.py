@@ -1,13 +1,14 @@
 """The official MCP conformance suite (``@modelcontextprotocol/conformance``) against a node.
 
-Layer: tests. One HTTP node on the embedded store, served as ``notes-cluster serve --demo
---demo-anonymous alice`` serves it (the suite sends no bearer token: requests without one act as
-alice, on loopback only), gets every server scenario of the pinned suite (``--suite all``: the
-2025-11-25 ones; the suite has no 2026-07-28 server scenarios yet). A scenario fails when one of
-its checks is a FAILURE or a WARNING (the suite's own rule). The run must fail exactly the
-scenarios of ``tests/js/conformance-expected-failures.json``, each of which needs a test tool,
-prompt, resource or method of the suite's reference server that a notes server does not serve:
-any other failure fails this test, and so does an expected failure that starts passing (the list
+Layer: tests. One HTTP node, as ``notes-cluster serve --demo --demo-anonymous alice`` serves it
+(in-process on the embedded store, then a node process on the real Redis; the suite sends no
+bearer token: requests without one act as alice, on loopback only), gets every server scenario
+of the pinned suite (``--suite all``: the 2025-11-25 ones; the suite has no 2026-07-28 server
+scenarios yet). A scenario fails when one of its checks is a FAILURE or a WARNING (the suite's
+own rule). The run must fail exactly the scenarios of
+``tests/js/conformance-expected-failures.json``, each of which needs a test tool, prompt,
+resource or method of the suite's reference server that a notes server does not serve: any
+other failure fails this test, and so does an expected failure that starts passing (the list
 stays true).
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,15 @@ import pytest
 import trio
 
 from cluster.config import demo_settings
-from cluster.serve import seed_demo_notes, start_http_nodes, with_demo_anonymous
+from cluster.serve import (
+    seed_demo_notes,
+    start_http_nodes,
+    start_process_nodes,
+    with_demo_anonymous,
+)
+from store.client import sync_client
+from store.journal import scan_keys
+from tests.conftest import require_real_redis
 from tests.js_clients import JS_DIR, JsEnv, require_js, run_node
 
 EXPECTED = JS_DIR / "conformance-expected-failures.json"
@@ -60,22 +70,36 @@ def failed(checks: list[dict[str, Any]]) -> bool:
     return any(c["status"] in ("FAILURE", "WARNING") for c in checks)
 
 
-@pytest.fixture
-async def anonymous_node(embedded_url: str, nursery: trio.Nursery) -> str:
-    """One node as ``serve --demo --demo-anonymous alice`` runs it, on the embedded store."""
+@pytest.fixture(params=["in-process", "processes"])
+async def anonymous_node(
+    request: pytest.FixtureRequest, embedded_url: str, nursery: trio.Nursery
+) -> AsyncIterator[str]:
+    """One node as ``serve --demo --demo-anonymous alice`` runs it: a trio task on the embedded
+    store, then a node process (uvicorn, the production path) on the real Redis."""
     settings = with_demo_anonymous(demo_settings(), "alice", "127.0.0.1")
     prefix = "nct" + secrets.token_hex(5)
-    await seed_demo_notes(embedded_url, True, prefix=prefix)
-    (url,) = await start_http_nodes(
-        nursery, settings, embedded_url, count=1, embedded=True, prefix=prefix
-    )
-    return url
+    processes = request.param == "processes"
+    url = require_real_redis() if processes else embedded_url
+    await seed_demo_notes(url, not processes, prefix=prefix)
+    start = start_process_nodes if processes else start_http_nodes
+    (node,) = await start(nursery, settings, url, count=1, embedded=not processes, prefix=prefix)
+    yield node
+    if processes:
+        sync = sync_client(url)
+        keys = list(scan_keys(sync, f"{prefix}:*"))
+        if keys:
+            sync.delete(*keys)
+        sync.close()
+
+
+@pytest.fixture
+def js() -> JsEnv:
+    return require_js()
 
 
 async def test_the_official_conformance_suite_fails_only_the_expected_scenarios(
-    anonymous_node: str, tmp_path: Path
+    js: JsEnv, anonymous_node: str, tmp_path: Path
 ) -> None:
-    js: JsEnv = require_js()
     reasons = expected_failures()
     out_dir = tmp_path / "results"
     done = await run_node(
