@@ -896,6 +896,14 @@ def node(
     "'outcome unknown' (-32603). Default (and config wait_replicas): auto, 1 where every "
     "master has a replica, else 0. 0 turns waiting off.",
 )
+@click.option(
+    "--demo-anonymous",
+    default=None,
+    metavar="PRINCIPAL",
+    help="With --demo, on loopback only: an MCP request without an Authorization header acts "
+    "as PRINCIPAL (e.g. alice), for tools that send no token, such as the MCP conformance "
+    "suite. A wrong token is still refused.",
+)
 @ops_options
 def serve(
     nodes: int,
@@ -907,6 +915,7 @@ def serve(
     state_ttl: float | None,
     processes: bool,
     wait_replicas: str | None,
+    demo_anonymous: str | None,
     log_level: str,
     log_json: bool,
     metrics_port: int | None,
@@ -917,18 +926,21 @@ def serve(
 
     from cluster.config import ConfigError
     from cluster.operations import OpsOptions
-    from cluster.serve import serve_cluster, settings_for
+    from cluster.serve import serve_cluster, settings_for, with_demo_anonymous
     from nodes.logging_setup import configure_logging
 
     if not _loopback(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
     if config_path is None and not demo:
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
+    if demo_anonymous is not None and not demo:
+        raise click.UsageError("--demo-anonymous needs --demo")
     waits = _wait_replicas(wait_replicas, redis_url)
     if redis_url is None:
         require_extra("sim", only=("fakeredis", "lupa"))  # the embedded store
     try:
         settings = settings_for(config_path, demo, state_ttl)
+        settings = with_demo_anonymous(settings, demo_anonymous, host)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if waits is not None:

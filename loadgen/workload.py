@@ -784,13 +784,13 @@ async def setup_call(
         c.pick_node(),
         env.principal,
         msg,
-        annotate=lambda o: _setup_facts(env, o),
+        annotate=lambda o: _setup_facts(env, o, tool),
     )
 
 
-def _setup_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
+def _setup_facts(env: FlowEnv, out: Outcome, tool: str) -> dict[str, Any]:
     """A setup state's nonce and expiry, under names the confirmation checks do not read."""
-    facts = _state_facts(env, out)
+    facts = _state_facts(env, out, tool)
     if not facts:
         return {}
     return {"state_nonce": facts["nonce"], "exp_ms": facts["exp_ms"], "state_tool": facts["tool"]}

@@ -140,11 +140,24 @@ def header_mismatch(message: str) -> JsonRpcError:
     return JsonRpcError(HEADER_MISMATCH, message)
 
 
+def _capability_paths(required: dict[str, Any], prefix: str = "") -> list[str]:
+    """``{"elicitation": {"form": {}}}`` -> ``["elicitation.form"]``."""
+    paths: list[str] = []
+    for name, inner in required.items():
+        path = f"{prefix}{name}"
+        if isinstance(inner, dict) and inner:
+            paths.extend(_capability_paths(inner, f"{path}."))
+        else:
+            paths.append(path)
+    return paths
+
+
 def missing_capability(required: dict[str, Any]) -> JsonRpcError:
-    """-32021 with ``data.requiredCapabilities``."""
+    """-32021 with ``data.requiredCapabilities``; the message names the capability too, since
+    many clients show only the message (the MCP Inspector does)."""
     return JsonRpcError(
         MISSING_CAPABILITY,
-        "Missing required client capability",
+        "Missing required client capability: " + ", ".join(_capability_paths(required)),
         # A copy: callers pass module-level constants, which a reply must not share.
         {"requiredCapabilities": copy.deepcopy(required)},
     )
