@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
+import anyio
 import coredis
 import coredis.exceptions
 import coredis.retry
@@ -51,6 +52,29 @@ def cluster_retry_policy() -> coredis.retry.RetryPolicy:
     return coredis.retry.ConstantRetryPolicy(
         (coredis.exceptions.ClusterDownError,), retries=2, delay=0.1
     )
+
+
+RESEND_PAUSE_S = 0.01
+"""Pause before the store sends a command again after a lost reply (as coredis' own policy did)."""
+
+CLUSTER_RESEND_PAUSE_S = 0.1
+"""The same on a Redis Cluster, where a lost reply often means a master is failing over."""
+
+
+def report_lost_reply(client: StoreClient, exc: Exception) -> None:
+    """Tell a cluster client's slot map about a lost reply (``exc``): enough of them refresh
+    it. coredis' retry policy did this before each re-send; with none, the store must, or the
+    client keeps sending to a dead master after a failover. Nothing to do on one Redis."""
+    if isinstance(client, coredis.RedisCluster):
+        client.connection_pool.cluster_layout.report_errors(None, exc)
+
+
+async def before_resend(client: StoreClient, exc: Exception) -> None:
+    """What the store does after a lost reply (``exc``) and before sending again: report it
+    (``report_lost_reply``), then pause briefly."""
+    report_lost_reply(client, exc)
+    cluster = isinstance(client, coredis.RedisCluster)
+    await anyio.sleep(CLUSTER_RESEND_PAUSE_S if cluster else RESEND_PAUSE_S)
 
 
 StoreClient: TypeAlias = "coredis.Redis[str] | coredis.RedisCluster[str]"

@@ -34,6 +34,7 @@ from store.api import (
     WriteOp,
     WriteOutcome,
 )
+from store.client import before_resend, report_lost_reply
 from store.keys import TenantKeys
 
 T = TypeVar("T")
@@ -66,8 +67,9 @@ prepended to each). With ``confirm`` (its replay entry, keyed by the state's non
 store call id) and ``read_notes`` (reads only), every script is safe to run twice."""
 
 RESENDS = 2
-"""How often a script is sent again after its reply was lost (dropped connection, timeout), on
-a fresh connection, before the call fails with StoreUnavailable. Safe because every script is
+"""How often a script is sent again after its reply was lost (dropped connection, timeout)
+before the call fails with StoreUnavailable (the client picks the connection; a dead one fails
+fast and costs one of these). Safe because every script is safe to run twice
 (``OP_RECORD_SCRIPTS``): the re-send returns what the first run did. The Redis client itself
 never re-sends (``store.client.no_resend_policy``)."""
 
@@ -272,8 +274,10 @@ class NoteStore:
                 return await self._send(name, keys, args)
             except _LOST_REPLY as exc:
                 if attempt == RESENDS:
+                    report_lost_reply(self.client, exc)
                     raise self._failed(exc, name) from exc
                 self._stats.resent += 1
+                await before_resend(self.client, exc)
             except Exception as exc:
                 raise self._failed(exc, name) from exc
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
@@ -549,8 +553,10 @@ class NoteStore:
                 return await command()
             except _LOST_REPLY as exc:
                 if attempt == RESENDS:
+                    report_lost_reply(self.client, exc)
                     raise self._failed(exc, what) from exc
                 self._stats.resent += 1
+                await before_resend(self.client, exc)
             except Exception as exc:
                 raise self._failed(exc, what) from exc
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

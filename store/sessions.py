@@ -55,6 +55,7 @@ import coredis
 import coredis.exceptions
 
 from store.api import StoreFull, StoreUnavailable
+from store.client import before_resend, report_lost_reply
 
 T = TypeVar("T")
 
@@ -389,7 +390,9 @@ class SessionStore:
                 return await command()
             except _LOST_REPLY as exc:
                 if attempt == 1:
+                    report_lost_reply(self.client, exc)
                     raise _failure(what, exc) from exc
+                await before_resend(self.client, exc)
             except _REDIS_FAILURES as exc:
                 raise _failure(what, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
@@ -401,7 +404,9 @@ class SessionStore:
                 return await self._scripts[name](keys=keys, args=args)
             except _LOST_REPLY as exc:
                 if attempt + 1 == attempts:
+                    report_lost_reply(self.client, exc)
                     raise _failure(name, exc) from exc
+                await before_resend(self.client, exc)
             except _REDIS_FAILURES as exc:
                 raise _failure(name, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
