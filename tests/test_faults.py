@@ -42,6 +42,7 @@ from nodes.protocol import Node
 from store.api import StoreUnavailable
 from store.client import redis_client
 from store.notes import NoteStore, outcome_unknown
+from tests.ci import in_ci
 from tests.conftest import require_real_redis
 from tests.harness import accept, error, make_nodes
 from tests.own_redis import own_redis
@@ -305,7 +306,7 @@ def test_a_failover_to_a_lagging_replica_forgets_acknowledged_confirmations_unle
     tmp_path: Path,
 ) -> None:
     if not redis_server_available():
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail("CI needs redis-server and redis-cli to start a Redis Cluster")
         pytest.skip("redis-server is not installed")
     options = FailoverOptions(

@@ -36,7 +36,7 @@ from loadgen.runner import RunSettings
 from loadgen.tally import ExerciseRule, Tally, exercise_verdict
 from loadgen.transport import Reply, Transport
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
-from tests.conftest import require_real_redis
+from tests.conftest import TEST_REDIS_ENV, USER_REDIS_URL, require_real_redis, suite_redis_url
 
 ACCEPTANCE_CONCURRENCY = 64
 """Flows at once per worker in the 30k acceptance run (two workers)."""
@@ -177,8 +177,13 @@ def test_workers_need_a_real_redis() -> None:
 
 
 @pytest.mark.slow
-def test_two_workers_merge_into_one_verdict(tmp_path: Path) -> None:
-    url = require_real_redis()
+@pytest.mark.parametrize("where", ["own", "shared"])
+def test_two_workers_merge_into_one_verdict(tmp_path: Path, where: str) -> None:
+    """On the suite's own ``redis-server`` always (whatever ``NOTES_CLUSTER_TEST_REDIS`` says),
+    and in prefix mode on the user's Redis when one is given."""
+    if where == "shared" and USER_REDIS_URL is None:
+        pytest.skip(f"{TEST_REDIS_ENV} is not set: the run on the suite's own server covers it")
+    url = suite_redis_url() if where == "own" else require_real_redis()
     run = tmp_path / "run"
     args = ["simulate", "--redis", url, "--workers", "2", "--flows", "200", "--seed", "14"]
     out = CliRunner().invoke(main, [*args, "--concurrency", "8", "--out", str(run), "--json"])
