@@ -220,6 +220,7 @@ def test_a_clean_history_is_valid_on_every_invariant() -> None:
     assert result.counts["replays"] == 1
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_two_deletes_of_one_note_are_a_double_delete_naming_both_entries() -> None:
     r = clean_run()
     r.ask(K9, [N1], 5)
@@ -232,6 +233,7 @@ def test_two_deletes_of_one_note_are_a_double_delete_naming_both_entries() -> No
     assert v.ops
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_two_decisions_under_one_nonce_are_a_double_execution() -> None:
     r = clean_run()
     extra = r.execution("delete", N2, K2, at=5150)
@@ -240,6 +242,7 @@ def test_two_decisions_under_one_nonce_are_a_double_execution() -> None:
     assert extra.id in v.journal
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_execution_at_or_after_expiry_is_invalid_with_its_ops() -> None:
     r = clean_run()
     note = "n" + "4" * 16
@@ -254,6 +257,7 @@ def test_an_execution_at_or_after_expiry_is_invalid_with_its_ops() -> None:
 
 
 @pytest.mark.parametrize("nonce", ["", K9])
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_deletion_without_a_known_confirmation_is_invalid(nonce: str) -> None:
     r = clean_run()
     rogue = r.execution("delete", N3, nonce, at=5500)
@@ -263,6 +267,7 @@ def test_a_deletion_without_a_known_confirmation_is_invalid(nonce: str) -> None:
     assert "without a confirmation" in v.summary
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_deletion_of_a_note_outside_the_candidates_is_invalid() -> None:
     r = clean_run()
     r.ask(K9, [N2], 7)
@@ -271,6 +276,7 @@ def test_a_deletion_of_a_note_outside_the_candidates_is_invalid() -> None:
     assert verdict_of(r.result(), "executions_trace_to_confirmations").status == "invalid"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_execution_in_a_declined_only_flow_is_invalid() -> None:
     r = clean_run()
     r.journal = [e for e in r.journal if e.op != "decline"]
@@ -280,6 +286,7 @@ def test_an_execution_in_a_declined_only_flow_is_invalid() -> None:
     assert bad.id in v.journal
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_refused_confirm_told_it_deleted_is_invalid() -> None:
     r = clean_run()
     note = "n" + "5" * 16
@@ -305,6 +312,7 @@ def test_an_accept_after_a_decline_that_never_landed_is_unknown_not_invalid() ->
     assert result.status == "unknown"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_decline_no_answer_asked_for_is_invalid() -> None:
     r = clean_run()
     r.ask(K9, [N3], 9)
@@ -312,6 +320,7 @@ def test_a_decline_no_answer_asked_for_is_invalid() -> None:
     assert verdict_of(r.result(), "no_mutation_from_refused").status == "invalid"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_ok_deletion_missing_from_the_journal_is_invalid() -> None:
     r = clean_run()
     r.journal = [e for e in r.journal if e.op != "delete"]
@@ -351,6 +360,7 @@ def test_an_archive_told_executed_matches_its_journal_move() -> None:
     assert verdict_of(result, "ok_deletes_match_journal").summary.startswith("All 4 executed")
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_archive_told_executed_that_the_journal_never_saw_is_invalid() -> None:
     r, note = archive_run(journaled=False)
     v = verdict_of(r.result(), "ok_deletes_match_journal")
@@ -358,6 +368,7 @@ def test_an_archive_told_executed_that_the_journal_never_saw_is_invalid() -> Non
     assert f"told executed {note}; journal has 0" in v.summary
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_error_answer_for_a_deletion_that_happened_is_invalid() -> None:
     r = clean_run()
     r.confirm(K1, N1, 0, "ok", ok(False, isError=True))
@@ -394,6 +405,7 @@ def test_an_info_confirm_on_an_unknown_nonce_is_unknown() -> None:
     assert result.counts["info_unknown"] == 1
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_replay_entry_left_past_expiry_plus_grace_is_invalid() -> None:
     r = clean_run()
     r.redis_end_ms = EXP + GRACE + 1
@@ -403,6 +415,7 @@ def test_a_replay_entry_left_past_expiry_plus_grace_is_invalid() -> None:
     assert v.ops
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_replay_entry_without_ttl_is_invalid_and_of_an_unknown_nonce_unknown() -> None:
     r = clean_run()
     r.replay[(T, K1)] = -1
@@ -412,6 +425,7 @@ def test_a_replay_entry_without_ttl_is_invalid_and_of_an_unknown_nonce_unknown()
     assert verdict_of(r.result(), "replay_entries_expire").status == "unknown"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_lost_or_misplaced_note_is_invalid() -> None:
     r = clean_run()
     del r.final[(T, N2)]
@@ -426,6 +440,7 @@ def test_a_lost_or_misplaced_note_is_invalid() -> None:
     assert verdict_of(r.result(), "no_lost_note").status == "invalid"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_refusal_well_before_expiry_is_invalid_and_without_estimate_skipped() -> None:
     r = clean_run()
     note = "n" + "7" * 16

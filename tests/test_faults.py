@@ -302,6 +302,9 @@ async def test_with_wait_replicas_and_no_replica_a_confirmation_answers_outcome_
 
 
 @pytest.mark.slow
+@pytest.mark.planted(
+    control="test_a_failover_to_a_lagging_replica_forgets_acknowledged_confirmations_unless_writes_wait"
+)
 def test_a_failover_to_a_lagging_replica_forgets_acknowledged_confirmations_unless_writes_wait(
     tmp_path: Path,
 ) -> None:
