@@ -245,6 +245,12 @@ async def test_a_connection_killed_right_after_the_confirm_script_ran_answers_ou
     assert await deletes_of(store, seeded.tps[0]) == 1
 
 
+def _write_once_unpaused(url: str, key: str) -> None:
+    """SET ``key`` (60 s TTL): blocks while a ``CLIENT PAUSE ... WRITE`` lasts."""
+    with redis.Redis.from_url(url, socket_timeout=30) as client:
+        client.set(key, "1", px=60_000)
+
+
 async def test_a_store_paused_past_the_nodes_timeout_answers_outcome_unknown_and_the_retry_learns_the_one_outcome(  # noqa: E501
     private_redis: str,
 ) -> None:
@@ -262,7 +268,10 @@ async def test_a_store_paused_past_the_nodes_timeout_answers_outcome_unknown_and
         with trio.fail_after(5):
             reply = await answer(node_slow, state, accept(seeded.tps[2]))
         assert error(reply)["code"] == -32603, "timed out: the script may run once unpaused"
-        await trio.sleep(0.9)
+        # A write waits out the pause, behind the attempt queued before it: once it is done,
+        # that attempt has run (or was dropped with its connection), and cannot run later.
+        marker = f"{store.prefix}:unpaused"
+        await trio.to_thread.run_sync(_write_once_unpaused, private_redis, marker)
         ran = await deletes_of(store, seeded.tps[2])  # 1 if a queued attempt ran, else 0
         content, replay = deleted(await answer(node_b, state, accept(seeded.tps[2])))
         assert content == {"deleted": True, "noteId": seeded.tps[2]}

@@ -12,7 +12,6 @@ import contextlib
 import os
 import queue
 import random
-import secrets
 import shutil
 import signal
 import socket
@@ -45,7 +44,7 @@ from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import NodeDown
 from nodes.headers import request_headers
 from nodes.protocol import Reply
-from tests.harness import accept, meta
+from tests.harness import accept, meta, random_seed
 from tests.own_redis import own_redis
 
 ALICE_TOKEN = "alice-demo-token"
@@ -408,8 +407,7 @@ def _unexplained_downs(downs: list[Down], restarts: list[Restart]) -> list[Down]
 
 @pytest.mark.slow
 async def test_nodes_restarted_mid_load_lose_no_answer_and_double_no_deletion() -> None:
-    seed = int(os.environ.get("NOTES_CLUSTER_TEST_SEED") or secrets.randbelow(2**31))
-    print(f"seed {seed} (NOTES_CLUSTER_TEST_SEED={seed} repeats the draws)")
+    seed = random_seed()
     settings = RunSettings(flows=120, duration_s=30, concurrency=8, seed=seed)
     config = simulation_config(2.0, settings.tenants)
     tenants = tenant_names(settings.tenants)
