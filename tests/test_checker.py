@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -47,6 +47,10 @@ NAMES = {
 }
 
 
+WALL_MS = 1_700_000_000_000
+"""The wall-clock time of every op of a synthetic run (one instant: see ``Run._record``)."""
+
+
 @dataclass
 class Run:
     """A synthetic run: history, journal and the store's final state."""
@@ -68,10 +72,18 @@ class Run:
         kind: str = "plain",
     ) -> tuple[Op, Op | None]:
         """Record an invoke and (unless ``outcome`` is None) its completion."""
-        inv = self.history.record(flow, "invoke", f, flow, kind, invoke)
+        inv = self._record(flow, "invoke", f, kind, invoke)
         if outcome is None:
             return inv, None
-        return inv, self.history.record(flow, outcome, f, flow, kind, result)
+        return inv, self._record(flow, outcome, f, kind, result)
+
+    def _record(self, flow: int, type_: OpType, f: str, kind: str, value: dict[str, Any]) -> Op:
+        """One history entry, stamped ``WALL_MS``: these journals carry Redis times of their
+        own (creates at 1000, decisions from 5000), so the wall clock must not order the ops
+        against them; where it ticked mid-run it did, and the verdict depended on when."""
+        op = replace(self.history.record(flow, type_, f, flow, kind, value), time_ms=WALL_MS)
+        self.history.ops[-1] = op
+        return op
 
     def create(self, note: str, flow: int, *, at: int = 1000) -> None:
         """A create ok plus its journal entry; the note exists at the end unless removed."""
