@@ -46,7 +46,8 @@ class BenchRedis:
 def foreign_keys(url: str) -> tuple[int, list[str]]:
     """How many keys of the database at ``url`` do not start with ``BENCH_PREFIX``, and a few of
     them by name."""
-    count, named = 0, []
+    count = 0
+    named: list[str] = []
     with redis.Redis.from_url(url, socket_timeout=10, decode_responses=True) as client:
         for key in client.scan_iter(count=SCAN_COUNT):
             if not key.startswith(BENCH_PREFIX):
