@@ -8,7 +8,8 @@ back to back until the script's clock has passed it. The script returns the ``no
 on (and writes it to the journal as ``at``); each outcome must be the one that reading requires:
 honoured (executed, declined, cancelled) when ``now < exp``, refused (``expired``, nothing
 written) when ``now >= exp``. Rounds repeat (bounded) until answers decided at ``exp - 1`` and at
-``exp`` were both seen, so the test proves the boundary and not only the far sides of it.
+``exp`` were both seen (and an accept executed and one refused), so the test proves the boundary
+and not only the far sides of it.
 
 Runs on the suite's own ``redis-server`` always, and in prefix mode on the user's Redis when
 ``NOTES_CLUSTER_TEST_REDIS`` names one.
@@ -40,13 +41,14 @@ TENANT = "acme"
 WS = "notes://acme/boundary"
 LEAD_MS = 25
 """How far ahead of Redis' TIME a round's expiry is set: room to seed the round's answers."""
-AIM_MS = 3
-"""A round starts answering when Redis' clock reads ``exp - AIM_MS``."""
+AIM_MS = (1, 2, 3, 4)
+"""Round k starts answering when Redis' clock reads ``exp - AIM_MS[k % 4]``: on a loaded machine
+one answer can take a few ms, so the rounds start at different distances from the boundary."""
 PAST_MS = 2
 """A round stops once an answer was decided at ``exp + PAST_MS`` or later."""
-MAX_ROUNDS = 300
+MAX_ROUNDS = 600
 """Rounds before the test gives up on seeing both sides of the boundary (each takes ~30 ms; on a
-loaded machine one answer can take a few ms, so a round may see only one side)."""
+loaded machine a round may see only one side of it)."""
 MAX_ANSWERS_PER_ROUND = 400
 NOTES_AT_HAND = 8
 """Notes present before each round (an executed accept uses one up; an expired one does not)."""
@@ -116,7 +118,7 @@ async def _round(store: NoteStore, notes: list[str], k: int) -> Round:
     notes still present (an executed accept removes its own)."""
     exp = await store.redis_time_ms() + LEAD_MS
     played = Round(exp)
-    while await store.redis_time_ms() < exp - AIM_MS:  # waiting on the Redis clock, not ours
+    while await store.redis_time_ms() < exp - AIM_MS[k % len(AIM_MS)]:  # the Redis clock
         pass
     for i in range(MAX_ANSWERS_PER_ROUND):
         assert notes, "the round ran out of notes to delete"
@@ -177,13 +179,14 @@ async def test_answers_aimed_at_the_expiry_by_redis_time_are_honoured_before_it_
         _assert_each_outcome_is_the_one_its_clock_reading_requires(played)
         before = [a for r in rounds for a in r.decided_at(-1)]
         at = [a for r in rounds for a in r.decided_at(0)]
-        honoured_before = {a.outcome.status for a in before}
-        if "executed" in honoured_before and any(a.confirmation.action == "accept" for a in at):
+        statuses = {a.outcome.status for r in rounds for a in r.answers}
+        if before and at and {"executed", "expired"} <= statuses:
             break
     else:
-        pytest.fail(f"no accept decided at exp - 1 and exp in {MAX_ROUNDS} rounds")
+        pytest.fail(f"no answers decided at exp - 1 and at exp in {MAX_ROUNDS} rounds")
     _assert_the_store_shows_only_what_was_honoured(real_store, rounds)
     print(
-        f"{len(rounds)} round(s), {sum(len(r.answers) for r in rounds)} answers; "
-        f"decided at exp-1: {len(before)}, at exp: {len(at)}"
+        f"{len(rounds)} round(s), {sum(len(r.answers) for r in rounds)} answers; decided at "
+        f"exp-1: {sorted(a.confirmation.action for a in before)}, "
+        f"at exp: {sorted(a.confirmation.action for a in at)}"
     )

@@ -54,7 +54,8 @@ START_TIMEOUT_S = 120.0
 """Three node processes start one after another, each importing the whole stack: a hang guard,
 generous because two cores under a second copy of the suite take over 30 s for it."""
 REQUEST_TIMEOUT_S = 10.0
-STOP_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 60.0
+"""A hang guard for a stop (drain, interpreter exit): two loaded cores took over 10 s for it."""
 
 
 # --- serve --processes ---------------------------------------------------------------------------
