@@ -44,6 +44,25 @@ class MissingExtra(click.ClickException):
     exit_code = EXIT_USAGE
 
 
+class BenchStoreRefused(click.ClickException):
+    """A benchmark's Redis cannot be used: a ``--redis`` database holding keys the bench did not
+    write, or no ``redis-server`` to start one of its own (exit 2, one line)."""
+
+    exit_code = EXIT_USAGE
+
+
+@contextmanager
+def _bench_store_errors() -> Iterator[None]:
+    """Turn the bench's refusal of its Redis into one line and exit code 2."""
+    from cluster.experiments.bench_redis import ForeignKeys
+    from cluster.redis_server import RedisServerError
+
+    try:
+        yield
+    except (ForeignKeys, RedisServerError) as exc:
+        raise BenchStoreRefused(str(exc)) from None
+
+
 class DamagedFolder(click.ClickException):
     """A run folder's file does not hold what a run writes: no verdict, exit 2."""
 
@@ -198,13 +217,7 @@ def bench_options(quick_help: str, redis_help: str) -> list[Callable[[F], F]]:
     """The options of the benchmark commands: shorter runs, the real Redis, the output folder."""
     return [
         click.option("--quick", is_flag=True, help=quick_help),
-        click.option(
-            "--redis",
-            "redis_url",
-            default="redis://127.0.0.1:6379/12",
-            show_default=True,
-            help=redis_help,
-        ),
+        click.option("--redis", "redis_url", default=None, help=redis_help),
         click.option(
             "--out",
             "out_dir",
@@ -756,10 +769,12 @@ def _token_options(tokens: tuple[str, ...]) -> dict[str, str]:
 @with_options(
     *bench_options(
         quick_help="Short points (under three minutes in all).",
-        redis_help="Real Redis for the store scenarios (the database is flushed).",
+        redis_help="A Redis database of yours for the store scenarios instead of the "
+        "redis-server the bench starts of its own. Refused unless it holds no keys but the "
+        "bench's; the bench deletes only its own keys (prefix ncbench).",
     )
 )
-def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
+def bench(quick: bool, redis_url: str | None, out_dir: Path) -> None:
     """``notes-cluster bench``."""
     require_extra("sim")
     require_extra("bench")
@@ -768,7 +783,8 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
     from cluster.experiments.bench import BenchOptions, run_bench
 
     err = Console(stderr=True)
-    run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
+    with _bench_store_errors():
+        run_bench(BenchOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
     click.echo((out_dir / "bench.md").read_text(encoding="utf-8"))
 
 
@@ -781,10 +797,12 @@ def bench(quick: bool, redis_url: str, out_dir: Path) -> None:
 @with_options(
     *bench_options(
         quick_help="Shorter rounds (about a minute in all).",
-        redis_help="Real Redis of the node rows (the database is flushed).",
+        redis_help="A Redis database of yours for the node rows instead of the redis-server "
+        "the bench starts of its own. Refused unless it holds no keys but the bench's; the "
+        "bench deletes only its own keys (prefix ncbench).",
     )
 )
-def bench_servers(quick: bool, redis_url: str, out_dir: Path) -> None:
+def bench_servers(quick: bool, redis_url: str | None, out_dir: Path) -> None:
     """``notes-cluster bench-servers``."""
     require_extra("sim")
     from rich.console import Console
@@ -792,7 +810,9 @@ def bench_servers(quick: bool, redis_url: str, out_dir: Path) -> None:
     from cluster.experiments.bench_servers import ServersOptions, run_bench_servers
 
     err = Console(stderr=True)
-    run_bench_servers(ServersOptions(quick=quick, redis_url=redis_url, out_dir=out_dir), err.print)
+    with _bench_store_errors():
+        options = ServersOptions(quick=quick, redis_url=redis_url, out_dir=out_dir)
+        run_bench_servers(options, err.print)
     click.echo((out_dir / "servers.md").read_text(encoding="utf-8"))
 
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import os
+import secrets
 from dataclasses import replace
 from typing import Any
+
+import trio
 
 from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
 from nodes.config import NodeConfig
@@ -100,3 +104,28 @@ def accept(note_id: str, confirm: bool = True) -> dict[str, Any]:
     return {
         "confirm_delete": {"action": "accept", "content": {"noteId": note_id, "confirm": confirm}}
     }
+
+
+async def until_redis_clock(store: NoteStoreAPI, redis_ms: int) -> int:
+    """Wait until the Redis server clock (``TIME``, not this process's clock) reads at least
+    ``redis_ms``; return its reading. Sleeps on trio's clock for the distance left, then reads
+    the Redis clock again, so a loaded machine only makes it wait longer."""
+    while True:
+        now = await store.redis_time_ms()
+        if now >= redis_ms:
+            return now
+        await trio.sleep((redis_ms - now) / 1000)
+
+
+SEED_ENV = "NOTES_CLUSTER_TEST_SEED"
+"""The seed every randomized test uses when set; else each draws a fresh one and prints it."""
+
+
+def random_seed() -> int:
+    """The seed of a randomized test: ``NOTES_CLUSTER_TEST_SEED`` when set, else a fresh one.
+    Printed with the command that repeats the test with it (pytest shows it on failure)."""
+    given = os.environ.get(SEED_ENV, "").strip()
+    seed = int(given) if given else secrets.randbelow(2**32)
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    print(f"seed {seed}; repeat with: {SEED_ENV}={seed} pytest '{test}'")
+    return seed

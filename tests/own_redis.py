@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.ci import in_ci
+
 
 @dataclass(frozen=True)
 class OwnRedis:
@@ -37,7 +39,7 @@ class OwnRedis:
 def require_redis_server() -> None:
     """Skip (fail under CI) when ``redis-server`` is not installed."""
     if shutil.which("redis-server") is None:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail("CI needs redis-server")
         pytest.skip("redis-server is not installed")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -54,6 +54,10 @@ NAMES = {
 }
 
 
+WALL_MS = 1_700_000_000_000
+"""The wall-clock time of every op of a synthetic run (one instant: see ``Run._record``)."""
+
+
 @dataclass
 class Run:
     """A synthetic run: history, journal and the store's final state."""
@@ -75,10 +79,18 @@ class Run:
         kind: str = "plain",
     ) -> tuple[Op, Op | None]:
         """Record an invoke and (unless ``outcome`` is None) its completion."""
-        inv = self.history.record(flow, "invoke", f, flow, kind, invoke)
+        inv = self._record(flow, "invoke", f, kind, invoke)
         if outcome is None:
             return inv, None
-        return inv, self.history.record(flow, outcome, f, flow, kind, result)
+        return inv, self._record(flow, outcome, f, kind, result)
+
+    def _record(self, flow: int, type_: OpType, f: str, kind: str, value: dict[str, Any]) -> Op:
+        """One history entry, stamped ``WALL_MS``: these journals carry Redis times of their
+        own (creates at 1000, decisions from 5000), so the wall clock must not order the ops
+        against them; where it ticked mid-run it did, and the verdict depended on when."""
+        op = replace(self.history.record(flow, type_, f, flow, kind, value), time_ms=WALL_MS)
+        self.history.ops[-1] = op
+        return op
 
     def create(self, note: str, flow: int, *, at: int = 1000) -> None:
         """A create ok plus its journal entry; the note exists at the end unless removed."""
@@ -227,6 +239,7 @@ def test_a_clean_history_is_valid_on_every_invariant() -> None:
     assert result.counts["replays"] == 1
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_two_deletes_of_one_note_are_a_double_delete_naming_both_entries() -> None:
     r = clean_run()
     r.ask(K9, [N1], 5)
@@ -239,6 +252,7 @@ def test_two_deletes_of_one_note_are_a_double_delete_naming_both_entries() -> No
     assert v.ops
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_two_decisions_under_one_nonce_are_a_double_execution() -> None:
     r = clean_run()
     extra = r.execution("delete", N2, K2, at=5150)
@@ -247,6 +261,7 @@ def test_two_decisions_under_one_nonce_are_a_double_execution() -> None:
     assert extra.id in v.journal
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_execution_at_or_after_expiry_is_invalid_with_its_ops() -> None:
     r = clean_run()
     note = "n" + "4" * 16
@@ -261,6 +276,7 @@ def test_an_execution_at_or_after_expiry_is_invalid_with_its_ops() -> None:
 
 
 @pytest.mark.parametrize("nonce", ["", K9])
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_deletion_without_a_known_confirmation_is_invalid(nonce: str) -> None:
     r = clean_run()
     rogue = r.execution("delete", N3, nonce, at=5500)
@@ -270,6 +286,7 @@ def test_a_deletion_without_a_known_confirmation_is_invalid(nonce: str) -> None:
     assert "without a confirmation" in v.summary
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_deletion_of_a_note_outside_the_candidates_is_invalid() -> None:
     r = clean_run()
     r.ask(K9, [N2], 7)
@@ -278,6 +295,7 @@ def test_a_deletion_of_a_note_outside_the_candidates_is_invalid() -> None:
     assert verdict_of(r.result(), "executions_trace_to_confirmations").status == "invalid"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_execution_in_a_declined_only_flow_is_invalid() -> None:
     r = clean_run()
     r.journal = [e for e in r.journal if e.op != "decline"]
@@ -287,6 +305,7 @@ def test_an_execution_in_a_declined_only_flow_is_invalid() -> None:
     assert bad.id in v.journal
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_refused_confirm_told_it_deleted_is_invalid() -> None:
     r = clean_run()
     note = "n" + "5" * 16
@@ -312,6 +331,7 @@ def test_an_accept_after_a_decline_that_never_landed_is_unknown_not_invalid() ->
     assert result.status == "unknown"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_decline_no_answer_asked_for_is_invalid() -> None:
     r = clean_run()
     r.ask(K9, [N3], 9)
@@ -319,6 +339,7 @@ def test_a_decline_no_answer_asked_for_is_invalid() -> None:
     assert verdict_of(r.result(), "no_mutation_from_refused").status == "invalid"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_ok_deletion_missing_from_the_journal_is_invalid() -> None:
     r = clean_run()
     r.journal = [e for e in r.journal if e.op != "delete"]
@@ -358,6 +379,7 @@ def test_an_archive_told_executed_matches_its_journal_move() -> None:
     assert verdict_of(result, "ok_deletes_match_journal").summary.startswith("All 4 executed")
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_archive_told_executed_that_the_journal_never_saw_is_invalid() -> None:
     r, note = archive_run(journaled=False)
     v = verdict_of(r.result(), "ok_deletes_match_journal")
@@ -365,6 +387,7 @@ def test_an_archive_told_executed_that_the_journal_never_saw_is_invalid() -> Non
     assert f"told executed {note}; journal has 0" in v.summary
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_an_error_answer_for_a_deletion_that_happened_is_invalid() -> None:
     r = clean_run()
     r.confirm(K1, N1, 0, "ok", ok(False, isError=True))
@@ -401,6 +424,7 @@ def test_an_info_confirm_on_an_unknown_nonce_is_unknown() -> None:
     assert result.counts["info_unknown"] == 1
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_replay_entry_left_past_expiry_plus_grace_is_invalid() -> None:
     r = clean_run()
     r.redis_end_ms = EXP + GRACE + 1
@@ -410,6 +434,7 @@ def test_a_replay_entry_left_past_expiry_plus_grace_is_invalid() -> None:
     assert v.ops
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_replay_entry_without_ttl_is_invalid_and_of_an_unknown_nonce_unknown() -> None:
     r = clean_run()
     r.replay[(T, K1)] = -1
@@ -419,6 +444,7 @@ def test_a_replay_entry_without_ttl_is_invalid_and_of_an_unknown_nonce_unknown()
     assert verdict_of(r.result(), "replay_entries_expire").status == "unknown"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_lost_or_misplaced_note_is_invalid() -> None:
     r = clean_run()
     del r.final[(T, N2)]
@@ -433,6 +459,7 @@ def test_a_lost_or_misplaced_note_is_invalid() -> None:
     assert verdict_of(r.result(), "no_lost_note").status == "invalid"
 
 
+@pytest.mark.planted(control="test_a_clean_history_is_valid_on_every_invariant")
 def test_a_refusal_well_before_expiry_is_invalid_and_without_estimate_skipped() -> None:
     r = clean_run()
     note = "n" + "7" * 16

@@ -7,7 +7,7 @@ concurrent tasks at the shared store, where the atomic script makes the outcome 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,7 +28,9 @@ from nodes.errors import INVALID_STATE_DATA, INVALID_STATE_MESSAGE
 from nodes.protocol import Node, Reply
 from nodes.results import META_ERROR, META_REPLAY
 from store.api import Confirmation, ConfirmOutcome
+from store.client import redis_client
 from store.notes import NoteStore
+from tests.conftest import delete_prefix, new_prefix
 from tests.harness import accept, call_tool, demo_config, error, make_nodes, result, rpc
 
 DELETE = "notes_delete"
@@ -862,11 +864,21 @@ class FrozenTime:
         return (self.now_ms * 1000 + 500) / 1_000_000
 
 
+@pytest.fixture
+async def embedded_store(embedded_url: str) -> AsyncIterator[NoteStore]:
+    """A NoteStore on the embedded store only, under a prefix of the test's own."""
+    prefix = new_prefix()
+    async with redis_client(embedded_url) as client:
+        yield NoteStore(client, prefix=prefix, replay_grace_ms=1_000)
+    delete_prefix(embedded_url, prefix)
+
+
 async def test_a_state_is_honoured_one_millisecond_before_expiry_and_refused_at_expiry(
-    store: NoteStore, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    embedded_store: NoteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if request.node.callspec.params["redis_url"] != "embedded":
-        pytest.skip("a real Redis server clock cannot be set")
+    """The embedded server's clock frozen at exp - 1, then at exp. A real server's clock cannot
+    be set: tests/test_expiry_on_redis_clock.py aims answers at the boundary by Redis' TIME."""
+    store = embedded_store
     seeded = await seed(store)
     node_a, node_b = make_nodes(store, 2)
     ring, audience = node_a.config.key_ring, node_a.config.server_name

@@ -33,12 +33,12 @@ from nodes.protocol import Node
 from store.client import open_redis
 from store.notes import NoteStore
 from store.sessions import InboxEntry, SessionStore
-from tests.conftest import REAL_REDIS_URL
 from tests.test_legacy import STEP_S, Events, confirm, deletions, legacy_headers, pick_2024
 from tests.test_legacy_asyncio import Exchange, scope
 from tests.test_sdk_interop import DELETE_ARGS, tps_reports
 from tests.test_serving import node_process
-from tests.test_serving import prefix as prefix  # the fixture: a key prefix on the real Redis
+from tests.test_serving import prefix as prefix  # the fixtures: a key prefix on the suite's
+from tests.test_serving import serving_url as serving_url  # own redis-server
 
 LIMITS = LegacyLimits(answer_timeout_s=120.0, keepalive_s=600.0)
 """Long waits and no keep-alive write within the test: only the drain can end a call."""
@@ -175,14 +175,17 @@ async def test_entries_read_before_the_drain_reach_the_call_before_it_stops() ->
 
 @pytest.mark.slow
 async def test_sigterm_ends_an_open_legacy_stream_and_the_retry_on_another_node_deletes(
-    prefix: str,
+    serving_url: str, prefix: str
 ) -> None:
-    await seed_demo_notes(REAL_REDIS_URL, False, prefix=prefix)
+    await seed_demo_notes(serving_url, False, prefix=prefix)
     drain = ("--drain-timeout", str(DRAIN_BOUND_S))
-    async with open_redis(REAL_REDIS_URL) as client, httpx.AsyncClient(timeout=STEP_S) as http:
+    async with open_redis(serving_url) as client, httpx.AsyncClient(timeout=STEP_S) as http:
         store = NoteStore(client, prefix=prefix)
         before = await tps_reports(store)
-        with node_process(prefix, *drain) as a, node_process(prefix, *drain) as b:
+        with (
+            node_process(serving_url, prefix, *drain) as a,
+            node_process(serving_url, prefix, *drain) as b,
+        ):
             init = await http.post(a.url, json=init_message(), headers=legacy_headers(None))
             session = init.headers["mcp-session-id"]
             headers = legacy_headers(session)

@@ -6,14 +6,13 @@ shebang, so Redis itself refuses any key outside the slot of the session's hash 
 (``{s:<sid>}``): a clean run is the server's proof that each script stays in one slot. The SDK in
 legacy mode deletes once with every request on another node; a raw answer POSTed to one node
 reaches the stream held by another (blocking XREAD on the inbox's master); sessions spread over
-the masters. Under CI (``CI=true``) a cluster that cannot start fails the run; elsewhere the
+the masters. Under CI (``CI`` set) a cluster that cannot start fails the run; elsewhere the
 module is skipped without ``redis-server``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from nodes.legacy import LEGACY_VERSION
 from store.client import open_redis
 from store.notes import NoteStore
 from store.sessions import SessionStore
+from tests.ci import in_ci
 from tests.test_legacy import (
     ALICE_DOCS,
     LIMITS,
@@ -83,7 +83,7 @@ def keys_on(port: int, match: str) -> list[str]:
 def redis_cluster() -> Iterator[RedisClusterInfo]:
     """3 masters on free loopback ports; afterwards no key is left and every server is gone."""
     if not redis_server_available():
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail("CI needs redis-server and redis-cli to start a Redis Cluster")
         pytest.skip("redis-server is not installed")
     with local_redis_cluster(masters=3, replicas=0) as rc:

@@ -113,6 +113,7 @@ def _primary_confirm(ops: list[Op], flow: int) -> Op:
     return next(op for op in ops if op.flow == flow and op.f == "confirm" and op.type == "invoke")
 
 
+@pytest.mark.planted(control="test_a_violation_planted_in_a_legacy_history_is_invalid")
 async def test_a_violation_planted_in_a_legacy_history_is_invalid(
     redis_url: str, embedded_url: str, key_prefix: str
 ) -> None:

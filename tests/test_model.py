@@ -213,14 +213,24 @@ def cancel_then_accept(accept_reply: tuple[OpType, dict[str, Any]]) -> Story:
     return s
 
 
+def valid(result: CheckResult) -> bool:
+    """Every invariant valid (the failing ones are in the assertion message via ``broken``)."""
+    return result.status == "valid" and not broken(result)
+
+
+def broken(result: CheckResult) -> list[Verdict]:
+    return [v for v in result.verdicts if v.status != "valid"]
+
+
 def test_an_accept_after_a_cancel_that_executes_is_valid() -> None:
     result = cancel_then_accept(("ok", told())).check()
-    assert result.status == "valid", [v for v in result.verdicts if v.status != "valid"]
+    assert valid(result), broken(result)
     rows = result.model["cancel_then_accept"]
     assert {"answer": "accept", "legal": [EXECUTED], "seen": {EXECUTED: 1}} in rows
     assert {"answer": "cancel", "legal": [CANCELLED], "seen": {CANCELLED: 1}} in rows
 
 
+@pytest.mark.planted(control="test_an_accept_after_a_cancel_that_executes_is_valid")
 def test_a_cancel_recorded_as_final_is_a_liveness_violation_naming_the_kind() -> None:
     result = cancel_then_accept(("fail", REFUSED)).check()
     v = verdict_of(result, "answers_make_progress")
@@ -230,47 +240,102 @@ def test_a_cancel_recorded_as_final_is_a_liveness_violation_naming_the_kind() ->
     assert result.status == "invalid"
 
 
-def test_a_different_answer_given_the_recorded_outcome_is_a_conformance_violation() -> None:
+def answer_again(changed: bool) -> tuple[Story, Op]:
+    """An accept that executed, then a second answer (the same one, or one with ``confirm``
+    flipped) that is told the recorded outcome as a replay. Returns the second invoke."""
     s = Story()
     s.create(N1, 1, "answer_changed")
     s.ask(K1, N1, 1, "answer_changed")
     s.invoke(K1, 1, "answer_changed", noteId=N1)
     s.execute(K1, N1)
     s.done(1, "answer_changed", "ok", told())
-    s.invoke(K1, 1, "answer_changed", noteId=N1, confirm=False, expect="no_mutation")
+    flip: dict[str, Any] = {"confirm": False, "expect": "no_mutation"} if changed else {}
+    again = s.invoke(K1, 1, "answer_changed", noteId=N1, **flip)
     s.done(1, "answer_changed", "ok", told(replay=True))
+    return s, again
+
+
+def test_the_same_answer_again_is_told_the_recorded_outcome_and_conforms() -> None:
+    s, _ = answer_again(changed=False)
+    result = s.check()
+    assert valid(result), broken(result)
+    rows = result.model["answer_changed"]
+    legal = {"answer": "accept", "legal": [REPLAY_EXECUTED], "seen": {REPLAY_EXECUTED: 1}}
+    assert legal in rows
+
+
+@pytest.mark.planted(control="test_the_same_answer_again_is_told_the_recorded_outcome_and_conforms")
+def test_a_different_answer_given_the_recorded_outcome_is_a_conformance_violation() -> None:
+    s, again = answer_again(changed=True)
     result = s.check()
     v = verdict_of(result, "answers_conform_to_model")
     assert v.status == "invalid"
     assert "[answer_changed]" in v.summary
     assert "legal at every point it may have run: refusal" in v.summary
+    assert again.index in v.ops
     # The existing invariants see nothing wrong with it: no extra mutation happened.
     others = [x for x in result.verdicts if x.name not in {v.name, "answers_make_progress"}]
     assert all(x.status == "valid" for x in others), others
 
 
-def test_silence_answered_with_an_error_is_a_liveness_violation() -> None:
+def silence(reply: tuple[OpType, dict[str, Any]]) -> tuple[Story, Op]:
+    """A form answered with silence (no content), and the server's ``reply``. Returns the
+    invoke."""
     s = Story()
     s.create(N1, 1, "silence")
     s.ask(K1, N1, 1, "silence")
-    s.invoke(K1, 1, "silence", action="silence", noteId=None, expect="no_mutation")
-    bad = {"code": -32602, "message": "Invalid inputResponses", "status": 400}
-    s.done(1, "silence", "fail", bad)
+    inv = s.invoke(K1, 1, "silence", action="silence", noteId=None, expect="no_mutation")
+    s.done(1, "silence", *reply)
+    return s, inv
+
+
+def test_silence_answered_with_the_form_again_makes_progress() -> None:
+    s, _ = silence(("ok", NOT_DONE | {"reask": True}))
     result = s.check()
-    v = verdict_of(result, "answers_make_progress")
+    assert valid(result), broken(result)
+    assert result.model["silence"] == [{"answer": "silence", "legal": [REASK], "seen": {REASK: 1}}]
+
+
+@pytest.mark.planted(control="test_silence_answered_with_the_form_again_makes_progress")
+def test_silence_answered_with_an_error_is_a_liveness_violation() -> None:
+    bad = {"code": -32602, "message": "Invalid inputResponses", "status": 400}
+    s, inv = silence(("fail", bad))
+    v = verdict_of(s.check(), "answers_make_progress")
     assert v.status == "invalid"
     assert "[silence]" in v.summary
     assert "legal at every point it may have run: reask" in v.summary
+    assert inv.index in v.ops
 
 
-def test_an_acknowledged_archive_missing_from_the_journal_is_reported_and_counted() -> None:
+def archive(*, journaled: bool, told_as: str) -> tuple[Story, Op]:
+    """An accept of ``notes_archive``, its move in the journal when ``journaled``, and the
+    client told ``told_as`` ("archived" or "deleted"). Returns the completion."""
     s = Story()
     s.create(N1, 1, "archive")
     s.ask(K1, N1, 1, "archive", tool="notes_archive")
     s.invoke(K1, 1, "archive", noteId=N1)
-    s.done(1, "archive", "ok", told("archived"))
+    if journaled:
+        s.execute(K1, N1, tool="notes_archive")
+    return s, s.done(1, "archive", "ok", told(told_as))
+
+
+def test_an_archive_told_archived_with_its_move_in_the_journal_is_valid() -> None:
+    s, _ = archive(journaled=True, told_as="archived")
     result = s.check()
-    assert verdict_of(result, "ok_deletes_match_journal").status == "invalid"
+    assert valid(result), broken(result)
+    assert result.counts["confirms_forgotten"] == 0
+    assert {"answer": "accept", "legal": [EXECUTED], "seen": {EXECUTED: 1}} in (
+        result.model["archive"]
+    )
+
+
+@pytest.mark.planted(control="test_an_archive_told_archived_with_its_move_in_the_journal_is_valid")
+def test_an_acknowledged_archive_missing_from_the_journal_is_reported_and_counted() -> None:
+    s, done = archive(journaled=False, told_as="archived")
+    result = s.check()
+    missing = verdict_of(result, "ok_deletes_match_journal")
+    assert missing.status == "invalid"
+    assert done.index in missing.ops
     v = verdict_of(result, "answers_conform_to_model")
     assert v.status == "invalid"
     assert "[archive]" in v.summary
@@ -279,14 +344,18 @@ def test_an_acknowledged_archive_missing_from_the_journal_is_reported_and_counte
     assert result.counts["archive_confirms_forgotten"] == 1
 
 
+@pytest.mark.planted(control="test_an_archive_told_archived_with_its_move_in_the_journal_is_valid")
 def test_an_archive_told_as_deleted_is_not_what_the_model_allows() -> None:
-    s = Story()
-    s.create(N1, 1, "archive")
-    s.ask(K1, N1, 1, "archive", tool="notes_archive")
-    s.invoke(K1, 1, "archive", noteId=N1)
-    s.execute(K1, N1, tool="notes_archive")
-    s.done(1, "archive", "ok", told("deleted"))
-    assert verdict_of(s.check(), "answers_conform_to_model").status == "invalid"
+    s, done = archive(journaled=True, told_as="deleted")
+    result = s.check()
+    v = verdict_of(result, "answers_conform_to_model")
+    assert v.status == "invalid"
+    # The move is in the journal, but a "deleted" answer cannot be its own: it stays
+    # unexplained, and the answer itself breaks the model.
+    assert "2 violations, first: [archive] move " in v.summary
+    assert "that no answer explains" in v.summary
+    assert done.index in v.ops
+    assert v.journal == (next(e.id for e in s.journal if e.op == "move"),)
 
 
 def duplicates(first_done_before_second: bool) -> Story:
@@ -319,7 +388,9 @@ def test_concurrent_copies_may_execute_or_replay_and_the_table_counts_which_was_
     )
 
 
-def test_a_retry_after_a_lost_response_must_get_the_recorded_outcome() -> None:
+def lost_then_retried(retry_reply: dict[str, Any]) -> tuple[Story, Op]:
+    """An accept that executed but whose response was lost, retried and answered
+    ``retry_reply``. Returns the retry's completion."""
     s = Story()
     s.create(N1, 1, "lost_response")
     s.ask(K1, N1, 1, "lost_response")
@@ -327,21 +398,60 @@ def test_a_retry_after_a_lost_response_must_get_the_recorded_outcome() -> None:
     s.execute(K1, N1)
     s.done(1, "lost_response", "info", {"reason": "response lost"})
     s.invoke(K1, 1, "lost_response", noteId=N1)
-    s.done(1, "lost_response", "ok", {**NOT_DONE, "isError": True})  # "note gone": misleading
+    return s, s.done(1, "lost_response", "ok", retry_reply)
+
+
+def test_a_retry_after_a_lost_response_told_the_recorded_outcome_is_valid() -> None:
+    s, _ = lost_then_retried(told(replay=True))
+    result = s.check()
+    assert valid(result), broken(result)
+
+
+@pytest.mark.planted(
+    control="test_a_retry_after_a_lost_response_told_the_recorded_outcome_is_valid"
+)
+def test_a_retry_after_a_lost_response_must_get_the_recorded_outcome() -> None:
+    s, retry = lost_then_retried(NOT_DONE | {"isError": True})  # "note gone": misleading
     v = verdict_of(s.check(), "answers_make_progress")
     assert v.status == "invalid"
     # Either it ran first and executed, or after the lost one and got its outcome again.
     assert "legal at every point it may have run: executed, replay_executed" in v.summary
+    assert retry.index in v.ops
 
 
-def test_an_accept_refused_while_its_state_was_surely_unexpired_is_a_liveness_violation() -> None:
+def accept_before_expiry(*, refused: bool) -> tuple[Story, Op]:
+    """An accept answered well before its state's expiry, refused or executed, then another
+    flow's create (an anchor after the answer, still before the expiry). Returns the answer's
+    completion."""
     s = Story()
     s.create(N1, 1, "before_expiry")
     s.ask(K1, N1, 1, "before_expiry")
     s.invoke(K1, 1, "before_expiry", noteId=N1)
-    s.done(1, "before_expiry", "fail", REFUSED)
-    s.create(N2, 2, "plain")  # an anchor after the refusal, still before the expiry
-    assert verdict_of(s.check(), "answers_make_progress").status == "invalid"
+    if refused:
+        done = s.done(1, "before_expiry", "fail", REFUSED)
+    else:
+        s.execute(K1, N1)
+        done = s.done(1, "before_expiry", "ok", told())
+    s.create(N2, 2, "plain")
+    return s, done
+
+
+def test_an_accept_executed_while_its_state_was_surely_unexpired_is_valid() -> None:
+    s, _ = accept_before_expiry(refused=False)
+    result = s.check()
+    assert valid(result), broken(result)
+
+
+@pytest.mark.planted(
+    control="test_an_accept_executed_while_its_state_was_surely_unexpired_is_valid"
+)
+def test_an_accept_refused_while_its_state_was_surely_unexpired_is_a_liveness_violation() -> None:
+    s, refusal = accept_before_expiry(refused=True)
+    v = verdict_of(s.check(), "answers_make_progress")
+    assert v.status == "invalid"
+    assert "[before_expiry]" in v.summary
+    assert "legal at every point it may have run: executed" in v.summary
+    assert refusal.index in v.ops
 
 
 def test_a_refusal_after_the_expiry_on_the_redis_clock_is_legal() -> None:
@@ -353,14 +463,15 @@ def test_a_refusal_after_the_expiry_on_the_redis_clock_is_legal() -> None:
     s.invoke(K1, 1, "expired", noteId=N1, expect="no_mutation")
     s.done(1, "expired", "fail", REFUSED)
     result = s.check()
-    assert result.status == "valid", [v for v in result.verdicts if v.status != "valid"]
+    assert valid(result), broken(result)
     assert result.model["expired"] == [
         {"answer": "accept", "legal": [REFUSAL], "seen": {REFUSAL: 1}}
     ]
 
 
-@pytest.mark.parametrize("status", [500, 200])
-def test_the_fixed_refusal_must_come_with_http_400(status: int) -> None:
+def refused_after_decline(status: int) -> tuple[Story, Op]:
+    """A decline, then an accept of the declined state refused with HTTP ``status``. Returns
+    the refusal."""
     s = Story()
     s.create(N1, 1, "decline")
     s.ask(K1, N1, 1, "decline")
@@ -368,8 +479,27 @@ def test_the_fixed_refusal_must_come_with_http_400(status: int) -> None:
     s.entry("decline", "", nonce=K1, exp_ms=s.ops[-2].value["exp_ms"], tool="notes_delete")
     s.done(1, "decline", "ok", NOT_DONE)
     s.invoke(K1, 1, "decline", noteId=N1, expect="no_mutation")
-    s.done(1, "decline", "fail", REFUSED | {"status": status})
-    assert verdict_of(s.check(), "answers_conform_to_model").status == "invalid"
+    return s, s.done(1, "decline", "fail", REFUSED | {"status": status})
+
+
+def test_the_fixed_refusal_with_http_400_after_a_decline_is_valid() -> None:
+    s, _ = refused_after_decline(400)
+    result = s.check()
+    assert valid(result), broken(result)
+    assert {"answer": "accept", "legal": [REFUSAL], "seen": {REFUSAL: 1}} in (
+        result.model["decline"]
+    )
+
+
+@pytest.mark.planted(control="test_the_fixed_refusal_with_http_400_after_a_decline_is_valid")
+@pytest.mark.parametrize("status", [500, 200])
+def test_the_fixed_refusal_must_come_with_http_400(status: int) -> None:
+    s, refusal = refused_after_decline(status)
+    v = verdict_of(s.check(), "answers_conform_to_model")
+    assert v.status == "invalid"
+    assert "[decline]" in v.summary
+    assert "legal at every point it may have run: refusal" in v.summary
+    assert refusal.index in v.ops
 
 
 # --- the clock bounds and title counts the search relies on ---------------------------------
@@ -421,14 +551,33 @@ def test_a_reask_count_skips_an_edit_that_keeps_the_title_and_what_follows_the_l
     assert titles.reask(T, WS, "TPS", Bounds(gone.at_ms + 1, gone.at_ms + 5)) == {ERROR_RESULT}
 
 
-def test_a_decision_no_answer_explains_names_its_kind_and_state() -> None:
+def cancelled(*, recorded_as_decline: bool) -> tuple[Story, Op, JournalEntry | None]:
+    """A cancel answered as cancels are; its state recorded as declined in the journal when
+    ``recorded_as_decline`` (a cancel taken as final). Returns the invoke and that entry."""
     s = Story()
     s.create(N1, 1, "cancel_then_accept")
     s.ask(K1, N1, 1, "cancel_then_accept")
     inv = s.invoke(K1, 1, "cancel_then_accept", action="cancel", noteId=None)
     exp = s.ops[-2].value["exp_ms"]
-    decline = s.entry("decline", "", nonce=K1, exp_ms=exp, tool="notes_delete")  # cancel as final
+    decline = (
+        s.entry("decline", "", nonce=K1, exp_ms=exp, tool="notes_delete")
+        if recorded_as_decline
+        else None
+    )
     s.done(1, "cancel_then_accept", "ok", NOT_DONE)
+    return s, inv, decline
+
+
+def test_a_cancel_that_records_nothing_is_explained() -> None:
+    s, _, _ = cancelled(recorded_as_decline=False)
+    result = s.check()
+    assert valid(result), broken(result)
+
+
+@pytest.mark.planted(control="test_a_cancel_that_records_nothing_is_explained")
+def test_a_decision_no_answer_explains_names_its_kind_and_state() -> None:
+    s, inv, decline = cancelled(recorded_as_decline=True)
+    assert decline is not None
     v = verdict_of(s.check(), "answers_conform_to_model")
     assert v.status == "invalid"
     assert f"[cancel_then_accept] decline under nonce {K1} that no answer explains" in v.summary

@@ -143,6 +143,7 @@ async def test_without_a_plant_the_same_runs_are_valid(kind: str) -> None:
     assert sum(n for reply, n in seen.items() if reply != "info") >= FLOWS, seen
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_cancel_recorded_as_final_is_invalid_naming_cancel_then_accept() -> None:
     result = await run_kind("cancel_then_accept", wrap=cancel_is_final())
     assert invalid(result) == {"answers_make_progress"}
@@ -151,6 +152,7 @@ async def test_a_cancel_recorded_as_final_is_invalid_naming_cancel_then_accept()
     assert "answered refusal; legal at every point it may have run: executed" in v.summary
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_changed_answer_given_the_recorded_outcome_is_invalid_naming_answer_changed() -> (
     None
 ):
@@ -162,6 +164,7 @@ async def test_a_changed_answer_given_the_recorded_outcome_is_invalid_naming_ans
     assert "legal at every point it may have run: refusal" in v.summary
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_forgotten_archive_confirmation_is_invalid_and_counted() -> None:
     result = await run_kind("archive", wrap=ForgetsArchives)
     assert {"ok_deletes_match_journal", "answers_conform_to_model"} <= invalid(result)
@@ -170,6 +173,7 @@ async def test_a_forgotten_archive_confirmation_is_invalid_and_counted() -> None
     assert result.counts["archive_confirms_forgotten"] >= 1
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_silence_answered_with_an_error_is_invalid_naming_silence() -> None:
     result = await run_kind("silence", transport=SilenceIsAnError)
     assert invalid(result) == {"answers_make_progress"}

@@ -1,14 +1,13 @@
 """The store on a real 3-master Redis Cluster (a replica each), started and stopped by this module.
 
 Every script touches one slot (the tenant hash tag), detection needs no flag, the store's behaviour
-holds, a short simulation is valid, and tenants spread over the masters. Under CI (``CI=true``) a
+holds, a short simulation is valid, and tenants spread over the masters. Under CI (``CI`` set) a
 cluster that cannot start fails the run; elsewhere the module is skipped without ``redis-server``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -34,6 +33,7 @@ from store.journal import (
     scan_keys,
 )
 from store.notes import NoteStore, _script
+from tests.ci import in_ci
 
 # The node-level behaviour tests of the delete flow, run again here on the cluster: pytest
 # resolves their ``store`` fixture to this module's cluster store.
@@ -74,7 +74,7 @@ TENANTS = [f"tenant{i}" for i in range(12)]
 def redis_cluster() -> Iterator[RedisClusterInfo]:
     """3 masters with a replica each, on free loopback ports; every server gone afterwards."""
     if not redis_server_available():
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail("CI needs redis-server and redis-cli to start a Redis Cluster")
         pytest.skip("redis-server is not installed")
     with local_redis_cluster(masters=3, replicas=1) as rc:

@@ -36,7 +36,7 @@ from loadgen.runner import RunSettings
 from loadgen.tally import ExerciseRule, Tally, exercise_verdict
 from loadgen.transport import Reply, Transport
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
-from tests.conftest import require_real_redis
+from tests.conftest import TEST_REDIS_ENV, USER_REDIS_URL, require_real_redis, suite_redis_url
 
 ACCEPTANCE_CONCURRENCY = 64
 """Flows at once per worker in the 30k acceptance run (two workers)."""
@@ -144,6 +144,7 @@ def _plant_told_executed(history: Path) -> int:
     raise AssertionError("no plain accept told deleted in the history")
 
 
+@pytest.mark.planted(control="test_run_folder_rechecks_offline_and_catches_a_planted_violation")
 def test_run_folder_rechecks_offline_and_catches_a_planted_violation(tmp_path: Path) -> None:
     run = tmp_path / "run"
     args = ["simulate", "--flows", "120", "--concurrency", "8", "--seed", "13", "--out", str(run)]
@@ -177,8 +178,14 @@ def test_workers_need_a_real_redis() -> None:
 
 
 @pytest.mark.slow
-def test_two_workers_merge_into_one_verdict(tmp_path: Path) -> None:
-    url = require_real_redis()
+@pytest.mark.parametrize("where", ["own", "shared"])
+@pytest.mark.planted(control="test_two_workers_merge_into_one_verdict")
+def test_two_workers_merge_into_one_verdict(tmp_path: Path, where: str) -> None:
+    """On the suite's own ``redis-server`` always (whatever ``NOTES_CLUSTER_TEST_REDIS`` says),
+    and in prefix mode on the user's Redis when one is given."""
+    if where == "shared" and USER_REDIS_URL is None:
+        pytest.skip(f"{TEST_REDIS_ENV} is not set: the run on the suite's own server covers it")
+    url = suite_redis_url() if where == "own" else require_real_redis()
     run = tmp_path / "run"
     args = ["simulate", "--redis", url, "--workers", "2", "--flows", "200", "--seed", "14"]
     out = CliRunner().invoke(main, [*args, "--concurrency", "8", "--out", str(run), "--json"])
@@ -282,11 +289,13 @@ def test_split_by_tenant_routes_answers_to_their_invokes(tmp_path: Path) -> None
     assert got == {"load0": [0, 3], "load1": [1, 2], UNROUTED: [4]}
 
 
+@pytest.mark.planted(control="test_merged_verdicts_keep_the_worst_and_sum_valid_counts")
 def test_merged_verdicts_keep_the_worst_and_sum_valid_counts() -> None:
     a = CheckResult((Verdict("x", "valid", "All 3 deletes hit distinct notes."),), {"ops": 3})
     b = CheckResult((Verdict("x", "valid", "All 4 deletes hit distinct notes."),), {"ops": 4})
     c = CheckResult((Verdict("x", "invalid", "1 violation, first: twice.", (7,)),), {"ops": 1})
     ok = merge_results([a, b])
+    assert ok.status == "valid"  # the control: the same merge without the invalid partition
     assert ok.verdicts[0].summary == "All 7 deletes hit distinct notes."
     assert ok.counts == {"ops": 7}
     bad = merge_results([a, c, b])

@@ -24,6 +24,7 @@ from nodes.auth import TokenTable
 from store.client import redis_client
 from store.notes import NoteStore
 from tests import test_setup_url as setup
+from tests.ci import in_ci
 from tests.harness import make_nodes
 
 CHROMIUM = "/usr/bin/chromium"
@@ -45,7 +46,7 @@ WAIT_S = 20
 def require_browser() -> None:
     if shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER):
         return
-    if os.environ.get("CI") == "true":
+    if in_ci():
         pytest.fail("CI needs chromium and chromium-driver (apt-get install)")
     pytest.skip("chromium or chromedriver is not installed")
 

@@ -27,7 +27,7 @@ from nodes.setup_links import SETUP_PATH_PREFIX, open_link
 from nodes.setup_session import cookie_name, seal_session
 from store.notes import NoteStore
 from tests.asgi_driver import request
-from tests.harness import call_tool, make_nodes, result
+from tests.harness import call_tool, make_nodes, result, until_redis_clock
 from tests.test_setup_url import ARGS, KEY, SECRET, URL_CAPS, configured, retry, start
 
 ALICE = "alice-demo-token"
@@ -192,11 +192,12 @@ async def test_a_used_link_answers_409_and_an_expired_one_410(
 
     node = served.nodes[0]
     node.config = replace(node.config, state_ttl_ms=LINK_TTL_MS)
-    _, late = await start(node)
+    state, late = await start(node)
     late = on(served, 0, late)
     cookie = cookie_of(await sign_in(served, late))
     fields = {"api_key": SECRET, "csrf": await csrf_of(served, late, cookie)}
-    await trio.sleep(LINK_TTL_MS / 1000 + 0.2)  # past the link's expiry on the Redis clock
+    exp_ms = node.config.key_ring.open(state, audience=node.config.server_name).exp_ms
+    await until_redis_clock(store, exp_ms)  # the link's expiry, on the Redis clock
     assert (await submit(served, late, cookie, fields)).status_code == 410
     assert (await page(served, late, cookie)).status_code == 410
     assert (await sign_in(served, late)).status_code == 410

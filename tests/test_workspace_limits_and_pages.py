@@ -19,7 +19,7 @@ from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT, TEAM
 from nodes.protocol import Node
 from nodes.results import META_ERROR
 from store.notes import NoteStore
-from tests.harness import accept, call_tool, make_nodes, result
+from tests.harness import accept, call_tool, make_nodes, random_seed, result
 
 WS = {"workspaceUri": ALICE_NOTES}
 
@@ -178,9 +178,7 @@ async def test_2500_notes_list_completely_across_pages_without_duplicates(
 
 
 async def test_a_listing_survives_concurrent_creates_and_deletes(store: NoteStore) -> None:
-    seed = random.randrange(2**32)
-    print(f"seed={seed}")
-    rng = random.Random(seed)
+    rng = random.Random(random_seed())
     stable = {
         (await store.create(DEMO_TENANT, ALICE_NOTES, "s", "", "a")).note_id for _ in range(60)
     }

@@ -16,8 +16,10 @@ Scenarios:
 5. steady  the race workload (``simulate``, 3 in-process nodes on the same Redis, c64): flows/s
            in the last tenth of the run against the first tenth.
 
-Only ratios measured in this one run mean anything: the machine is shared and noisy. The Redis
-database given is flushed before, between and after points.
+Only ratios measured in this one run mean anything: the machine is shared and noisy. The bench
+runs on a ``redis-server`` of its own (``bench_redis``), emptied before, between and after points;
+given ``--redis``, on a database it refuses unless it holds only the bench's keys, and deletes only
+those (prefix ``ncbench``).
 """
 
 from __future__ import annotations
@@ -52,10 +54,10 @@ from cluster.experiments.bench_http import (
     peer_summary,
 )
 from cluster.experiments.bench_procs import Cpu, redis_server_pid
+from cluster.experiments.bench_redis import BENCH_PREFIX, BenchRedis, bench_redis, clear
 from cluster.experiments.bench_report import render_markdown
 from cluster.experiments.bench_store import (
     dbsize,
-    flushdb,
     raw_flow,
     redis_benchmark_evalsha,
     seed_filler,
@@ -71,7 +73,7 @@ from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
 from store.client import redis_client
-from store.notes import DEFAULT_PREFIX, NoteStore
+from store.notes import NoteStore
 
 Log = Callable[[str], None]
 
@@ -114,7 +116,9 @@ class BenchOptions:
     sizes, no peer)."""
 
     quick: bool = False
-    redis_url: str = "redis://127.0.0.1:6379/12"
+    redis_url: str | None = None
+    """A user's Redis database (holding no keys but the bench's); None: a redis-server of the
+    bench's own."""
     out_dir: Path = Path("runs/bench")
     seconds_per_point: float | None = None
     seed: int = 1
@@ -161,7 +165,8 @@ def plan_for(options: BenchOptions) -> Plan:
 def command_line(options: BenchOptions) -> str:
     """The CLI command equivalent to ``options`` (internal knobs noted after it)."""
     cmd = "notes-cluster bench" + (" --quick" if options.quick else "")
-    cmd += f" --redis {options.redis_url} --out {options.out_dir}"
+    cmd += f" --redis {options.redis_url}" if options.redis_url else ""
+    cmd += f" --out {options.out_dir}"
     knobs = {
         k: v
         for k, v in asdict(options).items()
@@ -197,12 +202,19 @@ class Bench:
     redis_pid: int | None
     seed: int
     tag: int = 0
+    own_redis: bool = False
+    """True when the bench started this Redis itself: it may flush it. Otherwise it deletes only
+    keys under ``BENCH_PREFIX``."""
+
+    async def clear(self, client: coredis.Redis[str] | None = None) -> None:
+        """Remove what the bench stored (see ``bench_redis.clear``)."""
+        await clear(client or self.client, BenchRedis(self.url, self.own_redis))
 
     async def targets(
         self, client: coredis.Redis[str], concurrency: int, rate: int = MAX_RATE
     ) -> list[Target]:
-        """Flush, then seed the notes of one point (warm-up plus measured)."""
-        await flushdb(client)
+        """Clear, then seed the notes of one point (warm-up plus measured)."""
+        await self.clear(client)
         return await self.seed_point(client, concurrency, rate)
 
     async def seed_point(
@@ -211,7 +223,7 @@ class Bench:
         """Seed the notes of one point, with titles no earlier point used."""
         self.tag += 1
         count = self.warmup(concurrency) + self.plan.cap(rate)
-        return await seed_targets(client, DEFAULT_PREFIX, count, f"p{self.tag}")
+        return await seed_targets(client, BENCH_PREFIX, count, f"p{self.tag}")
 
     @property
     def tokens(self) -> dict[str, str]:
@@ -279,7 +291,11 @@ async def _inprocess(bench: Bench, embedded: bool) -> list[dict[str, Any]]:
     store = "embedded" if embedded else "redis"
     for n in bench.plan.nodes:
         async with open_local_cluster(
-            _node_config(), n, redis_url=None if embedded else bench.url, seed=False
+            _node_config(),
+            n,
+            redis_url=None if embedded else bench.url,
+            prefix=BENCH_PREFIX,
+            seed=False,
         ) as cluster:
             transport = InProcessTransport(cluster)
             client = redis_client(cluster.redis_url)
@@ -296,7 +312,7 @@ async def _inprocess(bench: Bench, embedded: bool) -> list[dict[str, Any]]:
 
 
 async def _ceiling(bench: Bench) -> list[dict[str, Any]]:
-    store = NoteStore(bench.client, prefix=DEFAULT_PREFIX)
+    store = NoteStore(bench.client, prefix=BENCH_PREFIX)
     out: list[dict[str, Any]] = []
     for c in bench.plan.concurrencies:
         targets = await bench.targets(bench.client, c)
@@ -314,7 +330,7 @@ async def _redis_benchmark(bench: Bench) -> dict[str, Any] | None:
     c = bench.plan.concurrencies[0]
     targets = await bench.targets(bench.client, 1)
     n = max(1_000, int(bench.plan.seconds * 20_000))
-    return await redis_benchmark_evalsha(bench.client, bench.url, targets[0], DEFAULT_PREFIX, c, n)
+    return await redis_benchmark_evalsha(bench.client, bench.url, targets[0], BENCH_PREFIX, c, n)
 
 
 async def _sizes(bench: Bench) -> list[dict[str, Any]]:
@@ -322,14 +338,14 @@ async def _sizes(bench: Bench) -> list[dict[str, Any]]:
     c = bench.plan.concurrencies[0]
     out: list[dict[str, Any]] = []
     for size in bench.plan.sizes:
-        await flushdb(bench.client)
+        await bench.clear()
         bench.log(f"  seeding {size} stored notes")
-        await seed_filler(bench.client, DEFAULT_PREFIX, size)
+        await seed_filler(bench.client, BENCH_PREFIX, size)
         targets = await bench.seed_point(bench.client, c)
         keys = await dbsize(bench.client)
         memory = await bench.client.info("memory")
         async with open_local_cluster(
-            _node_config(), n, redis_url=bench.url, seed=False
+            _node_config(), n, redis_url=bench.url, prefix=BENCH_PREFIX, seed=False
         ) as cluster:
             transport = InProcessTransport(cluster)
             point: dict[str, Any] = {"label": f"{size} stored notes", "stored_notes": size}
@@ -345,11 +361,12 @@ async def _steady(bench: Bench) -> dict[str, Any]:
     the last tenth of the run against the first. Its run folder (the history, ~4 KB a flow) is
     a temporary one, deleted afterwards."""
     flows = bench.plan.steady_flows
-    await flushdb(bench.client)  # no stored notes left from the sizes scenario
+    await bench.clear()  # no stored notes left from the sizes scenario
     with tempfile.TemporaryDirectory(prefix="notes-cluster-steady-") as run_dir:
         options = SimulateOptions(
             nodes=STEADY_NODES,
             redis_url=bench.url,
+            prefix=f"{BENCH_PREFIX}steady",
             run_dir=Path(run_dir),
             settings=RunSettings(
                 flows=flows,
@@ -413,12 +430,11 @@ def _ceiling_fractions(
     return out
 
 
-async def _run(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
+async def _run(options: BenchOptions, plan: Plan, log: Log, where: BenchRedis) -> dict[str, Any]:
     settings = settings_for(None, True, None)
-    async with redis_client(options.redis_url) as client:
-        bench = Bench(
-            client, options.redis_url, plan, log, await redis_server_pid(client), options.seed
-        )
+    async with redis_client(where.url) as client:
+        pid = await redis_server_pid(client)
+        bench = Bench(client, where.url, plan, log, pid, options.seed, own_redis=where.own)
         info = await client.info("server")
         try:
             log("1. delete flows: in-process, embedded store")
@@ -441,7 +457,7 @@ async def _run(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
                 steady = await _steady(bench)
         finally:
             with trio.CancelScope(shield=True):
-                await flushdb(client)
+                await bench.clear()
     return _report(options, plan, info, flows, ceiling, evalsha, peer, sizes, steady)
 
 
@@ -552,8 +568,8 @@ def _targets(
 
 @contextmanager
 def exclusive(redis_url: str, log: Log) -> Iterator[None]:
-    """Hold this machine's lock on ``redis_url``'s database: two benches flushing one database
-    would delete each other's notes. A second bench waits (bounded) for the first."""
+    """Hold this machine's lock on ``redis_url``'s database: two benches on one database would
+    delete each other's notes. A second bench waits (bounded) for the first."""
     digest = hashlib.sha256(redis_url.encode()).hexdigest()[:16]
     path = Path(tempfile.gettempdir()) / f"notes-cluster-bench-{digest}.lock"
     with path.open("a") as handle:
@@ -573,13 +589,27 @@ def exclusive(redis_url: str, log: Log) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextmanager
+def bench_store(redis_url: str | None, log: Log) -> Iterator[BenchRedis]:
+    """A Redis of the bench's own (``redis_url`` None), else the user's database ``redis_url``
+    held under this machine's lock and refused (``ForeignKeys``) when it holds keys the bench
+    did not write."""
+    if redis_url is None:
+        with bench_redis(None) as where:
+            log(f"on a redis-server of the bench's own: {where.url}")
+            yield where
+        return
+    with exclusive(redis_url, log), bench_redis(redis_url) as where:
+        yield where
+
+
 def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     """Run every scenario in one go; write ``bench.json`` and ``bench.md`` into ``out_dir``."""
     plan = plan_for(options)
     started = time.perf_counter()
-    log(f"bench ({'quick' if options.quick else 'full'}): {plan.seconds:g} s per point")
-    with exclusive(options.redis_url, log):
-        result = trio.run(partial(_run, options, plan, log))
+    with bench_store(options.redis_url, log) as where:  # refused before anything is said
+        log(f"bench ({'quick' if options.quick else 'full'}): {plan.seconds:g} s per point")
+        result = trio.run(partial(_run, options, plan, log, where))
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     write_report(result, render_markdown(result), options.out_dir / "bench", log)
     return result

@@ -27,10 +27,10 @@ from cluster.experiments.bench_procs import (
     open_http_cluster,
     open_server_process,
 )
+from cluster.experiments.bench_redis import BENCH_PREFIX
 from cluster.experiments.bench_store import memory_targets
 from cluster.experiments.bench_wrk import WrkResult, cpu_split, pin, run_wrk
 from cluster.experiments.fixed_replies import FIXED_NOTE
-from store.notes import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
     from cluster.experiments.bench import Bench
@@ -91,7 +91,7 @@ async def http_points(bench: Bench, settings: ClusterSettings) -> list[dict[str,
     servers, _ = cpu_split()
     out: list[dict[str, Any]] = []
     for n in bench.plan.nodes:
-        async with open_http_cluster(settings, n, bench.url) as procs:
+        async with open_http_cluster(settings, n, bench.url, BENCH_PREFIX) as procs:
             pin(procs.pids, servers)
             for c in bench.plan.concurrencies:
                 targets = await bench.targets(bench.client, c)
@@ -134,10 +134,12 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
         lines = (f"{t.tenant}|{t.workspace}|{t.title}|{t.note_id}\n" for t in memory)
         notes.write_text("".join(lines), encoding="utf-8")
         peer = ["cluster.experiments.peer_sdk"]
-        in_redis = ["--store", "redis", "--redis", bench.url, "--prefix", DEFAULT_PREFIX]
+        in_redis = ["--store", "redis", "--redis", bench.url, "--prefix", BENCH_PREFIX]
         async with AsyncExitStack() as stack:
             procs = {
-                "ours": await stack.enter_async_context(open_http_cluster(settings, 1, bench.url)),
+                "ours": await stack.enter_async_context(
+                    open_http_cluster(settings, 1, bench.url, BENCH_PREFIX)
+                ),
                 "peer_memory": await stack.enter_async_context(
                     open_server_process([*peer, "--store", "memory", "--notes", str(notes)])
                 ),

@@ -20,7 +20,7 @@ import coredis
 import trio
 
 from cluster.config import ClusterSettings
-from cluster.serve import serve_cluster
+from cluster.serve import start_process_nodes
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 60.0
@@ -119,32 +119,16 @@ class ServerProcs:
 
 @asynccontextmanager
 async def open_http_cluster(
-    settings: ClusterSettings, nodes: int, redis_url: str
+    settings: ClusterSettings, nodes: int, redis_url: str, prefix: str
 ) -> AsyncIterator[ServerProcs]:
-    """``nodes`` node processes on free loopback ports over ``redis_url``; stopped on exit
-    (``serve_cluster`` kills each child by its pid when cancelled)."""
+    """``nodes`` node processes on free loopback ports over ``redis_url``, their keys under
+    ``prefix``; stopped on exit (``start_process_nodes`` stops each child by its pid when
+    cancelled)."""
     async with trio.open_nursery() as nursery:
-        ready = trio.Event()
-        urls: list[str] = []
-
-        def on_ready(found: list[str]) -> None:
-            urls.extend(found)
-            ready.set()
-
-        nursery.start_soon(
-            lambda: serve_cluster(
-                settings,
-                nodes=nodes,
-                host="127.0.0.1",
-                base_port=0,
-                redis_url=redis_url,
-                demo=False,
-                processes=True,
-                on_ready=on_ready,
-            )
-        )
         with trio.fail_after(START_TIMEOUT_S * nodes):
-            await ready.wait()
+            urls = await start_process_nodes(
+                nursery, settings, redis_url, count=nodes, embedded=False, prefix=prefix
+            )
         try:
             yield ServerProcs(urls, child_pids(NODE_MARKER))
         finally:

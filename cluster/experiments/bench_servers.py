@@ -13,8 +13,9 @@ slots (in turn first, then last ...), one process per server and app
 Each slot reads the server process's CPU from ``/proc`` around the measured wrk run
 (``bench_http.wrk_point``); a server's row sums its slots. A server that cannot start (granian
 not installed) gets a row that says why instead of figures. Only ratios inside one run mean
-anything: the machine is shared and noisy. The Redis database given is flushed before, between
-and after the node slots.
+anything: the machine is shared and noisy. The node rows run on the bench's Redis
+(``bench.bench_store``: a redis-server of its own, or a ``--redis`` database holding only the
+bench's keys), cleared before, between and after the node slots.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import trio
 
-from cluster.experiments.bench import Bench, Plan, exclusive, machine, write_report
+from cluster.experiments.bench import Bench, Plan, bench_store, machine, write_report
 from cluster.experiments.bench_flows import Target
 from cluster.experiments.bench_http import (
     PEER_CONCURRENCY,
@@ -40,10 +41,9 @@ from cluster.experiments.bench_http import (
     wrk_point,
 )
 from cluster.experiments.bench_procs import ServerProcs, open_server_process, redis_server_pid
-from cluster.experiments.bench_store import flushdb
+from cluster.experiments.bench_redis import BENCH_PREFIX, BenchRedis
 from cluster.experiments.bench_wrk import cpu_split, pin
 from store.client import redis_client
-from store.notes import DEFAULT_PREFIX
 
 Log = Callable[[str], None]
 
@@ -85,7 +85,9 @@ class ServersOptions:
     """What ``notes-cluster bench-servers`` takes, plus knobs for tests (short slots)."""
 
     quick: bool = False
-    redis_url: str = "redis://127.0.0.1:6379/12"
+    redis_url: str | None = None
+    """A user's Redis database (holding no keys but the bench's); None: a redis-server of the
+    bench's own."""
     out_dir: Path = Path("runs/bench")
     slot_s: float | None = None
     rounds: int | None = None
@@ -104,7 +106,8 @@ class ServersOptions:
     def command(self) -> str:
         """The CLI command equivalent to these options (test knobs noted after it)."""
         cmd = "notes-cluster bench-servers" + (" --quick" if self.quick else "")
-        cmd += f" --redis {self.redis_url} --out {self.out_dir}"
+        cmd += f" --redis {self.redis_url}" if self.redis_url else ""
+        cmd += f" --out {self.out_dir}"
         knobs = {"slot_s": self.slot_s, "rounds": self.rounds}
         given = {k: v for k, v in knobs.items() if v is not None}
         if given:
@@ -115,7 +118,7 @@ class ServersOptions:
 def _launch_args(side: Side, redis_url: str) -> list[str]:
     args = ["cluster.experiments.server_variants", side.server, side.app]
     if side.app == "node":
-        args += ["--redis", redis_url, "--prefix", DEFAULT_PREFIX]
+        args += ["--redis", redis_url, "--prefix", BENCH_PREFIX]
     return args
 
 
@@ -182,7 +185,7 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
         row["flows_vs_uvicorn"] = round(rate / ref_rate, 3) if ref_rate > 0 else None
 
 
-async def _run(options: ServersOptions, log: Log) -> dict[str, Any]:
+async def _run(options: ServersOptions, log: Log, where: BenchRedis) -> dict[str, Any]:
     plan = Plan(
         seconds=options.slot,
         nodes=(1,),
@@ -191,15 +194,15 @@ async def _run(options: ServersOptions, log: Log) -> dict[str, Any]:
         peer=False,
         steady_flows=0,
     )
-    async with redis_client(options.redis_url) as client:
+    async with redis_client(where.url) as client:
         pid = await redis_server_pid(client)
-        bench = Bench(client, options.redis_url, plan, log, pid, options.seed)
+        bench = Bench(client, where.url, plan, log, pid, options.seed, own_redis=where.own)
         info = await client.info("server")
         try:
             measured = await _rounds(bench, options)
         finally:
             with trio.CancelScope(shield=True):
-                await flushdb(client)
+                await bench.clear()
     _ratios(measured["rows"])
     return {
         "command": options.command(),
@@ -256,9 +259,9 @@ def _x(ratio: float | None) -> str:
 def run_bench_servers(options: ServersOptions, log: Log) -> dict[str, Any]:
     """Run the comparison; write ``servers.json`` and ``servers.md`` into ``out_dir``."""
     started = time.perf_counter()
-    log(f"bench-servers: {options.round_count} rounds of {options.slot:g} s slots")
-    with exclusive(options.redis_url, log):
-        result = trio.run(partial(_run, options, log))
+    with bench_store(options.redis_url, log) as where:  # refused before anything is said
+        log(f"bench-servers: {options.round_count} rounds of {options.slot:g} s slots")
+        result = trio.run(partial(_run, options, log, where))
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     write_report(result, render_servers_markdown(result), options.out_dir / "servers", log)
     return result

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 import coredis
 import trio
-from coredis.tokens import PureToken
 
 from cluster.experiments.bench_flows import Target
 from loadgen.tenants import LOAD_TENANTS, tenant
@@ -119,13 +118,6 @@ async def seed_filler(client: coredis.Redis[str], prefix: str, count: int) -> No
             await script(keys=[], args=[k.base, k.workspace(inbox(t)), inbox(t), first, n])
             first += n
             made += n
-
-
-async def flushdb(client: coredis.Redis[str]) -> None:
-    """Empty the benchmark's database (only ever the one the bench was given). ASYNC: the keys
-    vanish at once and are freed in the background, so a million notes do not stall a Redis
-    that other clients share."""
-    await client.flushdb(PureToken.ASYNC)
 
 
 async def dbsize(client: coredis.Redis[str]) -> int:
