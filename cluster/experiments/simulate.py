@@ -249,6 +249,20 @@ def drop_keys(url: str, prefix: str) -> None:
         client.close()
 
 
+async def drop_keys_shielded(url: str, prefix: str) -> None:
+    """``drop_keys`` that runs to its end even in a cancelled run (a stop signal); a store that
+    does not answer then is logged, not raised over the run's own error."""
+    import logging
+
+    with trio.CancelScope(shield=True):
+        try:
+            await trio.to_thread.run_sync(drop_keys, url, prefix)
+        except (redis.RedisError, OSError) as exc:
+            logging.getLogger("cluster.simulate").warning(
+                "could not drop the run's keys (%s:*): %s", prefix, exc
+            )
+
+
 def key_distribution(url: str, prefix: str) -> dict[str, int] | None:
     """Keys under ``prefix`` per master when ``url`` is a Redis Cluster, else None."""
     client = sync_client(url)
@@ -285,6 +299,8 @@ async def simulate(
     first_index = (options.worker or 0) * INDEX_STRIDE
     history = open_history(options.run_dir, keep=keep, first_index=first_index)
     dist: dict[str, int] | None = None
+    owns_keys = options.redis_url is not None and not options.keep_keys
+    dropped = False
     try:
         async with open_local_cluster(
             config,
@@ -309,10 +325,14 @@ async def simulate(
             )
             if options.redis_url is not None:
                 dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
-            if options.redis_url is not None and not options.keep_keys:
+            if owns_keys:
                 await trio.to_thread.run_sync(drop_keys, url, prefix)
+                dropped = True
     finally:
         close_history(history)
+        if owns_keys and not dropped:  # failed or interrupted: leave nothing behind
+            assert options.redis_url is not None
+            await drop_keys_shielded(options.redis_url, prefix)
     store = "embedded" if options.redis_url is None else "redis"
     if dist is not None:
         store = "redis-cluster"
