@@ -679,6 +679,14 @@ Example (the nodes and loadgen share the state key):
     help="The cluster's store, to check the history afterwards (else: unchecked).",
 )
 @click.option(
+    "--wait-ready",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0, 3600),
+    help="Seconds to wait for every target's /readyz to answer 200 before the load starts "
+    "(0: do not wait); past it, exit 4.",
+)
+@click.option(
     "--replay-grace",
     default=None,
     type=click.FloatRange(0.1, 3600),
@@ -733,6 +741,7 @@ def loadgen(
     min_completed: float,
     min_per_kind: int,
     process_id: int,
+    wait_ready: float,
     replay_grace: float | None,
 ) -> None:
     """``notes-cluster loadgen``."""
@@ -743,7 +752,7 @@ def loadgen(
     from rich.console import Console
 
     from cluster.config import ConfigError
-    from cluster.experiments.remote import run_remote
+    from cluster.experiments.remote import TargetsNotReady, run_remote, wait_until_ready
     from cluster.experiments.simulate import INDEX_STRIDE
     from cluster.experiments.workers import FLOW_STRIDE
     from cluster.load_fixture import load_tokens
@@ -762,6 +771,11 @@ def loadgen(
     principal_tokens = {p: t for t, p in load_tokens().items()} | _token_options(tokens)
     if redis_url is not None:
         require_store(redis_url)
+    if wait_ready > 0:
+        try:
+            _run_stoppable(lambda: wait_until_ready(urls, wait_ready))
+        except TargetsNotReady as exc:
+            raise NotCarriedOut(f"{exc} Nothing was run.") from None
     seed = secrets.randbelow(2**31) if seed is None else seed
     run_dir = claim_run_dir(out_dir, replace, "loadgen-%Y%m%d-%H%M%S")
     Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
@@ -866,8 +880,9 @@ def check_cmd(
         require_store(redis_url)
         grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
         # Every state of the runs must have expired, plus grace, before the store is read.
-        time.sleep(float(saved.get("state_ttl_s", 0)) + grace / 1000 + EXPIRY_SETTLE_S)
-        dump_store_facts(first, redis_url, prefix, tenant_names(tenants), grace)
+        time.sleep(_expiry_wait_s(run_dirs, redis_url, saved, grace) + EXPIRY_SETTLE_S)
+        since = _journal_since(run_dirs, redis_url)
+        dump_store_facts(first, redis_url, prefix, tenant_names(tenants), grace, since)
     facts = next((d for d in run_dirs if (d / STORE_DIR / "meta.json").exists()), None)
     if facts is None:
         raise click.UsageError(f"no store facts in {first}/{STORE_DIR}: give --redis URL")
@@ -885,6 +900,45 @@ def check_cmd(
     else:
         print_check(results, Console())
     sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+
+
+def _expiry_wait_s(
+    run_dirs: tuple[Path, ...], redis_url: str, saved: dict[str, Any], grace_ms: int
+) -> float:
+    """How long until the last state of the runs expired plus grace: from the latest expiry the
+    runs recorded (Redis clock; what the nodes really sealed, whatever TTL they were given),
+    else a whole state TTL from now."""
+    from cluster.experiments.simulate import redis_offset_ms
+
+    ends = [_saved_settings(d).get("max_exp_ms") for d in run_dirs]
+    if ends and all(isinstance(e, int) for e in ends):
+        redis_now_ms = int(time.time() * 1000) + redis_offset_ms(redis_url)
+        last = max(int(e) for e in ends if e is not None)
+        return max(0.0, (last + grace_ms - redis_now_ms) / 1000)
+    return float(saved.get("state_ttl_s", 0)) + grace_ms / 1000
+
+
+JOURNAL_SINCE_WALL_MARGIN_MS = 1_000
+"""``check --redis`` of loadgen folders made without ``--redis``: their start is known by their
+own wall clock only, so the journal is read from a second before it (a run that ended earlier
+waited out its states' expiry and grace before its check: nothing of it falls in the margin)."""
+
+
+def _journal_since(run_dirs: tuple[Path, ...], redis_url: str) -> int:
+    """Where the runs' journal starts (Redis clock): what every folder recorded (loadgen with
+    --redis), else the earliest start by the load processes' wall clocks converted to the Redis
+    clock (their machines' clocks must agree within a second), else 0: the whole journal."""
+    from cluster.experiments.simulate import redis_offset_ms
+
+    saved = [_saved_settings(d) for d in run_dirs]
+    starts = [s.get("journal_since_ms") for s in saved]
+    if starts and all(isinstance(s, int) and s > 0 for s in starts):
+        return min(int(s) for s in starts if s is not None)
+    walls = [s.get("started_wall_ms") for s in saved]
+    if walls and all(isinstance(w, int) and w > 0 for w in walls):
+        first = min(int(w) for w in walls if w is not None)
+        return first + redis_offset_ms(redis_url) - JOURNAL_SINCE_WALL_MARGIN_MS
+    return 0
 
 
 def _refuse_incomplete(run_dirs: tuple[Path, ...]) -> None:

@@ -97,8 +97,11 @@ def describe_failure(exc: BaseException) -> click.ClickException:
             "Nothing was checked."
         )
     if isinstance(cause, OSError):
-        if cause.errno in (errno.EADDRINUSE, errno.EACCES) and "bind" in text.lower():
-            return NotCarriedOut(f"cannot listen: {text}; choose another --port.")
+        if cause.errno == errno.EADDRINUSE:
+            return NotCarriedOut(
+                f"cannot listen: {text} (another server holds the port); stop it or choose "
+                "another --port."
+            )
         where = f" ({cause.filename})" if cause.filename else ""
         return NotCarriedOut(f"I/O error{where}: {text}.")
     return NotCarriedOut(

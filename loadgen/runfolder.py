@@ -48,17 +48,23 @@ def _write_lines(path: Path, rows: Iterable[Any]) -> None:
 
 
 def dump_store_facts(
-    run_dir: Path, url: str, prefix: str, tenants: Iterable[str], grace_ms: int
+    run_dir: Path,
+    url: str,
+    prefix: str,
+    tenants: Iterable[str],
+    grace_ms: int,
+    since_ms: int = 0,
 ) -> None:
-    """Read every tenant's journal, surviving notes and replay entries; write them as files
-    (before the run's keys are deleted)."""
+    """Read every tenant's journal (from ``since_ms`` on, Redis clock: 0 for all of it),
+    surviving notes and replay entries; write them as files (before the run's keys are
+    deleted)."""
     out = run_dir / STORE_DIR
     out.mkdir(parents=True, exist_ok=True)
     client = sync_client(url, decode_responses=True)
     ends: dict[str, int] = {}
     try:
         for tenant in tenants:
-            journal = read_journal(client, prefix, [tenant])
+            journal = read_journal(client, prefix, [tenant], since_ms)
             notes = read_final_notes(client, prefix, [tenant])
             replay = list_replay_entries(client, prefix, [tenant])
             ends[tenant] = redis_time_ms(client)  # after the PTTLs: see check_replay_entries
@@ -68,6 +74,8 @@ def dump_store_facts(
     finally:
         client.close()
     meta = {"grace_ms": grace_ms, "prefix": prefix, "redis_end_ms": ends}
+    if since_ms:
+        meta["journal_since_ms"] = since_ms
     (out / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 

@@ -112,6 +112,9 @@ class SimulateOptions:
     most ``KEEP_OPS_MAX`` flows or without a run folder."""
     replay_grace_ms: int = SIM_REPLAY_GRACE_MS
     """The nodes' replay grace (recorded: ``check --redis`` waits it out)."""
+    journal_since_ms: int = 0
+    """A load against a store that outlives it (``loadgen``): the Redis-clock time its journal
+    is read from (recorded, so ``check --redis`` reads the same); 0: the whole journal."""
     transport_hook: Callable[[Transport], Transport] | None = None
     """Wraps the transport the load uses (tests plant faults of their own with it)."""
 
@@ -193,7 +196,10 @@ class Simulation:
                 "min_completed_share": self.options.exercise.min_completed_share,
                 "min_runs_per_kind": self.options.exercise.min_runs_per_kind,
             }
-            | self._fault_settings(),
+            | self._fault_settings()
+            | ({"journal_since_ms": o} if (o := self.options.journal_since_ms) else {})
+            | ({"max_exp_ms": m} if (m := self.history.max_exp_ms) > 0 else {})
+            | ({"started_wall_ms": w} if (w := self.stats.started_wall_ms) > 0 else {}),
         } | (
             ({"check": self.result.cost} if self.result.cost else {})
             | ({} if self.key_distribution is None else {"key_distribution": self.key_distribution})
@@ -218,10 +224,12 @@ def races(tally: Tally) -> dict[str, int]:
     return {k: v["completed"] for k, v in tally.per_kind().items()}
 
 
-def _read_store(url: str, prefix: str, tenants: list[str]) -> tuple[Any, Any, Any, int]:
+def _read_store(
+    url: str, prefix: str, tenants: list[str], since_ms: int = 0
+) -> tuple[Any, Any, Any, int]:
     client = sync_client(url, decode_responses=True)
     try:
-        journal = read_journal(client, prefix, tenants)
+        journal = read_journal(client, prefix, tenants, since_ms)
         final = read_final_notes(client, prefix, tenants)
         replay = list_replay_entries(client, prefix, tenants)
         sec, usec = client.time()
@@ -451,16 +459,20 @@ async def check_run(
     offset_ms: int,
     grace_ms: int,
     run_dir: Path | None = None,
+    since_ms: int = 0,
 ) -> CheckResult:
     """Wait until every state of the run expired plus grace, read the store, check the history.
     With a run folder, the store facts are written into it first and the check streams the
-    folder tenant by tenant (``loadgen.partition``); without one, it runs in memory."""
+    folder tenant by tenant (``loadgen.partition``); without one, it runs in memory. Journal
+    entries before ``since_ms`` (Redis clock) are another run's and not read."""
     await wait_for_expiry(history.max_exp_ms, offset_ms, grace_ms)
     if run_dir is not None:
-        await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace_ms)
+        await trio.to_thread.run_sync(
+            dump_store_facts, run_dir, url, prefix, tenants, grace_ms, since_ms
+        )
         return await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
     journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
-        _read_store, url, prefix, tenants
+        _read_store, url, prefix, tenants, since_ms
     )
     return check(history.ops, journal, final, replay, redis_end_ms=redis_end_ms, grace_ms=grace_ms)
 
