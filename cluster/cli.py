@@ -29,6 +29,7 @@ from cluster.exit_codes import (
     NotCarriedOut,
     describe_failure,
     exit_code_for_signal,
+    leaves,
 )
 
 if TYPE_CHECKING:
@@ -123,24 +124,29 @@ class _Commands(click.Group):
         from cluster.stopping import Stopped, forwarding_stop_signals, received_signal
 
         meta = ctx.meta
+
+        def stopped(signum: int) -> click.exceptions.Exit:
+            _mark_stopped(ctx, f"stopped by {_signal_name(signum)}")
+            click.echo(f"stopped by {_signal_name(signum)}", err=True)
+            return click.exceptions.Exit(
+                exit_code_for_signal(signum, serving=bool(meta.get(SERVING_META)))
+            )
+
         try:
             with forwarding_stop_signals():
                 return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Stopped as exc:
-            _mark_stopped(ctx, f"stopped by {_signal_name(exc.signum)}")
-            click.echo(f"stopped by {_signal_name(exc.signum)}", err=True)
-            code = exit_code_for_signal(exc.signum, serving=bool(meta.get(SERVING_META)))
-            raise click.exceptions.Exit(code) from None
-        except KeyboardInterrupt:
-            signum = received_signal()
-            _mark_stopped(ctx, f"stopped by {_signal_name(signum)}")
-            click.echo(f"stopped by {_signal_name(signum)}", err=True)
-            code = exit_code_for_signal(signum, serving=bool(meta.get(SERVING_META)))
-            raise click.exceptions.Exit(code) from None
-        except Exception as exc:  # a failure nobody handled: one line, never a traceback
-            _show_traceback(ctx)
+            raise stopped(exc.signum) from None
+        except BaseException as exc:
+            # Ctrl-C (or a forwarded SIGTERM/SIGHUP) may arrive alone or inside a trio
+            # nursery's exception group: either way the command was stopped, not failed.
+            if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves(exc)):
+                raise stopped(received_signal()) from None
+            if not isinstance(exc, Exception):
+                raise  # SystemExit and the like: already an exit
+            _show_traceback(ctx)  # a failure nobody handled: one line, never a traceback
             failure = describe_failure(exc)
             _mark_stopped(ctx, f"failed: {failure.message}")
             raise failure from None

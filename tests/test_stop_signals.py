@@ -17,12 +17,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
 from cluster.exit_codes import EXIT_CTRL_C, EXIT_NOT_CARRIED_OUT, EXIT_VALID
 from tests.cli_process import children, finish, kill_all, running, start, until
-from tests.own_redis import OwnRedis, own_redis
+from tests.own_redis import OwnRedis, free_port, own_redis
 
 pytestmark = pytest.mark.slow
 
@@ -159,3 +160,87 @@ def test_node_processes_of_one_parent_get_one_lifeline_each_and_no_write_end() -
     fds = child.stdout
     assert f" {read_end} -> pipe:" in fds
     assert f" {write_end} -> " not in fds
+
+
+def _spawned_workers(pid: int) -> list[int]:
+    """``pid``'s worker processes started by multiprocessing (not its resource tracker)."""
+    return [
+        c
+        for c in children(pid)
+        if b"multiprocessing" in _cmdline(c) and b"resource_tracker" not in _cmdline(c)
+    ]
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGKILL], ids=["sighup", "sigkill"])
+def test_node_workers_stop_with_their_supervisor_whatever_ended_it(
+    server: OwnRedis, tmp_path: Path, signum: signal.Signals
+) -> None:
+    from tests.test_serving import _write_config
+
+    port = free_port()
+    args = ["node", "--config", str(_write_config(tmp_path)), "--port", str(port)]
+    args += ["--workers", "2", "--redis", server.url, "--log-level", "WARNING"]
+    proc = start(args, tmp_path)
+    workers: list[int] = []
+    try:
+        until(lambda: len(_spawned_workers(proc.pid)) == 2 and _healthy(port), "2 workers", proc)
+        workers = _spawned_workers(proc.pid)
+        os.kill(proc.pid, signum)
+        code, _, err = finish(proc)
+        if signum == signal.SIGHUP:  # stopped, as on SIGTERM (uvicorn alone restarts workers)
+            assert code == EXIT_VALID, err
+            assert "Traceback" not in err
+        # SIGKILL: nobody told them; the kernel's parent-death signal did.
+        until(lambda: not any(running(pid) for pid in workers), "end of the workers")
+    finally:
+        kill_all([proc.pid, *workers])
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_redis_cluster_stops_its_servers_on_sigterm(tmp_path: Path) -> None:
+    proc = start(["redis-cluster", "--masters", "3"], tmp_path)
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    assert url.startswith("redis://127.0.0.1:"), url
+    pids = [int(proc.stdout.readline().split("pid")[1]) for _ in range(3)]
+    assert all(running(pid) for pid in pids)
+    os.kill(proc.pid, signal.SIGTERM)
+    code, _, err = finish(proc)
+    assert code == EXIT_VALID, err  # a server's normal end
+    assert "stopped by SIGTERM" in err
+    assert "Traceback" not in err
+    assert [pid for pid in pids if running(pid)] == []
+
+
+def test_failover_experiment_stops_its_redis_servers_on_sigterm(tmp_path: Path) -> None:
+    out = tmp_path / "failover"
+    args = ["failover-experiment", "--scenarios", "baseline", "--duration", "60"]
+    proc = start([*args, "--out", str(out)], tmp_path)
+    servers: list[int] = []
+
+    def loading() -> bool:
+        history = out / "baseline-wait0" / "history.jsonl"
+        return history.exists() and history.stat().st_size > 0
+
+    try:
+        until(loading, "the first run's load", proc)
+        servers = [c for c in children(proc.pid) if b"redis-server" in _cmdline(c)]
+        assert len(servers) == 6  # 3 masters, 3 replicas
+        os.kill(proc.pid, signal.SIGTERM)
+        code, _, err = finish(proc)
+        assert code == EXIT_NOT_CARRIED_OUT, err
+        assert err.strip().splitlines()[-1] == "stopped by SIGTERM"
+        assert "Traceback" not in err
+        assert [pid for pid in servers if running(pid)] == []
+        assert "stopped by SIGTERM" in (out / "INCOMPLETE").read_text(encoding="utf-8")
+    finally:
+        kill_all([proc.pid, *servers])
