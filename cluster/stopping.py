@@ -108,7 +108,7 @@ def run_stoppable(
     async def main() -> tuple[list[T], list[int]]:
         result: list[T] = []
         seen: list[int] = []
-        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals, _unwrapped():
             async with trio.open_nursery() as nursery:
 
                 async def watch() -> None:
@@ -132,6 +132,18 @@ def run_stoppable(
     if seen:
         raise Stopped(seen[0])
     return result[0]
+
+
+@contextlib.contextmanager
+def _unwrapped() -> Iterator[None]:
+    """The watcher's nursery wraps ``fn``'s exception in a group: hand on ``fn``'s own, so that
+    callers catch what ``fn`` raises (as under a plain ``trio.run``)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 # --- children that stop when their parent is gone -----------------------------------------------
