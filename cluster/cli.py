@@ -99,8 +99,9 @@ Examples:
   notes-cluster failover-experiment              WAIT vs no WAIT across Redis Cluster failovers
   notes-cluster serve --demo --nodes 3 --port 8700
   export NOTES_CLUSTER_STATE_KEY=$(head -c 32 /dev/urandom | base64)   # shared by both:
-  notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0
-  notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 \\
+  notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0 \\
+      --state-ttl 5 --replay-grace 2 &
+  notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 --replay-grace 2 \\
       --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
   notes-cluster bench --quick
   notes-cluster bench-servers --quick
