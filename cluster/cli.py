@@ -12,12 +12,25 @@ import importlib.util
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-import trio
+
+from cluster.exit_codes import (
+    EXIT_CTRL_C,
+    EXIT_INVALID,
+    EXIT_NOT_CARRIED_OUT,
+    EXIT_UNKNOWN,
+    EXIT_USAGE,
+    EXIT_VALID,
+    ConfigurationError,
+    NotCarriedOut,
+    describe_failure,
+    exit_code_for_signal,
+    leaves,
+)
 
 if TYPE_CHECKING:
     from cluster.durability import WaitReplicas
@@ -29,7 +42,23 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+
+__all__ = [
+    "EXIT_CTRL_C",
+    "EXIT_INVALID",
+    "EXIT_NOT_CARRIED_OUT",
+    "EXIT_UNKNOWN",
+    "EXIT_USAGE",
+    "EXIT_VALID",
+    "main",
+]
+
+DEBUG_ENV = "NOTES_CLUSTER_DEBUG"
+"""Set to 1: as ``--debug`` (a failure prints its traceback, then its one line)."""
+
+SERVING_META = "notes_cluster.serving"
+"""``ctx.meta`` key set by the commands whose normal end is a stop signal (serve, node,
+redis-cluster): SIGTERM or SIGHUP then exits 0 (Ctrl-C 130)."""
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
@@ -89,8 +118,9 @@ Examples:
   notes-cluster failover-experiment              WAIT vs no WAIT across Redis Cluster failovers
   notes-cluster serve --demo --nodes 3 --port 8700
   export NOTES_CLUSTER_STATE_KEY=$(head -c 32 /dev/urandom | base64)   # shared by both:
-  notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0
-  notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 \\
+  notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0 \\
+      --state-ttl 5 --replay-grace 2 &
+  notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 --replay-grace 2 \\
       --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
   notes-cluster loadgen --foreign --state-ttl 300 --target http://127.0.0.1:8800/mcp \\
       --target http://127.0.0.1:8801/mcp        the race workload against an SDK reference
@@ -100,12 +130,173 @@ Examples:
 """
 
 
+EXIT_CODES_HELP = """
+\b
+Exit codes: 0 valid, 1 a violation, 2 usage or configuration, 3 unknown,
+4 the run could not be carried out (store unreachable, interrupted by SIGTERM/SIGHUP,
+I/O error), 130 Ctrl-C. Serving commands (serve, node, redis-cluster) exit 0 when
+SIGTERM or SIGHUP stopped them cleanly.
+"""
+
+
+class _Commands(click.Group):
+    """The group: every command's unhandled failure becomes one line and an exit code that means
+    one thing (``cluster.exit_codes``); stop signals end every command cleanly."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from cluster.stopping import Stopped, forwarding_stop_signals, received_signal
+
+        meta = ctx.meta
+
+        def stopped(signum: int) -> click.exceptions.Exit:
+            _mark_stopped(ctx, f"stopped by {_signal_name(signum)}")
+            click.echo(f"stopped by {_signal_name(signum)}", err=True)
+            return click.exceptions.Exit(
+                exit_code_for_signal(signum, serving=bool(meta.get(SERVING_META)))
+            )
+
+        try:
+            with forwarding_stop_signals():
+                return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Stopped as exc:
+            raise stopped(exc.signum) from None
+        except BaseException as exc:
+            # Ctrl-C (or a forwarded SIGTERM/SIGHUP) may arrive alone or inside a trio
+            # nursery's exception group: either way the command was stopped, not failed.
+            if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves(exc)):
+                raise stopped(received_signal()) from None
+            if not isinstance(exc, Exception):
+                raise  # SystemExit and the like: already an exit
+            _show_traceback(ctx)  # a failure nobody handled: one line, never a traceback
+            failure = describe_failure(exc)
+            _mark_stopped(ctx, f"failed: {failure.message}")
+            raise failure from None
+
+
+def _signal_name(signum: int) -> str:
+    from cluster.stopping import signal_name
+
+    return signal_name(signum)
+
+
+def _debug(ctx: click.Context) -> bool:
+    import os
+
+    root = ctx.find_root()
+    return bool(root.params.get("debug")) or os.environ.get(DEBUG_ENV) == "1"
+
+
+def _show_traceback(ctx: click.Context) -> None:
+    import traceback
+
+    if _debug(ctx):
+        traceback.print_exc()
+
+
+def _mark_stopped(ctx: click.Context, why: str) -> None:
+    """Say in the run folder's ``INCOMPLETE`` marker why its run ended early (a command without
+    a run folder, such as ``serve``, loads nothing of the load generator here)."""
+    run_dir = ctx.find_root().meta.get(RUN_DIR_META)
+    if isinstance(run_dir, Path) and run_dir.is_dir():
+        from loadgen.runfolder import mark_incomplete
+
+        with suppress(OSError):
+            mark_incomplete(run_dir, f"{time.strftime('%Y-%m-%d %H:%M:%S')} {why}")
+
+
+RUN_DIR_META = "notes_cluster.run_dir"
+"""``ctx.meta`` key: the run folder of the running command (its marker says why it stopped)."""
+
+
 @click.group(
-    help="Stateless MCP notes nodes, and proof that notes_delete runs exactly once.\n" + EXAMPLES,
+    cls=_Commands,
+    help="Stateless MCP notes nodes, and proof that notes_delete runs exactly once.\n"
+    + EXAMPLES
+    + EXIT_CODES_HELP,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-def main() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    help=f"On a failure, print the traceback before its one-line error (or set {DEBUG_ENV}=1).",
+)
+def main(debug: bool) -> None:
     """The CLI entry point."""
+
+
+class RedisUrl(click.ParamType):  # type: ignore[type-arg]
+    """A ``--redis`` value: checked (scheme, host, port, database) before anything connects."""
+
+    name = "URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from store.client import check_redis_url
+
+        try:
+            return check_redis_url(str(value))
+        except ValueError as exc:  # one line, exit 2: a configuration error, not a usage hint
+            name = param.opts[0] if param is not None and param.opts else "--redis"
+            raise ConfigurationError(f"{name}: {exc}") from None
+
+
+REDIS_URL = RedisUrl()
+
+
+def require_store(url: str) -> None:
+    """Refuse to start (exit 4, one line) unless the Redis at ``url`` answers: nothing is
+    written to a store before it is known to answer."""
+    import redis
+
+    from store.client import ping
+
+    try:
+        ping(url)
+    except redis.RedisError as exc:
+        text = " ".join(str(exc).split())
+        raise NotCarriedOut(
+            f"cannot reach Redis at {url} ({text}); start it, or give the right --redis URL. "
+            "Nothing was run."
+        ) from None
+
+
+def serving(ctx: click.Context | None = None) -> None:
+    """Mark the running command as a server: SIGTERM or SIGHUP is its normal end (exit 0)."""
+    (ctx or click.get_current_context()).find_root().meta[SERVING_META] = True
+
+
+def claim_run_dir(out_dir: Path | None, replace: bool, stem: str) -> Path:
+    """The run folder: ``--out`` (refused when not empty, unless ``--replace``), else a new
+    uniquely named folder under ``runs/``; it gets an ``INCOMPLETE`` marker until the run ends,
+    and the root context learns it (a failure or stop signal is written into the marker)."""
+    import shlex
+
+    from loadgen.runfolder import RunFolderError, claim_out_dir, mark_incomplete, new_run_dir
+
+    try:
+        if out_dir is not None:
+            run_dir = claim_out_dir(out_dir, replace=replace)
+        else:
+            run_dir = new_run_dir(Path("runs"), time.strftime(stem))
+    except RunFolderError as exc:
+        raise ConfigurationError(str(exc)) from None
+    except OSError as exc:
+        raise NotCarriedOut(f"cannot make the run folder: {exc}") from None
+    command = shlex.join(["notes-cluster", *sys.argv[1:]])
+    mark_incomplete(
+        run_dir,
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')} started (pid {_pid()}): {command}; "
+        "this file goes when the run has written everything",
+    )
+    click.get_current_context().find_root().meta[RUN_DIR_META] = run_dir
+    return run_dir
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
 
 
 def with_options(*options: Callable[[F], F]) -> Callable[[F], F]:
@@ -122,7 +313,13 @@ def with_options(*options: Callable[[F], F]) -> Callable[[F], F]:
 def load_options(command: F) -> F:
     """The options every load-running command shares: size, pace, seed and output."""
     options = [
-        click.option("--flows", default=300, show_default=True, type=click.IntRange(1, 10_000_000)),
+        click.option(
+            "--flows",
+            default=300,
+            show_default=True,
+            type=click.IntRange(1, 10_000_000),
+            help="Flows to run (each a whole race: create, round 1, answers, clean-up).",
+        ),
         click.option(
             "--duration",
             default=45.0,
@@ -130,7 +327,13 @@ def load_options(command: F) -> F:
             type=click.FloatRange(0.1, 86_400),
             help="Stop starting flows after this many seconds.",
         ),
-        click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 4096)),
+        click.option(
+            "--concurrency",
+            default=16,
+            show_default=True,
+            type=click.IntRange(1, 4096),
+            help="Flows in flight at once (closed loop; with --rate, the most in flight).",
+        ),
         click.option(
             "--rate",
             default=None,
@@ -143,7 +346,13 @@ def load_options(command: F) -> F:
             "out_dir",
             default=None,
             type=click.Path(file_okay=False, path_type=Path),
-            help="Run folder (default: a new folder under runs/).",
+            help="Run folder (default: a new folder under runs/). Must be empty or new, "
+            "unless --replace.",
+        ),
+        click.option(
+            "--replace",
+            is_flag=True,
+            help="Let --out name a folder holding an earlier run: it is deleted first.",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print results.json to stdout."),
         *exercise_options(),
@@ -228,11 +437,33 @@ def bench_options(quick_help: str, redis_help: str) -> list[Callable[[F], F]]:
     ]
 
 
+SIMULATE_EXAMPLES = """
+\b
+Examples:
+  notes-cluster simulate                        3 in-process nodes, embedded store
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --faults nodes,redis,client
+"""
+
+
 @main.command(
-    help="Throw the race workload at an in-process cluster and check the history.\n" + EXAMPLES
+    help="Throw the race workload at an in-process cluster and check the history.\n"
+    + SIMULATE_EXAMPLES
 )
-@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
-@click.option("--redis", "redis_url", default=None, help="redis:// URL (default: embedded store).")
+@click.option(
+    "--nodes",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="In-process nodes the flows spread over (each answer goes to a random one).",
+)
+@click.option(
+    "--redis",
+    "redis_url",
+    default=None,
+    type=REDIS_URL,
+    help="redis:// URL (default: embedded store). The run's keys are its own and dropped.",
+)
 @load_options
 @click.option(
     "--state-ttl",
@@ -289,6 +520,7 @@ def simulate_cmd(
     seed: int | None,
     state_ttl: float,
     out_dir: Path | None,
+    replace: bool,
     as_json: bool,
     fault_kinds: str,
     fault_seed: int | None,
@@ -316,9 +548,11 @@ def simulate_cmd(
         raise click.UsageError(
             "--workers needs a real Redis (--redis): the embedded store lives in one process"
         )
+    if redis_url is not None:
+        require_store(redis_url)
     err = Console(stderr=True)
     seed = secrets.randbelow(2**31) if seed is None else seed
-    run_dir = out_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    run_dir = claim_run_dir(out_dir, replace, "%Y%m%d-%H%M%S")
     err.print(f"seed {seed}; run folder {run_dir}")
     if kinds:
         err.print(
@@ -345,24 +579,41 @@ def simulate_cmd(
         workers=workers,
     )
     with nodes_log_to(run_dir / "nodes.log" if kinds else None), _no_verdict_on_workers_error():
-        sim = _with_progress(flows, lambda advance: trio.run(simulate, options, advance))
+        sim = _with_progress(
+            flows, lambda advance: _run_stoppable(lambda: simulate(options, advance))
+        )
     _report(sim, run_dir, as_json)
+
+
+def _run_stoppable(fn: Callable[[], Any]) -> Any:
+    """``fn`` under trio, stopped cleanly by SIGTERM, SIGINT or SIGHUP (``cluster.stopping``)."""
+    from cluster.stopping import run_stoppable, signal_name
+
+    def say(signum: int) -> None:
+        click.echo(
+            f"{signal_name(signum)}: stopping, cleaning up (send it again to exit at once)",
+            err=True,
+        )
+
+    return run_stoppable(fn, on_stop=say)
 
 
 @contextmanager
 def _no_verdict_on_workers_error() -> Iterator[None]:
-    """``--workers``: a failed worker is a clear error (exit 3, no verdict), not a traceback;
-    SIGTERM/SIGINT exit 128 + the signal's number, as a shell expects."""
+    """``--workers``: a failed worker is a clear error (exit 4, no verdict), not a traceback;
+    a stop signal exits as any stopped run does (130 for Ctrl-C, 4 for SIGTERM or SIGHUP)."""
     from cluster.experiments.workers import WorkersError, WorkersStopped
 
     try:
         yield
     except WorkersStopped as exc:
+        _mark_stopped(click.get_current_context(), f"stopped by {_signal_name(exc.signum)}")
         click.echo(f"Error: {exc}", err=True)
-        sys.exit(128 + exc.signum)
+        sys.exit(exit_code_for_signal(exc.signum))
     except WorkersError as exc:
+        _mark_stopped(click.get_current_context(), f"failed: {exc}")
         click.echo(f"Error: {exc}", err=True)
-        sys.exit(EXIT_UNKNOWN)
+        sys.exit(EXIT_NOT_CARRIED_OUT)
 
 
 def _fault_kinds(text: str, *, embedded: bool) -> frozenset[FaultKind]:
@@ -405,12 +656,14 @@ def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
 
     from loadgen.pictures import write_pictures
     from loadgen.report import print_summary
+    from loadgen.runfolder import mark_complete
 
     results = sim.to_json()
     windows = [
         (f["start_s"], f["end_s"], f"{f['kind']} {f['action']}") for f in results.get("faults", [])
     ]
     write_pictures(run_dir, sim, faults=windows)
+    mark_complete(run_dir)
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:
@@ -422,8 +675,20 @@ def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
 simulate_cmd.name = "simulate"
 
 
+LOADGEN_EXAMPLES = """
+\b
+Example (the nodes and loadgen share the state key):
+  export NOTES_CLUSTER_STATE_KEY=$(head -c 32 /dev/urandom | base64)
+  notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0 \\
+      --state-ttl 5 --replay-grace 2 &
+  notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 --replay-grace 2 \\
+      --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp --flows 200
+"""
+
+
 @main.command(
-    help="Throw the race workload at running HTTP nodes (e.g. from `serve --demo`).\n" + EXAMPLES
+    help="Throw the race workload at running HTTP nodes (e.g. from `serve --demo`).\n"
+    + LOADGEN_EXAMPLES
 )
 @click.option(
     "--target",
@@ -436,7 +701,24 @@ simulate_cmd.name = "simulate"
     "--redis",
     "redis_url",
     default=None,
+    type=REDIS_URL,
     help="The cluster's store, to check the history afterwards (else: unchecked).",
+)
+@click.option(
+    "--wait-ready",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(0, 3600),
+    help="Seconds to wait for every target's /readyz to answer 200 before the load starts "
+    "(0: do not wait); past it, exit 4.",
+)
+@click.option(
+    "--replay-grace",
+    default=None,
+    type=click.FloatRange(0.1, 3600),
+    help="Seconds the nodes keep a replay entry past its state's expiry, when they were "
+    "started with `serve --demo --replay-grace` (default: the config's, 60 for the demo). "
+    "The check waits it out.",
 )
 @click.option(
     "--config",
@@ -495,10 +777,13 @@ def loadgen(
     rate: float | None,
     seed: int | None,
     out_dir: Path | None,
+    replace: bool,
     as_json: bool,
     min_completed: float,
     min_per_kind: int,
     process_id: int,
+    wait_ready: float,
+    replay_grace: float | None,
 ) -> None:
     """``notes-cluster loadgen``."""
     import os
@@ -508,7 +793,7 @@ def loadgen(
     from rich.console import Console
 
     from cluster.config import ConfigError
-    from cluster.experiments.remote import run_remote
+    from cluster.experiments.remote import TargetsNotReady, run_remote, wait_until_ready
     from cluster.experiments.simulate import INDEX_STRIDE
     from cluster.experiments.workers import FLOW_STRIDE
     from cluster.load_fixture import load_tokens
@@ -523,12 +808,19 @@ def loadgen(
             f"give --config FILE, or --demo with {STATE_KEY_ENV} set to the cluster's state key"
         )
     try:
-        settings = settings_for(config_path, demo, None)
+        settings = settings_for(config_path, demo, None, replay_grace)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     principal_tokens = {p: t for t, p in load_tokens().items()} | _token_options(tokens)
+    if redis_url is not None:
+        require_store(redis_url)
+    if wait_ready > 0:
+        try:
+            _run_stoppable(lambda: wait_until_ready(urls, wait_ready))
+        except TargetsNotReady as exc:
+            raise NotCarriedOut(f"{exc} Nothing was run.") from None
     seed = secrets.randbelow(2**31) if seed is None else seed
-    run_dir = out_dir or Path("runs") / time.strftime("loadgen-%Y%m%d-%H%M%S")
+    run_dir = claim_run_dir(out_dir, replace, "loadgen-%Y%m%d-%H%M%S")
     Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
     run = RunSettings(
         flows=flows,
@@ -540,7 +832,7 @@ def loadgen(
     )
     sim = _with_progress(
         flows,
-        lambda advance: trio.run(
+        lambda advance: _run_stoppable(
             lambda: run_remote(
                 urls,
                 settings,
@@ -592,7 +884,7 @@ def _loadgen_foreign(
     )
     sim = _with_progress(
         p["flows"],
-        lambda advance: trio.run(
+        lambda advance: _run_stoppable(
             lambda: run_foreign(
                 urls,
                 principal_tokens,
@@ -620,11 +912,30 @@ def _loadgen_foreign(
     required=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
 )
-@click.option("--redis", "redis_url", default=None, help="Read the store facts from here now.")
+@click.option(
+    "--redis", "redis_url", default=None, type=REDIS_URL, help="Read the store facts from here now."
+)
 @click.option("--prefix", default="nc", show_default=True, help="The store's key prefix.")
-@click.option("--tenants", default=4, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--min-completed", default=None, type=click.FloatRange(0.0, 1.0))
-@click.option("--min-per-kind", default=None, type=click.IntRange(0, 1_000_000))
+@click.option(
+    "--tenants",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="With --redis: how many load tenants the runs used (loadgen uses 4; simulate one per "
+    "5,000 flows, recorded in its results.json), i.e. whose store facts to read.",
+)
+@click.option(
+    "--min-completed",
+    default=None,
+    type=click.FloatRange(0.0, 1.0),
+    help="As for the run (default: what the run recorded, else 0.95).",
+)
+@click.option(
+    "--min-per-kind",
+    default=None,
+    type=click.IntRange(0, 1_000_000),
+    help="As for the run (default: what the run recorded, else 3).",
+)
 @click.option(
     "--jobs",
     default=None,
@@ -655,15 +966,18 @@ def check_cmd(
     from loadgen.runfolder import STORE_DIR, dump_store_facts
     from loadgen.tenants import tenants as tenant_names
 
+    _refuse_incomplete(run_dirs)
     first = run_dirs[0]
     saved = _saved_settings(first)
     if (first / "final_state.json").exists():  # a `loadgen --foreign` folder: no journal
         _check_foreign(run_dirs, redis_url, saved, min_completed, min_per_kind, as_json)
     if redis_url is not None:
+        require_store(redis_url)
         grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
         # Every state of the runs must have expired, plus grace, before the store is read.
-        time.sleep(float(saved.get("state_ttl_s", 0)) + grace / 1000 + EXPIRY_SETTLE_S)
-        dump_store_facts(first, redis_url, prefix, tenant_names(tenants), grace)
+        time.sleep(_expiry_wait_s(run_dirs, redis_url, saved, grace) + EXPIRY_SETTLE_S)
+        since = _journal_since(run_dirs, redis_url)
+        dump_store_facts(first, redis_url, prefix, tenant_names(tenants), grace, since_ms=since)
     facts = next((d for d in run_dirs if (d / STORE_DIR / "meta.json").exists()), None)
     if facts is None:
         raise click.UsageError(f"no store facts in {first}/{STORE_DIR}: give --redis URL")
@@ -717,6 +1031,58 @@ def _check_foreign(
     sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
 
 
+def _expiry_wait_s(
+    run_dirs: tuple[Path, ...], redis_url: str, saved: dict[str, Any], grace_ms: int
+) -> float:
+    """How long until the last state of the runs expired plus grace: from the latest expiry the
+    runs recorded (Redis clock; what the nodes really sealed, whatever TTL they were given),
+    else a whole state TTL from now."""
+    from cluster.experiments.simulate import redis_offset_ms
+
+    ends = [_saved_settings(d).get("max_exp_ms") for d in run_dirs]
+    if ends and all(isinstance(e, int) for e in ends):
+        redis_now_ms = int(time.time() * 1000) + redis_offset_ms(redis_url)
+        last = max(int(e) for e in ends if e is not None)
+        return max(0.0, (last + grace_ms - redis_now_ms) / 1000)
+    return float(saved.get("state_ttl_s", 0)) + grace_ms / 1000
+
+
+JOURNAL_SINCE_WALL_MARGIN_MS = 1_000
+"""``check --redis`` of loadgen folders made without ``--redis``: their start is known by their
+own wall clock only, so the journal is read from a second before it (a run that ended earlier
+waited out its states' expiry and grace before its check: nothing of it falls in the margin)."""
+
+
+def _journal_since(run_dirs: tuple[Path, ...], redis_url: str) -> int:
+    """Where the runs' journal starts (Redis clock): what every folder recorded (loadgen with
+    --redis), else the earliest start by the load processes' wall clocks converted to the Redis
+    clock (their machines' clocks must agree within a second), else 0: the whole journal."""
+    from cluster.experiments.simulate import redis_offset_ms
+
+    saved = [_saved_settings(d) for d in run_dirs]
+    starts = [s.get("journal_since_ms") for s in saved]
+    if starts and all(isinstance(s, int) and s > 0 for s in starts):
+        return min(int(s) for s in starts if s is not None)
+    walls = [s.get("started_wall_ms") for s in saved]
+    if walls and all(isinstance(w, int) and w > 0 for w in walls):
+        first = min(int(w) for w in walls if w is not None)
+        return first + redis_offset_ms(redis_url) - JOURNAL_SINCE_WALL_MARGIN_MS
+    return 0
+
+
+def _refuse_incomplete(run_dirs: tuple[Path, ...]) -> None:
+    """A folder whose run never finished cannot be checked: say why (exit 4, no verdict)."""
+    from loadgen.runfolder import INCOMPLETE_FILE, incomplete_reason
+
+    for run_dir in run_dirs:
+        reason = incomplete_reason(run_dir)
+        if reason is not None:
+            raise NotCarriedOut(
+                f"{run_dir}: its run did not finish, so it holds no complete history or store "
+                f"facts ({INCOMPLETE_FILE}: {reason}). Nothing was checked; run it again."
+            )
+
+
 def _exercise_rule(min_completed: float | None, min_per_kind: int | None) -> ExerciseRule:
     """The exercise rule from the options given (the defaults for the others)."""
     from loadgen.tally import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
@@ -765,7 +1131,10 @@ def _token_options(tokens: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@main.command(help="Run the named benchmark scenarios; write bench.json and bench.md.\n" + EXAMPLES)
+@main.command(
+    help="Run the named benchmark scenarios; write bench.json and bench.md.\n"
+    "\n\b\nExamples:\n  notes-cluster bench --quick\n  notes-cluster bench-servers --quick\n"
+)
 @with_options(
     *bench_options(
         quick_help="Short points (under three minutes in all).",
@@ -818,7 +1187,8 @@ def bench_servers(quick: bool, redis_url: str | None, out_dir: Path) -> None:
 
 @main.command(
     help="Serve one node from a configuration file, in production: uvicorn (httptools, uvloop) "
-    "with WORKERS processes on one port, each its own node over the same Redis. SIGTERM drains "
+    "with WORKERS processes on one port, each its own node over the same Redis. SIGTERM "
+    "(SIGHUP, Ctrl-C) drains "
     "(stop accepting, finish in-flight requests within [timeouts] drain, end legacy streams, "
     "close Redis). The same app for any ASGI server: cluster.asgi:create_app (a factory)."
 )
@@ -831,12 +1201,20 @@ def bench_servers(quick: bool, redis_url: str | None, out_dir: Path) -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8700, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes on the one port, each a node of its own; a worker whose "
+    "supervisor is gone drains and exits by itself.",
+)
 @click.option(
     "--redis",
     "redis_url",
     default="redis://127.0.0.1:6379/0",
     show_default=True,
+    type=REDIS_URL,
     help="redis:// URL of the store (a Redis Cluster node is detected).",
 )
 @with_options(*log_options())
@@ -863,6 +1241,8 @@ def node(
         settings = load_settings(config_path)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    require_store(redis_url)
+    serving()
     # The factory runs in each worker and reads these (a worker is a fresh interpreter).
     os.environ[asgi.CONFIG_ENV] = str(config_path.resolve())
     os.environ[asgi.REDIS_ENV] = redis_url
@@ -881,8 +1261,27 @@ def node(
     run_server(config)
 
 
-@main.command(help="Serve N nodes over Streamable HTTP on consecutive loopback ports.\n" + EXAMPLES)
-@click.option("--nodes", default=3, show_default=True, type=click.IntRange(1, 64))
+SERVE_EXAMPLES = """
+\b
+Examples:
+  notes-cluster serve --demo --nodes 3 --port 8700
+  notes-cluster serve --demo --redis redis://127.0.0.1:6379/0 --processes
+\b
+SIGTERM, SIGHUP or Ctrl-C stops every node (node processes drain first) and exits 0
+(130 for Ctrl-C); a node process whose parent is gone drains and exits by itself.
+"""
+
+
+@main.command(
+    help="Serve N nodes over Streamable HTTP on consecutive loopback ports.\n" + SERVE_EXAMPLES
+)
+@click.option(
+    "--nodes",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Nodes to serve, on PORT, PORT+1, ...",
+)
 @click.option(
     "--port",
     "base_port",
@@ -892,7 +1291,13 @@ def node(
     help="Port of node 0; node i listens on PORT+i.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--redis", "redis_url", default=None, help="redis:// URL (default: embedded store).")
+@click.option(
+    "--redis",
+    "redis_url",
+    default=None,
+    type=REDIS_URL,
+    help="redis:// URL (default: embedded store).",
+)
 @click.option(
     "--config",
     "config_path",
@@ -905,7 +1310,14 @@ def node(
     "--state-ttl",
     default=None,
     type=click.FloatRange(0.5, 86_400),
-    help="Seconds a sealed confirmation stays valid (default 300).",
+    help="Seconds a sealed confirmation stays valid (default 300, or the config's).",
+)
+@click.option(
+    "--replay-grace",
+    default=None,
+    type=click.FloatRange(0.1, 3600),
+    help="Seconds a replay entry outlives its state (default 60, or the config's). A load "
+    "against these nodes waits it out before checking: give loadgen the same value.",
 )
 @click.option("--processes", is_flag=True, help="Run each node as its own OS process.")
 @click.option(
@@ -933,6 +1345,7 @@ def serve(
     config_path: Path | None,
     demo: bool,
     state_ttl: float | None,
+    replay_grace: float | None,
     processes: bool,
     wait_replicas: str | None,
     demo_anonymous: str | None,
@@ -959,33 +1372,33 @@ def serve(
     if redis_url is None:
         require_extra("sim", only=("fakeredis", "lupa"))  # the embedded store
     try:
-        settings = settings_for(config_path, demo, state_ttl)
+        settings = settings_for(config_path, demo, state_ttl, replay_grace)
         settings = with_demo_anonymous(settings, demo_anonymous, host)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if waits is not None:
         settings = replace(settings, wait_replicas=waits)
+    if redis_url is not None:
+        require_store(redis_url)
+    serving()
     configure_logging(log_level, json_lines=log_json)
     ops = OpsOptions(metrics_host=metrics_host, metrics_port=metrics_port)
     log_args = ["--log-level", log_level, *(["--log-json"] if log_json else [])]
-    try:
-        trio.run(
-            lambda: serve_cluster(
-                settings,
-                nodes=nodes,
-                host=host,
-                base_port=base_port,
-                redis_url=redis_url,
-                demo=demo,
-                processes=processes,
-                config_path=config_path,
-                on_ready=_print_ready,
-                ops=ops,
-                log_args=log_args,
-            )
+    _run_stoppable(
+        lambda: serve_cluster(
+            settings,
+            nodes=nodes,
+            host=host,
+            base_port=base_port,
+            redis_url=redis_url,
+            demo=demo,
+            processes=processes,
+            config_path=config_path,
+            on_ready=_print_ready,
+            ops=ops,
+            log_args=log_args,
         )
-    except* KeyboardInterrupt:  # trio wraps it in a group when it lands inside a nursery
-        click.echo("stopped", err=True)
+    )
 
 
 @main.command(
@@ -1000,7 +1413,15 @@ def serve(
     show_default=True,
     help="Comma-separated: baseline (no fault), manual (CLUSTER FAILOVER), kill (SIGKILL).",
 )
-@click.option("--wait-replicas", default=1, show_default=True, type=click.IntRange(1, 1))
+@click.option(
+    "--wait-replicas",
+    default="1",
+    show_default=True,
+    type=click.Choice(["1"]),
+    metavar="1",
+    help="Replicas the WAIT rows wait for: 1 (each master of the experiment's clusters has one "
+    "replica). Every scenario also runs without waiting.",
+)
 @click.option("--duration", default=8.0, show_default=True, type=click.FloatRange(4, 600))
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 1024))
 @click.option("--seed", default=1, show_default=True, type=int)
@@ -1016,27 +1437,49 @@ def serve(
     "out_dir",
     default=None,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Output folder (default: runs/failover-<timestamp>).",
+    help="Output folder (default: runs/failover-<timestamp>). Must be empty or new, unless "
+    "--replace.",
+)
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="Let --out name a folder holding an earlier experiment: it is deleted first.",
 )
 def failover_experiment(
     scenarios: str,
-    wait_replicas: int,
+    wait_replicas: str,
     duration: float,
     concurrency: int,
     seed: int,
     lag_ms: int,
     out_dir: Path | None,
+    replace: bool,
 ) -> None:
     """``notes-cluster failover-experiment``."""
     require_extra("sim")
-    from cluster.experiments.failover import HEADER, FailoverOptions, run_experiment, table
+    from cluster.experiments.failover import (
+        HEADER,
+        SCENARIOS,
+        FailoverOptions,
+        run_experiment,
+        table,
+    )
     from cluster.redis_cluster import RedisClusterError
     from cluster.run_log import nodes_log_to
+    from loadgen.runfolder import mark_complete
 
-    out = out_dir or Path("runs") / time.strftime("failover-%Y%m%d-%H%M%S")
+    chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
+    unknown = sorted(set(chosen) - set(SCENARIOS))
+    if unknown or not chosen:
+        raise click.BadParameter(
+            f"unknown scenario(s) {', '.join(unknown) or '(none given)'}; choose from "
+            f"{', '.join(SCENARIOS)}",
+            param_hint="--scenarios",
+        )
+    out = claim_run_dir(out_dir, replace, "failover-%Y%m%d-%H%M%S")
     options = FailoverOptions(
-        scenarios=tuple(s.strip() for s in scenarios.split(",") if s.strip()),
-        wait_replicas=wait_replicas,
+        scenarios=chosen,
+        wait_replicas=int(wait_replicas),
         duration_s=duration,
         concurrency=concurrency,
         seed=seed,
@@ -1047,8 +1490,9 @@ def failover_experiment(
     try:
         with nodes_log_to(out / "nodes.log"):
             runs = run_experiment(options, lambda line: click.echo(line, err=True))
-    except (ValueError, RedisClusterError) as exc:
-        raise click.ClickException(str(exc)) from None
+    except RedisClusterError as exc:
+        raise NotCarriedOut(f"{exc}; is redis-server installed and free to start?") from None
+    mark_complete(out)
     click.echo(table(runs))
     click.echo(f"results: {out / 'failover.json'}, {out / 'failover.md'}")
 
@@ -1065,12 +1509,12 @@ def redis_cluster(masters: int, replicas: int) -> None:
     from cluster.redis_cluster import RedisClusterError
     from cluster.redis_cluster import main as run_redis_cluster
 
-    click.echo("starting; Ctrl-C stops", err=True)
+    serving()
+    click.echo("starting; Ctrl-C, SIGTERM or SIGHUP stops it", err=True)
     try:
         run_redis_cluster(masters, replicas, click.echo)
     except RedisClusterError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo("stopped", err=True)
+        raise NotCarriedOut(str(exc)) from None
 
 
 @main.command(
@@ -1162,7 +1606,7 @@ def conformance(
         except ValueError as exc:
             option = "--" + name.replace("_", "-")
             raise click.UsageError(f"{option}: not a JSON object ({exc})") from None
-    checks = trio.run(lambda: run_conformance(urls, contract, out_dir))
+    checks = _run_stoppable(lambda: run_conformance(urls, contract, out_dir))
     if as_json:
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
     else:
@@ -1192,7 +1636,7 @@ def conformance_table_cmd(redis_url: str, out_dir: Path | None) -> None:
     from cluster.experiments.conformance_table import conformance_table
 
     folder = out_dir or Path("runs") / time.strftime("conformance-%Y%m%d-%H%M%S")
-    table = trio.run(lambda: conformance_table(redis_url, folder))
+    table = _run_stoppable(lambda: conformance_table(redis_url, folder))
     click.echo(table)
     click.echo(f"written to {folder}", err=True)
 
@@ -1225,7 +1669,6 @@ def serve_reference(
     bind_call: bool,
 ) -> None:
     """``notes-cluster serve-reference``."""
-    import signal
 
     require_extra("bench")
     from cluster.experiments.references import ADDITIONS, Sdk, open_reference
@@ -1248,17 +1691,19 @@ def serve_reference(
             additions=additions,
         ) as urls:
             _print_ready(urls)
-            # SIGTERM (a supervisor) stops the instances as Ctrl-C does: by pid, on the way out.
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    return
+            await _sleep_forever()  # until a stop signal: the instances stop by pid on the way out
 
+    serving()  # SIGTERM or SIGHUP from a supervisor is the normal end (exit 0)
     try:
-        trio.run(serve)
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+        _run_stoppable(serve)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+async def _sleep_forever() -> None:
+    import trio
+
+    await trio.sleep_forever()
 
 
 def _print_ready(urls: list[str]) -> None:

@@ -124,6 +124,12 @@ class ClusterSettings:
             return self
         return replace(self, node=replace(self.node, state_ttl_ms=int(seconds * 1000)))
 
+    def with_replay_grace(self, seconds: float | None) -> ClusterSettings:
+        """A copy whose replay entries outlive their state by ``seconds`` (``None``: unchanged)."""
+        if seconds is None:
+            return self
+        return replace(self, replay_grace_ms=int(seconds * 1000))
+
 
 def load_settings(path: Path) -> ClusterSettings:
     """Read and check a TOML configuration file."""

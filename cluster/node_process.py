@@ -1,6 +1,7 @@
 """One HTTP node as an OS process (``python -m cluster.node_process``), started by ``serve
 --processes`` and the bench. Serves on uvicorn (``cluster.node_server``); prints its URL on one
-line when ready, then serves until SIGTERM (a graceful drain) or SIGINT.
+line when ready, then serves until SIGTERM, SIGINT or SIGHUP (a graceful drain), or until its
+parent is gone (the lifeline pipe's EOF: the same drain).
 
 Layer: cluster.
 """
@@ -19,6 +20,7 @@ from cluster.durability import parse_wait_replicas
 from cluster.node_server import bind_socket, run_server, server_config
 from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions
 from cluster.serve import settings_for, with_demo_anonymous
+from cluster.stopping import terminate_self, watch_lifeline
 from nodes.http import ServerTimeouts
 from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
 from store.notes import DEFAULT_PREFIX
@@ -36,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default=DEFAULT_PREFIX)
     p.add_argument("--config", type=Path, default=None)
     p.add_argument("--state-ttl", type=float, default=None)
+    p.add_argument("--replay-grace", type=float, default=None)
+    p.add_argument(
+        "--lifeline-fd",
+        type=int,
+        default=None,
+        help="read end of the parent's lifeline pipe: EOF (the parent is gone) drains the node",
+    )
     p.add_argument("--wait-replicas", type=parse_wait_replicas, default=None)
     p.add_argument("--metrics-host", default=DEFAULT_METRICS_HOST)
     p.add_argument("--metrics-port", type=int, default=None)
@@ -61,7 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the parent's arguments and serve."""
     a = _parser().parse_args(argv)
     configure_logging(a.log_level, json_lines=a.log_json)
-    settings = settings_for(a.config, a.config is None, a.state_ttl)
+    if a.lifeline_fd is not None:
+        watch_lifeline(a.lifeline_fd, terminate_self)
+    settings = settings_for(a.config, a.config is None, a.state_ttl, a.replay_grace)
     if a.wait_replicas is not None:
         settings = replace(settings, wait_replicas=a.wait_replicas)
     settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))

@@ -19,10 +19,12 @@ What uvicorn lacks is added here, small and local:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -31,6 +33,7 @@ from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import multiprocess
 
+from cluster.stopping import die_with_parent
 from nodes.http import ServerTimeouts
 
 log = logging.getLogger("cluster.node_server")
@@ -135,6 +138,21 @@ class NodeServer(uvicorn.Server):
         if self.started and not self.should_exit and self.on_started is not None:
             self.on_started()
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's capture of SIGINT and SIGTERM, plus SIGHUP: a closed terminal drains the
+        node as a supervisor's stop does (uvicorn alone would let SIGHUP kill it mid-request)."""
+        if threading.current_thread() is not threading.main_thread():
+            with super().capture_signals():
+                yield
+            return
+        previous = signal.signal(signal.SIGHUP, self.handle_exit)
+        try:
+            with super().capture_signals():
+                yield
+        finally:
+            signal.signal(signal.SIGHUP, previous)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Stop accepting, end legacy streams, then uvicorn's graceful drain."""
         log.info("draining: no new connections; in-flight requests finish")
@@ -205,6 +223,7 @@ def run_server(
     # uvicorn raises a captured SIGTERM again once it has drained, under the handler it found:
     # this one makes a drained node exit 0, as a supervisor expects of a clean stop.
     signal.signal(signal.SIGTERM, _exit_drained)
+    signal.signal(signal.SIGHUP, _exit_drained)
     if config.workers == 1:
         NodeServer(config, on_started).run(sockets=sockets)
         return
@@ -212,7 +231,7 @@ def run_server(
     original = multiprocess.Process
     multiprocess.Process = _NodeWorker  # type: ignore[misc]
     try:
-        multiprocess.Multiprocess(config, sockets=sockets or [config.bind_socket()]).run()
+        _Supervisor(config, sockets=sockets or [config.bind_socket()]).run()
     finally:
         multiprocess.Process = original  # type: ignore[misc]
 
@@ -221,8 +240,24 @@ def _exit_drained(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+class _Supervisor(multiprocess.Multiprocess):
+    """uvicorn's supervisor, except that SIGHUP stops the workers (each drains) as SIGTERM
+    does, instead of restarting them: every long-running command stops on SIGHUP."""
+
+    def handle_hup(self) -> None:
+        log.info("SIGHUP: stopping the workers")
+        self.should_exit.set()
+
+
 class _NodeWorker(multiprocess.Process):
-    """A worker process of uvicorn's supervisor, serving with ``NodeServer``."""
+    """A worker process of uvicorn's supervisor, serving with ``NodeServer``; it drains and
+    exits by itself when the supervisor is gone (even after SIGKILL)."""
+
+    def target(self, sockets: list[socket.socket] | None = None) -> None:  # pragma: no cover
+        # The supervisor starts workers from its main thread, which lives as long as it does:
+        # the kernel's parent-death signal is exact here.
+        die_with_parent(signal.SIGTERM)
+        super().target(sockets)
 
     @property
     def server(self) -> uvicorn.Server:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import redis
 
+from cluster.stopping import forward_stop_signals
+
 HOST = "127.0.0.1"
 """Loopback only: a test cluster must never listen on a reachable interface."""
 
@@ -295,21 +297,16 @@ def local_redis_cluster(masters: int = 3, replicas: int = 0) -> Iterator[RedisCl
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(masters: int = 3, replicas: int = 0, echo: Callable[[str], None] = print) -> None:
-    """Run a local cluster until interrupted (Ctrl-C or SIGTERM), printing its URL and layout."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    """Run a local cluster until interrupted (Ctrl-C, SIGTERM or SIGHUP: every server is
+    stopped, then ``KeyboardInterrupt`` goes on; ``cluster.stopping.received_signal`` says which
+    signal it was), printing its URL and layout."""
+    forward_stop_signals()
     with local_redis_cluster(masters, replicas) as rc:
         echo(rc.url)
         for port in rc.masters:
             echo(f"master  {HOST}:{port}  pid {rc.pids[port]}")
         for port, master in sorted(rc.replicas.items()):
             echo(f"replica {HOST}:{port}  pid {rc.pids[port]}  of {HOST}:{master}")
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        while True:
+            time.sleep(3600)

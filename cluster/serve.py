@@ -26,6 +26,7 @@ from cluster.config import ClusterSettings, ConfigError, demo_settings, load_set
 from cluster.durability import resolve_wait_replicas
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.operations import OpsOptions, operate_node
+from cluster.stopping import open_lifeline
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyLimits, open_legacy_adapter
@@ -187,6 +188,7 @@ class ProcessNode:
         args = ["--redis", self.redis_url, "--host", self.host, "--port", str(self.port)]
         args += ["--node-id", self.node_id, "--prefix", self.prefix]
         args += ["--state-ttl", str(self.settings.node.state_ttl_ms / 1000)]
+        args += ["--replay-grace", str(self.settings.replay_grace_ms / 1000)]
         args += ["--wait-replicas", str(self.settings.wait_replicas)]
         t = self.settings.timeouts
         args += ["--headers-timeout", str(t.headers_s), "--body-timeout", str(t.body_s)]
@@ -244,9 +246,23 @@ async def start_process_nodes(
 async def _run_process(
     node: ProcessNode, index: int, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Run one node as a child process; report its URL from the line it prints when ready."""
+    """Run one node as a child process; report its URL from the line it prints when ready.
+    The child watches a lifeline pipe whose only write end this process holds: should this
+    process end without stopping it (SIGKILL), the child sees EOF and drains by itself."""
     command, env = node.command()
-    proc = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=env)
+    lifeline, keep = open_lifeline()
+    try:
+        proc = await trio.lowlevel.open_process(
+            [*command, "--lifeline-fd", str(lifeline)],
+            stdout=subprocess.PIPE,
+            env=env,
+            pass_fds=(lifeline,),
+        )
+    except BaseException:
+        os.close(keep)
+        raise
+    finally:
+        os.close(lifeline)
     try:
         assert proc.stdout is not None
         line = b""
@@ -259,6 +275,7 @@ async def _run_process(
         await proc.wait()
     finally:
         await _stop_process(proc, node.settings.timeouts.drain_s + STOP_GRACE_S)
+        os.close(keep)
 
 
 async def _stop_process(proc: trio.Process, drain_s: float) -> None:
@@ -296,15 +313,21 @@ def with_demo_anonymous(
         raise ConfigError(f"--demo-anonymous {principal}: not a principal of the demo") from None
 
 
-def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> ClusterSettings:
+def settings_for(
+    config: Path | None,
+    demo: bool,
+    state_ttl: float | None,
+    replay_grace: float | None = None,
+) -> ClusterSettings:
     """Settings from a config file, or the demo fixture (a key ring from the environment when a
-    parent process handed one down)."""
+    parent process handed one down); ``state_ttl`` and ``replay_grace`` (seconds) override."""
     if config is not None:
-        return load_settings(config).with_state_ttl(state_ttl)
+        return load_settings(config).with_state_ttl(state_ttl).with_replay_grace(replay_grace)
     ring = None
     key = os.environ.get(STATE_KEY_ENV)
     if key:
         ring = KeyRing.from_sources({"demo": f"base64:{key}"}, "demo")
     base = demo_settings(ring)
     scope = with_load_scope(base.node.scope)
-    return demo_settings(ring, load_tokens(), scope, load_archives()).with_state_ttl(state_ttl)
+    settings = demo_settings(ring, load_tokens(), scope, load_archives())
+    return settings.with_state_ttl(state_ttl).with_replay_grace(replay_grace)

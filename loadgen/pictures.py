@@ -24,7 +24,7 @@ from matplotlib.axes import Axes
 
 from loadgen.fault_windows import LISTED_MAX, share, summarize
 from loadgen.runner import FlowSample, RunStats
-from loadgen.tally import Tally
+from loadgen.tally import Tally, tenths_row
 
 Fault = tuple[float, float, str]
 """A fault window: start and end in seconds from the run's start, and a label."""
@@ -177,7 +177,7 @@ def render_png(
         verdict = str(results.get("verdict", "unknown"))
         fig.suptitle(title_line(results), color=STATUS_COLOR.get(verdict, "black"), fontsize=12)
         _throughput(top, buckets, bucket_s)
-        _latency(bottom, buckets, bucket_s)
+        _latency(bottom, buckets, bucket_s, results.get("latency_ms") or {})
         end = max(duration_s, len(buckets) * bucket_s, *(f[1] for f in faults), bucket_s)
         bottom.set_xlim(0, end)
         bottom.set_xlabel("seconds since run start")
@@ -207,7 +207,14 @@ def _throughput(ax: Axes, buckets: Sequence[Bucket], bucket_s: float) -> None:
         ax.text(0.5, 0.5, "no flows", transform=ax.transAxes, ha="center", va="center")
 
 
-def _latency(ax: Axes, buckets: Sequence[Bucket], bucket_s: float) -> None:
+WHOLE_RUN_NOTE = (
+    "latency per second not kept (merged from several load processes): whole-run percentiles"
+)
+
+
+def _latency(
+    ax: Axes, buckets: Sequence[Bucket], bucket_s: float, whole_run: dict[str, float]
+) -> None:
     mids = [b.t_s + bucket_s / 2 for b in buckets]
     # With few flows per bucket p99 often equals max: max goes last, thin and dashed, over a
     # thick p99 so both stay visible.
@@ -223,6 +230,31 @@ def _latency(ax: Axes, buckets: Sequence[Bucket], bucket_s: float) -> None:
             ax.plot(mids, ys, style, marker=".", color=color, label=name, linewidth=width)
             drawn = True
     ax.set_ylabel(f"flow latency per {bucket_s:g} s (ms)")
+    if not drawn and any(b.flows for b in buckets) and whole_run:
+        # Flows ran but no per-flow samples were kept (--workers): the merged histogram's
+        # percentiles, as lines across the run, rather than a misleading "no flows".
+        for name, color, style, width, _ in series:
+            value = whole_run.get(name)
+            if isinstance(value, int | float):
+                ax.axhline(
+                    max(float(value), LATENCY_FLOOR_MS),
+                    color=color,
+                    linestyle=style,
+                    linewidth=width,
+                    label=f"{name} (whole run)",
+                )
+                drawn = True
+        ax.set_ylabel("flow latency, whole run (ms)")
+        ax.text(
+            0.5,
+            0.02,
+            WHOLE_RUN_NOTE,
+            transform=ax.transAxes,
+            ha="center",
+            va="bottom",
+            fontsize=9,
+            color="#57606a",
+        )
     if drawn:
         ax.set_yscale("log")
         handles, labels = ax.get_legend_handles_labels()
@@ -318,12 +350,8 @@ def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = (
     ]
     tenths = results.get("flows_per_s_by_tenth")
     if tenths:
-        load.append(
-            (
-                "flows/s first / last tenth",
-                f"{_number(tenths['first_tenth'], '.1f')} / {_number(tenths['last_tenth'], '.1f')}",
-            )
-        )
+        label, value = tenths_row(tenths)
+        load.append((label, _e(value)))
     sections = [
         _pairs("Races exercised: started, completed, other outcomes", _kinds(results)),
         _pairs("Load", load),
@@ -350,9 +378,29 @@ def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = (
         f"{_e(verdict.upper())}</span></h1>"
         f"{_invariants(results.get('invariants', []))}"
         f'<div class="grid">{"".join(sections)}</div>'
+        f"{_model(results.get('model') or {})}"
         f'<h2>Over time</h2><img alt="throughput and latency over time" '
         f'src="data:image/png;base64,{image}">'
         "</body></html>\n"
+    )
+
+
+def _model(model: dict[str, list[dict[str, Any]]]) -> str:
+    """The answers against the model (``loadgen.model``): per race kind and answer, the replies
+    the model allowed and those seen, as the terminal summary prints them."""
+    if not model:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_e(kind)}</td><td>{_e(row.get('answer', ''))}</td>"
+        f"<td>{_e(' | '.join(row.get('legal', [])))}</td>"
+        f"<td>{_e(', '.join(f'{reply} {n}' for reply, n in row.get('seen', {}).items()))}</td>"
+        "</tr>"
+        for kind, kind_rows in model.items()
+        for row in kind_rows
+    )
+    return (
+        "<h2>Answers against the model</h2><table><tr><th>kind</th><th>answer</th>"
+        f"<th>legal replies</th><th>replies seen</th></tr>{rows}</table>"
     )
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.fault_windows import LISTED_MAX, share, summarize
+from loadgen.tally import tenths_row
 
 STATUS_STYLE = {"valid": "bold green", "invalid": "bold red", "unknown": "bold yellow"}
 
@@ -31,10 +32,7 @@ def summary_tables(results: dict[str, Any]) -> list[Table]:
     perf.add_row("throughput", f"{results['throughput_flows_per_s']:.1f} flows/s")
     tenths = results.get("flows_per_s_by_tenth")
     if tenths:
-        perf.add_row(
-            "flows/s first / last tenth",
-            f"{tenths['first_tenth']:.1f} / {tenths['last_tenth']:.1f}",
-        )
+        perf.add_row(*tenths_row(tenths))
     for name, ms in results["latency_ms"].items():
         perf.add_row(f"flow latency {name}", f"{ms:.1f} ms")
     for name, n in sorted(results["counts"].items()):

@@ -54,17 +54,19 @@ def dump_store_facts(
     tenants: Iterable[str],
     grace_ms: int,
     limits: dict[str, int] | None = None,
+    since_ms: int = 0,
 ) -> None:
-    """Read every tenant's journal, surviving notes and replay entries; write them as files
-    (before the run's keys are deleted), with the nodes' configured bounds (``limits``:
-    ``loadgen.limits.Limits.to_json``) when known."""
+    """Read every tenant's journal (from ``since_ms`` on, Redis clock: 0 for all of it),
+    surviving notes and replay entries; write them as files (before the run's keys are
+    deleted), with the nodes' configured bounds (``limits``: ``loadgen.limits.Limits.to_json``)
+    when known."""
     out = run_dir / STORE_DIR
     out.mkdir(parents=True, exist_ok=True)
     client = sync_client(url, decode_responses=True)
     ends: dict[str, int] = {}
     try:
         for tenant in tenants:
-            journal = read_journal(client, prefix, [tenant])
+            journal = read_journal(client, prefix, [tenant], since_ms)
             notes = read_final_notes(client, prefix, [tenant])
             replay = list_replay_entries(client, prefix, [tenant])
             ends[tenant] = redis_time_ms(client)  # after the PTTLs: see check_replay_entries
@@ -76,6 +78,8 @@ def dump_store_facts(
     meta: dict[str, Any] = {"grace_ms": grace_ms, "prefix": prefix, "redis_end_ms": ends}
     if limits is not None:
         meta["limits"] = limits
+    if since_ms:
+        meta["journal_since_ms"] = since_ms
     (out / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
@@ -152,3 +156,75 @@ def history_files(run_dir: Path) -> list[Path]:
     """The folder's ``history.jsonl`` and those of its subfolders (one per load process)."""
     own = [run_dir / HISTORY_FILE] if (run_dir / HISTORY_FILE).exists() else []
     return own + sorted(p for p in run_dir.glob(f"*/{HISTORY_FILE}"))
+
+
+# --- naming and claiming run folders ------------------------------------------------------------
+
+INCOMPLETE_FILE = "INCOMPLETE"
+"""In a run folder while its run has not finished (and for good when it never did): what ran,
+when, and, once known, why it stopped. ``check`` refuses a folder that holds one."""
+
+RUN_MARKERS = (HISTORY_FILE, "results.json", INCOMPLETE_FILE, "workers.json", "failover.json")
+"""Files only a run writes: a folder holding one of them is a run's, which ``--replace`` may
+delete; any other non-empty folder is never deleted."""
+
+
+class RunFolderError(RuntimeError):
+    """A run folder cannot be used (it holds something and replacing was not asked for)."""
+
+
+def new_run_dir(parent: Path, stem: str) -> Path:
+    """A new, empty folder ``parent/stem`` (or ``stem-2``, ``stem-3``, ...): created here, so two
+    runs started in the same second in one folder never share one."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = parent / (stem if n == 1 else f"{stem}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise RunFolderError(f"{parent}: no free name for a run folder {stem}-N")
+
+
+def claim_out_dir(path: Path, *, replace: bool) -> Path:
+    """``--out PATH``: an empty or new folder is used as it is; a non-empty one only with
+    ``replace`` and only when it holds a run (it is then deleted and made again)."""
+    import shutil
+
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(f"--out {path}: a file of that name exists")
+    if path.is_dir() and any(path.iterdir()):
+        if not replace:
+            raise RunFolderError(
+                f"--out {path} is not empty; give --replace to delete it and write the new run "
+                "there, or choose another folder"
+            )
+        if not any((path / name).exists() for name in RUN_MARKERS):
+            raise RunFolderError(
+                f"--out {path} holds files but no run ({', '.join(RUN_MARKERS)}): not deleted "
+                "even with --replace; choose another folder"
+            )
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def mark_incomplete(run_dir: Path, text: str) -> None:
+    """Write (or extend) the folder's ``INCOMPLETE`` marker with one line of ``text``."""
+    with (run_dir / INCOMPLETE_FILE).open("a", encoding="utf-8") as fh:
+        fh.write(text.rstrip("\n") + "\n")
+
+
+def mark_complete(run_dir: Path) -> None:
+    """Remove the ``INCOMPLETE`` marker: every file of the run is written."""
+    (run_dir / INCOMPLETE_FILE).unlink(missing_ok=True)
+
+
+def incomplete_reason(run_dir: Path) -> str | None:
+    """What the folder's ``INCOMPLETE`` marker says (None when the run finished)."""
+    path = run_dir / INCOMPLETE_FILE
+    if not path.exists():
+        return None
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return "; ".join(line for line in lines if line) or "no reason recorded"

@@ -94,12 +94,14 @@ class Tally:
 
     def tenth_rates(self) -> dict[str, float]:
         """Flows completed per second in the first and in the last tenth of the span the load
-        was on (``loaded_s``; the drain after the last start is left out), in whole seconds."""
+        was on (``loaded_s``; the drain after the last start is left out), in whole seconds. A
+        run too short to cut (under two seconds a tenth) gets its whole-run rate in both, with
+        ``whole_run`` true, so that reports do not show it as a trend."""
         span = int(self.loaded_s or self.elapsed_s)
         k = max(1, round(span / 10))
-        if span < 2 * k:  # too short to cut: one rate for the whole run
+        if span < 2 * k:  # too short to cut: one rate for the whole run, and said so
             rate = self.completed / max(self.elapsed_s, 1e-9)
-            return {"first_tenth": rate, "last_tenth": rate}
+            return {"first_tenth": rate, "last_tenth": rate, "whole_run": True}
         first = sum(n for s, n in self.completed_per_s.items() if s < k)
         last = sum(n for s, n in self.completed_per_s.items() if span - k <= s < span)
         return {"first_tenth": first / k, "last_tenth": last / k}
@@ -244,3 +246,11 @@ def read_tallies(run_dir: Path) -> Tally:
     if (run_dir / TALLY_FILE).exists():
         return read_tally(run_dir)
     return merge(read_tally(p.parent) for p in sorted(run_dir.glob(f"*/{TALLY_FILE}")))
+
+
+def tenths_row(tenths: dict[str, Any]) -> tuple[str, str]:
+    """A report's row for ``flows_per_s_by_tenth``: first and last tenth, or, for a run too
+    short to cut in tenths, its one whole-run rate labelled as such."""
+    if tenths.get("whole_run"):
+        return "flows/s (too short for tenths)", f"{tenths['first_tenth']:.1f} whole run"
+    return "flows/s first / last tenth", f"{tenths['first_tenth']:.1f} / {tenths['last_tenth']:.1f}"

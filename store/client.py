@@ -84,8 +84,56 @@ SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 """What the sync tooling (journal readers, load generator) talks to."""
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+"""URL schemes a store URL may have (what both Redis clients understand)."""
+
+
 class UnsafeStore(RuntimeError):
     """The Redis server could lose replay entries; the node refuses to start on it."""
+
+
+def check_redis_url(url: str) -> str:
+    """``url`` when it names a Redis both clients can open (``redis://HOST[:PORT][/DB]``,
+    ``rediss://...`` or ``unix:///PATH[?db=N]``); else ValueError saying what is wrong. Checked
+    before anything connects: coredis reads any scheme as plain Redis, so a wrong one would
+    otherwise reach a server with half of the run's commands, and redis-py refuse the rest."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a port that is not a number or out of range
+    except ValueError as exc:
+        raise ValueError(f"{url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in REDIS_SCHEMES:
+        shown = f"'{parts.scheme}://'" if parts.scheme else "no scheme"
+        raise ValueError(
+            f"{url!r} has {shown}: a Redis URL starts with redis://, rediss:// or unix:// "
+            "(e.g. redis://127.0.0.1:6379/0)"
+        )
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ValueError(f"{url!r}: a unix:// URL names the socket's path (unix:///PATH)")
+        return url
+    if not parts.hostname:
+        raise ValueError(f"{url!r} names no host (e.g. redis://127.0.0.1:6379/0)")
+    if port == 0:
+        raise ValueError(f"{url!r}: port 0 is not a server's port")
+    db = parts.path.strip("/")
+    if db and not (db.isascii() and db.isdigit()):
+        raise ValueError(f"{url!r}: the database after the port must be a number, not {db!r}")
+    return url
+
+
+def ping(url: str, timeout_s: float = 3.0) -> None:
+    """PING the server at ``url`` (a cluster node too) once; raise ``redis.RedisError`` (a
+    ``redis.ConnectionError`` when nothing answers) if it does not answer."""
+    client = redis.Redis.from_url(
+        _without_db(url) if urlsplit(url).scheme != "unix" else url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+    )
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def redis_client(

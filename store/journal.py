@@ -94,8 +94,9 @@ def _after(entry_id: str) -> str:
     return f"{ms}-{int(seq or 0) + 1}"
 
 
-def _stream(client: SyncClient, key: str) -> Iterator[tuple[Any, Mapping[Any, Any] | None]]:
-    start = "-"
+def _stream(
+    client: SyncClient, key: str, start: str = "-"
+) -> Iterator[tuple[Any, Mapping[Any, Any] | None]]:
     while True:
         chunk = client.xrange(key, min=start, max="+", count=XRANGE_CHUNK) or []
         yield from chunk
@@ -104,12 +105,17 @@ def _stream(client: SyncClient, key: str) -> Iterator[tuple[Any, Mapping[Any, An
         start = _after(_text(chunk[-1][0]))
 
 
-def read_journal(client: SyncClient, prefix: str, tenants: Iterable[str]) -> list[JournalEntry]:
-    """Every journal entry of ``tenants``, ordered by (at_ms, stream id)."""
+def read_journal(
+    client: SyncClient, prefix: str, tenants: Iterable[str], since_ms: int = 0
+) -> list[JournalEntry]:
+    """Every journal entry of ``tenants`` (from ``since_ms`` on, by the Redis clock that names
+    stream entries: a load against a long-lived store reads only its own run's), ordered by
+    (at_ms, stream id)."""
+    start = f"{since_ms}-0" if since_ms > 0 else "-"
     entries = [
         _entry(tenant, entry_id, fields)
         for tenant in tenants
-        for entry_id, fields in _stream(client, TenantKeys(prefix, tenant).journal)
+        for entry_id, fields in _stream(client, TenantKeys(prefix, tenant).journal, start)
     ]
     return sorted(entries, key=lambda e: e.sort_key)
 

@@ -9,9 +9,11 @@ principal.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import trio
@@ -36,6 +38,11 @@ from store.notes import DEFAULT_PREFIX
 HTTP_POOL = 256
 """Connections the load generator keeps open to the nodes (keep-alive)."""
 
+JOURNAL_SINCE_MARGIN_MS = 100
+"""The run's journal is read from its start less this (the clock offset is read over a round
+trip); an earlier run checked its own journal only after every state expired plus grace, so
+nothing of it falls in the margin."""
+
 NOT_CHECKED = CheckResult(
     (
         Verdict(
@@ -45,6 +52,48 @@ NOT_CHECKED = CheckResult(
         ),
     )
 )
+
+
+READY_POLL_S = 0.2
+"""How often ``wait_until_ready`` asks a target that is not ready yet."""
+
+
+class TargetsNotReady(RuntimeError):
+    """A target did not answer ``/readyz`` with 200 in time."""
+
+
+def readyz_url(target: str) -> str:
+    """A node endpoint's readiness probe: ``http://h:p/mcp`` -> ``http://h:p/readyz``."""
+    parts = urlsplit(target)
+    return urlunsplit((parts.scheme, parts.netloc, "/readyz", "", ""))
+
+
+async def wait_until_ready(urls: Sequence[str], timeout_s: float) -> None:
+    """Return once every target's ``/readyz`` answers 200 (so a load started right after
+    ``serve ... &`` does not race the nodes' start); ``TargetsNotReady`` after ``timeout_s``."""
+    pending = {readyz_url(u): u for u in urls}
+    last: dict[str, str] = {}
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        with trio.move_on_after(timeout_s):
+            while pending:
+                for probe in list(pending):
+                    try:
+                        status = (await client.get(probe)).status_code
+                    except httpx.HTTPError as exc:
+                        last[probe] = type(exc).__name__
+                        continue
+                    if status == 200:
+                        del pending[probe]
+                    else:
+                        last[probe] = f"HTTP {status}"
+                if pending:
+                    await trio.sleep(READY_POLL_S)
+    if pending:
+        probe = next(iter(pending))
+        raise TargetsNotReady(
+            f"{pending[probe]} not ready after {timeout_s:g} s ({probe}: "
+            f"{last.get(probe, 'no answer')}); is the node running?"
+        )
 
 
 async def run_remote(
@@ -78,6 +127,12 @@ async def run_remote(
         offset = (
             0 if redis_url is None else await trio.to_thread.run_sync(redis_offset_ms, redis_url)
         )
+        # The store outlives runs: its journal holds earlier loads' entries, which this run's
+        # history cannot explain. Only entries from now on (Redis clock) are this run's.
+        since_ms = 0
+        if redis_url is not None:  # without it the Redis clock is unknown: check reads all
+            since_ms = int(time.time() * 1000) + offset - JOURNAL_SINCE_MARGIN_MS
+            options = replace(options, journal_since_ms=since_ms)
         async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
             transport = HttpTransport(urls, dict(tokens), client)
             stats = await run_load(
@@ -95,7 +150,14 @@ async def run_remote(
             tenants = tenant_names(run.tenants)
             close_history(history)
             result = await check_run(
-                history, redis_url, prefix, tenants, offset, settings.replay_grace_ms, run_dir
+                history,
+                redis_url,
+                prefix,
+                tenants,
+                offset,
+                settings.replay_grace_ms,
+                run_dir,
+                since_ms=since_ms,
             )
     finally:
         close_history(history)

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -131,6 +132,9 @@ class SimulateOptions:
     most ``KEEP_OPS_MAX`` flows or without a run folder."""
     replay_grace_ms: int = SIM_REPLAY_GRACE_MS
     """The nodes' replay grace (recorded: ``check --redis`` waits it out)."""
+    journal_since_ms: int = 0
+    """A load against a store that outlives it (``loadgen``): the Redis-clock time its journal
+    is read from (recorded, so ``check --redis`` reads the same); 0: the whole journal."""
     transport_hook: Callable[[Transport], Transport] | None = None
     """Wraps the transport the load uses (tests plant faults of their own with it)."""
 
@@ -212,7 +216,10 @@ class Simulation:
                 "min_completed_share": self.options.exercise.min_completed_share,
                 "min_runs_per_kind": self.options.exercise.min_runs_per_kind,
             }
-            | self._fault_settings(),
+            | self._fault_settings()
+            | ({"journal_since_ms": o} if (o := self.options.journal_since_ms) else {})
+            | ({"max_exp_ms": m} if (m := self.history.max_exp_ms) > 0 else {})
+            | ({"started_wall_ms": w} if (w := self.stats.started_wall_ms) > 0 else {}),
         } | (
             ({"check": self.result.cost} if self.result.cost else {})
             | ({} if self.key_distribution is None else {"key_distribution": self.key_distribution})
@@ -244,10 +251,12 @@ def races(tally: Tally) -> dict[str, int]:
     return {k: v["completed"] for k, v in tally.per_kind().items()}
 
 
-def _read_store(url: str, prefix: str, tenants: list[str]) -> tuple[Any, Any, Any, int]:
+def _read_store(
+    url: str, prefix: str, tenants: list[str], since_ms: int = 0
+) -> tuple[Any, Any, Any, int]:
     client = sync_client(url, decode_responses=True)
     try:
-        journal = read_journal(client, prefix, tenants)
+        journal = read_journal(client, prefix, tenants, since_ms)
         final = read_final_notes(client, prefix, tenants)
         replay = list_replay_entries(client, prefix, tenants)
         sec, usec = client.time()
@@ -273,6 +282,20 @@ def drop_keys(url: str, prefix: str) -> None:
             client.delete(*batch[i : i + 500])
     finally:
         client.close()
+
+
+async def drop_keys_shielded(url: str, prefix: str) -> None:
+    """``drop_keys`` that runs to its end even in a cancelled run (a stop signal); a store that
+    does not answer then is logged, not raised over the run's own error."""
+    import logging
+
+    with trio.CancelScope(shield=True):
+        try:
+            await trio.to_thread.run_sync(drop_keys, url, prefix)
+        except (redis.RedisError, OSError) as exc:
+            logging.getLogger("cluster.simulate").warning(
+                "could not drop the run's keys (%s:*): %s", prefix, exc
+            )
 
 
 def key_distribution(url: str, prefix: str) -> dict[str, int] | None:
@@ -311,6 +334,8 @@ async def simulate(
     first_index = (options.worker or 0) * INDEX_STRIDE
     history = open_history(options.run_dir, keep=keep, first_index=first_index)
     dist: dict[str, int] | None = None
+    owns_keys = options.redis_url is not None and not options.keep_keys
+    dropped = False
     try:
         async with (
             store_nemeses(options) as nemeses,
@@ -347,10 +372,14 @@ async def simulate(
             )
             if options.redis_url is not None:
                 dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
-            if options.redis_url is not None and not options.keep_keys:
+            if owns_keys:
                 await trio.to_thread.run_sync(drop_keys, url, prefix)
+                dropped = True
     finally:
         close_history(history)
+        if owns_keys and not dropped:  # failed or interrupted: leave nothing behind
+            assert options.redis_url is not None
+            await drop_keys_shielded(options.redis_url, prefix)
     store = "embedded" if options.redis_url is None else "redis"
     if dist is not None:
         store = "redis-cluster"
@@ -529,22 +558,29 @@ async def check_run(
     *,
     limits: Limits | None = None,
     faults: Sequence[FaultRecord] | None = None,
+    since_ms: int = 0,
 ) -> CheckResult:
     """Wait until every state of the run expired plus grace, read the store, check the history.
     With a run folder, the store facts are written into it first (with ``limits`` and the fault
     windows) and the check streams the folder tenant by tenant (``loadgen.partition``); without
-    one, it runs in memory. ``faults`` None: no fault record, unknown outcomes not held to it."""
+    one, it runs in memory. ``faults`` None: no fault record, unknown outcomes not held to it.
+    Journal entries before ``since_ms`` (Redis clock) are another run's and not read."""
     await wait_for_expiry(history.max_exp_ms, offset_ms, grace_ms)
     if run_dir is not None:
         if faults is not None:
             write_faults(run_dir, faults)
         bounds = None if limits is None else limits.to_json()
         await trio.to_thread.run_sync(
-            dump_store_facts, run_dir, url, prefix, tenants, grace_ms, bounds
+            partial(dump_store_facts, limits=bounds, since_ms=since_ms),
+            run_dir,
+            url,
+            prefix,
+            tenants,
+            grace_ms,
         )
         return await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
     journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
-        _read_store, url, prefix, tenants
+        _read_store, url, prefix, tenants, since_ms
     )
     windows = None if faults is None else [FaultWindow.from_record(_row(r)) for r in faults]
     return check(

@@ -75,7 +75,7 @@ class WorkersError(RuntimeError):
 
 
 class WorkersStopped(WorkersError):
-    """SIGTERM or SIGINT stopped the run: the workers are stopped, the keys dropped."""
+    """SIGTERM, SIGINT or SIGHUP stopped the run: the workers are stopped, the keys dropped."""
 
     def __init__(self, signum: int, run_dir: Path | None) -> None:
         self.signum = signum
@@ -105,8 +105,10 @@ def worker_options(options: SimulateOptions, k: int, prefix: str) -> SimulateOpt
 
 def _worker_main(options: SimulateOptions, parent: Connection, parent_pid: int) -> None:
     """A worker process: its share of the load, unless its parent goes away first."""
-    # Ctrl-C reaches the whole process group: the parent alone decides, and stops its workers.
+    # Ctrl-C (and a terminal's hangup) reaches the whole process group: the parent alone
+    # decides, and stops its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     message = _orphaned(options.worker, parent_pid)
     log = options.run_dir / "nodes.log" if options.faults and options.run_dir else None
     with nodes_log_to(log):
@@ -157,7 +159,7 @@ def _exit_hard_after(seconds: float, message: str) -> None:
 async def simulate_workers(options: SimulateOptions) -> Simulation:
     """Run ``options.workers`` load processes and check their merged history.
 
-    SIGTERM or SIGINT (Ctrl-C) stops the workers and drops the run's keys, then raises
+    SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops the workers and drops the run's keys, then raises
     ``WorkersStopped``; a worker that fails stops the others and raises ``WorkersError``.
     """
     if options.redis_url is None:
@@ -171,7 +173,7 @@ async def simulate_workers(options: SimulateOptions) -> Simulation:
     signals_seen: list[int] = []
     sims: list[Simulation] = []
     failed: list[WorkersError] = []
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
 
             async def stop_on_signal() -> None:

@@ -1,0 +1,193 @@
+"""Stopping cleanly: SIGTERM, SIGINT and SIGHUP, and children that never outlive their parent.
+
+Layer: cluster. Every long-running command stops the same way on any of the three signals: the
+work is cancelled, whatever it started is stopped and whatever it wrote to a store is dropped,
+and the command exits with the code the signal means (``cluster.exit_codes``). Two tools:
+
+- ``run_stoppable(fn)``: ``trio.run`` with a watcher that turns the first stop signal into a
+  cancellation of ``fn`` (so its ``finally`` blocks and shielded clean-ups run in order), then
+  raises ``Stopped``; a second signal exits at once.
+- ``forward_stop_signals()``: outside a trio run (or inside one that opens no watcher), SIGTERM
+  and SIGHUP are re-raised as SIGINT, which Python turns into ``KeyboardInterrupt`` and trio
+  delivers safely; ``received_signal()`` says which one really came.
+
+A child never outlives its parent. The parent of node processes (``serve --processes``) holds
+the only write end of a pipe, the *lifeline*, whose read end each child watches: it turns
+readable (EOF) exactly when the parent is gone, however the parent ended (SIGKILL included), and
+the child then drains as on SIGTERM. (``simulate --workers`` watches such a pipe too. The
+kernel's PR_SET_PDEATHSIG is used only for uvicorn's worker processes: it fires when the
+*thread* that started the child ends, and trio starts processes from a worker thread that
+ends after ten idle seconds.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+import trio
+
+T = TypeVar("T")
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals every long-running command stops on."""
+
+_PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal this process gets when its parent (thread) ends."""
+
+log = logging.getLogger("cluster.stopping")
+
+_received: list[int] = []
+
+
+class Stopped(Exception):
+    """A stop signal ended the work (after its clean-up ran)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"stopped by {signal_name(signum)}")
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15."""
+    return signal.Signals(signum).name
+
+
+def received_signal() -> int:
+    """The stop signal that came first (SIGINT when none was recorded: a plain Ctrl-C)."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def _forward(signum: int, _frame: object) -> None:
+    _received.append(signum)
+    signal.raise_signal(signal.SIGINT)
+
+
+def forward_stop_signals() -> None:
+    """SIGTERM and SIGHUP from now on act as Ctrl-C (recorded, then SIGINT raised again), so
+    code that stops cleanly on ``KeyboardInterrupt`` stops cleanly on them too. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _forward)
+
+
+@contextlib.contextmanager
+def forwarding_stop_signals() -> Iterator[None]:
+    """``forward_stop_signals`` for the block; the previous handlers (and record) come back
+    after it (a command invoked inside a test process leaves that process as it was)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    _received.clear()
+    forward_stop_signals()
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_stoppable(
+    fn: Callable[[], Awaitable[T]], *, on_stop: Callable[[int], None] | None = None
+) -> T:
+    """``trio.run(fn)``, cancelled by the first stop signal; then raise ``Stopped``.
+
+    ``on_stop`` is told the signal as it arrives (to say "stopping ..."); a second stop signal
+    while ``fn`` cleans up exits at once with that signal's code."""
+    from cluster.exit_codes import exit_code_for_signal
+
+    async def main() -> tuple[list[T], list[int]]:
+        result: list[T] = []
+        seen: list[int] = []
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals, _unwrapped():
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    async for signum in signals:
+                        if seen:
+                            sys.stderr.write(f"{signal_name(signum)} again: exiting now\n")
+                            sys.stderr.flush()
+                            os._exit(exit_code_for_signal(seen[0]))
+                        seen.append(signum)
+                        _received.append(signum)
+                        if on_stop is not None:
+                            on_stop(signum)
+                        nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch)
+                result.append(await fn())
+                nursery.cancel_scope.cancel()
+        return result, seen
+
+    result, seen = trio.run(main)
+    if seen:
+        raise Stopped(seen[0])
+    return result[0]
+
+
+@contextlib.contextmanager
+def _unwrapped() -> Iterator[None]:
+    """The watcher's nursery wraps ``fn``'s exception in a group: hand on ``fn``'s own, so that
+    callers catch what ``fn`` raises (as under a plain ``trio.run``)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+# --- children that stop when their parent is gone -----------------------------------------------
+
+
+def open_lifeline() -> tuple[int, int]:
+    """A pipe ``(read_fd, write_fd)``: pass ``read_fd`` to a child (``pass_fds``) and close it
+    here; keep ``write_fd`` open, never write to it, and close it once the child has ended."""
+    return os.pipe()
+
+
+def watch_lifeline(fd: int, on_parent_gone: Callable[[], None]) -> threading.Thread:
+    """In a child: call ``on_parent_gone`` (from a daemon thread) when the lifeline's write end
+    is closed everywhere, i.e. the parent is gone."""
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 1):
+                pass  # nobody writes; data would be a misuse, EOF is the signal
+        except OSError:
+            pass
+        on_parent_gone()
+
+    thread = threading.Thread(target=watch, name="lifeline", daemon=True)
+    thread.start()
+    return thread
+
+
+def terminate_self() -> None:
+    """Send SIGTERM to this process (a node then drains as when its supervisor stops it)."""
+    log.warning("parent process gone: draining and exiting")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Linux: have the kernel send ``signum`` when the thread that started this process ends
+    (PR_SET_PDEATHSIG); a parent already gone sends it now. Elsewhere: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: nothing to arm
+        return
+    if parent == 1 or os.getppid() != parent:  # the parent died before the call
+        os.kill(os.getpid(), signum)
