@@ -38,6 +38,8 @@ from nodes.http import (
     DEFAULT_DRAIN_TIMEOUT_S,
     DEFAULT_HEADERS_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_HEADER_BYTES,
+    MAX_HEADER_BYTES_RANGE,
     ServerTimeouts,
 )
 from nodes.scope import Scope, ScopeError, normalize_uri
@@ -94,6 +96,11 @@ class _File(BaseModel):
         default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
     )
     list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
+    max_header_bytes: int = Field(
+        default=DEFAULT_MAX_HEADER_BYTES,
+        ge=MAX_HEADER_BYTES_RANGE[0],
+        le=MAX_HEADER_BYTES_RANGE[1],
+    )
     wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
     legacy: _Legacy = Field(default_factory=_Legacy)
     timeouts: _Timeouts = Field(default_factory=_Timeouts)
@@ -113,6 +120,8 @@ class ClusterSettings:
     1 where every master has a replica, else 0 (``cluster.durability``)."""
     timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
     """Header, body, idle and drain bounds of the serving path (``[timeouts]``)."""
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """Largest request header block every server of the node takes (431 past it)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -167,6 +176,7 @@ def load_settings(path: Path) -> ClusterSettings:
         int(parsed.replay_grace_seconds * 1000),
         parsed.wait_replicas,
         timeouts=ServerTimeouts(t.headers, t.body, t.idle, t.drain),
+        max_header_bytes=parsed.max_header_bytes,
     )
 
 

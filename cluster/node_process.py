@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
     p.add_argument("--log-json", action="store_true")
+    p.add_argument("--max-header-bytes", type=int, default=None)
     for name in TIMEOUTS:
         p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
     return p
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.wait_replicas is not None:
         settings = replace(settings, wait_replicas=a.wait_replicas)
     settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))
+    if a.max_header_bytes is not None:
+        settings = replace(settings, max_header_bytes=a.max_header_bytes)
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
     sock = bind_socket(a.host, a.port)
     host, port = sock.getsockname()[:2]
@@ -77,7 +80,13 @@ def main(argv: list[str] | None = None) -> None:
         server_times_bodies=True,
     )
     app = NodeApp(settings, options)
-    config = server_config(app, host=a.host, port=port, timeouts=settings.timeouts)
+    config = server_config(
+        app,
+        host=a.host,
+        port=port,
+        timeouts=settings.timeouts,
+        max_header_bytes=settings.max_header_bytes,
+    )
 
     def ready() -> None:
         print(f"{base}/mcp", flush=True)

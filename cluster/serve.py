@@ -83,6 +83,7 @@ async def serve_http_node(
                     legacy=legacy,
                     body_timeout_s=settings.timeouts.body_s,
                     idle_timeout_s=settings.timeouts.idle_s,
+                    max_header_bytes=settings.max_header_bytes,
                     task_status=task_status,
                     wrap=operations.wrap,
                 )
@@ -192,6 +193,7 @@ class ProcessNode:
         t = self.settings.timeouts
         args += ["--headers-timeout", str(t.headers_s), "--body-timeout", str(t.body_s)]
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
+        args += ["--max-header-bytes", str(self.settings.max_header_bytes)]
         args += self.extra_args
         env = dict(os.environ)
         if self.embedded:
