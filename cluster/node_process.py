@@ -16,7 +16,7 @@ from pathlib import Path
 from cluster.asgi import NodeApp, NodeOptions
 from cluster.durability import parse_wait_replicas
 from cluster.node_server import bind_socket, run_server, server_config
-from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions
+from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions, bind_metrics
 from cluster.serve import settings_for
 from nodes.http import ServerTimeouts
 from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
@@ -70,13 +70,17 @@ def main(argv: list[str] | None = None) -> None:
     sock = bind_socket(a.host, a.port)
     host, port = sock.getsockname()[:2]
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    # The metrics port is served by the same server (cluster.operations.bind_metrics).
+    metrics_socket, ops = bind_metrics(
+        OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port)
+    )
     options = NodeOptions(
         redis_url=a.redis,
         node_id=a.node_id,
         embedded=a.embedded,
         prefix=a.prefix,
         public_url=base,
-        ops=OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port),
+        ops=ops,
         server_times_bodies=True,
     )
     app = NodeApp(settings, options)
@@ -91,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
     def ready() -> None:
         print(f"{base}/mcp", flush=True)
 
+    sockets = [sock] if metrics_socket is None else [sock, metrics_socket]
     with contextlib.suppress(KeyboardInterrupt):
-        run_server(config, ready, sockets=[sock])
+        run_server(config, ready, sockets=sockets)
     sys.exit(0)
 
 
