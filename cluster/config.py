@@ -26,8 +26,11 @@ from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
 from nodes.config import (
     DEFAULT_LIST_PAGE_SIZE,
+    DEFAULT_MAX_BYTES_PER_PRINCIPAL,
     DEFAULT_MAX_NOTE_BODY_BYTES,
+    DEFAULT_MAX_NOTES_PER_PRINCIPAL,
     DEFAULT_MAX_NOTES_PER_WORKSPACE,
+    DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE,
     DEFAULT_STATE_TTL_MS,
     MAX_LIST_PAGE_SIZE,
     LegacyCaps,
@@ -96,6 +99,16 @@ class _File(BaseModel):
         default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
     )
     list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
+    max_notes_per_principal: int = Field(
+        default=DEFAULT_MAX_NOTES_PER_PRINCIPAL, ge=1, le=10_000_000
+    )
+    # At least one largest note; at most 64 GiB.
+    max_bytes_per_principal: int = Field(
+        default=DEFAULT_MAX_BYTES_PER_PRINCIPAL, ge=1024, le=64 * 1024**3
+    )
+    max_share_of_shared_workspace: float = Field(
+        default=DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE, gt=0, le=1
+    )
     max_header_bytes: int = Field(
         default=DEFAULT_MAX_HEADER_BYTES,
         ge=MAX_HEADER_BYTES_RANGE[0],
@@ -166,6 +179,9 @@ def load_settings(path: Path) -> ClusterSettings:
         max_note_body_bytes=parsed.max_note_body_bytes,
         max_notes_per_workspace=parsed.max_notes_per_workspace,
         list_page_size=parsed.list_page_size,
+        max_notes_per_principal=parsed.max_notes_per_principal,
+        max_bytes_per_principal=parsed.max_bytes_per_principal,
+        max_share_of_shared_workspace=parsed.max_share_of_shared_workspace,
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     t = parsed.timeouts

@@ -21,6 +21,25 @@ ConfirmStatus = Literal[
     "changed",
     "full",
 ]
+QuotaName = Literal["notes", "bytes", "share"]
+"""Which per-principal quota refused a write: notes owned in the tenant, bytes those notes hold,
+or notes owned in one shared workspace (a principal's share of it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What the owner of the notes a write touches may hold (0: no bound); checked by the same
+    script that writes. Owners are counted per tenant (every key of a tenant is in one slot)."""
+
+    notes: int = 0
+    """Notes one principal may own in the tenant."""
+    bytes: int = 0
+    """UTF-8 bytes (titles plus bodies) one principal's notes may hold in the tenant."""
+    workspace_notes: int = 0
+    """Notes one principal may own in the target workspace (its share of a shared workspace)."""
+
+
+NO_QUOTA = Quota()
 ConfirmAction = Literal["accept", "decline", "cancel"]
 StoreOp = Literal["delete", "move"]
 """The mutations ``confirm.lua`` performs on an accepted answer."""
@@ -84,6 +103,9 @@ class Confirmation:
     target_workspace: str = ""
     max_notes: int = 0
     """For ``move``: most notes the target may hold (0: no limit); status ``full`` otherwise."""
+    max_owner_notes: int = 0
+    """For ``move``: most notes the note's owner may own in the target (0: no limit); status
+    ``full`` with ``quota == "share"`` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +120,8 @@ class ConfirmOutcome:
     op: StoreOp | None
     note_id: str | None
     redis_now_ms: int
+    quota: QuotaName | None = None
+    """For ``full``: set when the owner's share of the target refused it, not the target's cap."""
 
     @property
     def recorded(self) -> RecordedDecision | None:
@@ -155,6 +179,17 @@ class WorkspaceFull(Exception):
         self.limit = limit
 
 
+class QuotaExceeded(Exception):
+    """A write was refused because the owner of the note would exceed one of its quotas
+    (``Quota``); nothing was written. ``used`` is what the owner holds now."""
+
+    def __init__(self, quota: QuotaName, used: int, limit: int) -> None:
+        super().__init__(f"quota {quota}: {used} held, limit {limit}")
+        self.quota: QuotaName = quota
+        self.used = used
+        self.limit = limit
+
+
 class NoteStoreAPI(Protocol):
     """The async interface the node's protocol core uses."""
 
@@ -172,9 +207,10 @@ class NoteStoreAPI(Protocol):
         created_ms: int = 0,
         *,
         max_notes: int = 0,
+        quota: Quota = NO_QUOTA,
     ) -> Note:
-        """Create a note; ids are chosen by the store. WorkspaceFull when the workspace holds
-        ``max_notes`` already (0: no limit)."""
+        """Create a note owned by ``principal``; ids are chosen by the store. WorkspaceFull when
+        the workspace holds ``max_notes`` already (0: no limit), QuotaExceeded past ``quota``."""
         ...
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
@@ -194,9 +230,17 @@ class NoteStoreAPI(Protocol):
         ...
 
     async def update(
-        self, tenant: str, note: Note, title: str, body: str, principal: str
+        self,
+        tenant: str,
+        note: Note,
+        title: str,
+        body: str,
+        principal: str,
+        *,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
-        """Edit ``note`` if it is unchanged since it was read."""
+        """Edit ``note`` if it is unchanged since it was read (status ``quota_bytes`` when its
+        owner's notes would hold more than ``quota.bytes``)."""
         ...
 
     async def move(
@@ -208,9 +252,11 @@ class NoteStoreAPI(Protocol):
         principal: str,
         *,
         max_notes: int = 0,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
         """Move a note between two workspaces of one tenant (status ``full`` when the target
-        holds ``max_notes`` already; 0: no limit)."""
+        holds ``max_notes`` already, 0: no limit; ``quota_share`` when the note's owner owns
+        ``quota.workspace_notes`` there already)."""
         ...
 
     async def confirm(self, confirmation: Confirmation) -> ConfirmOutcome:

@@ -16,11 +16,15 @@ import coredis
 import coredis.exceptions
 
 from store.api import (
+    NO_QUOTA,
     Confirmation,
     ConfirmOutcome,
     ConfirmStatus,
     Note,
     NoteHead,
+    Quota,
+    QuotaExceeded,
+    QuotaName,
     SetupOutcome,
     SetupStatus,
     Snapshot,
@@ -80,6 +84,12 @@ that only ask ``outcome_unknown`` stay safe."""
 _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
 _SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
 _RECORDED_OPS: dict[str, StoreOp] = {"deleted": "delete", "moved": "move"}
+_QUOTA_STATUSES: dict[str, QuotaName] = {
+    "quota_notes": "notes",
+    "quota_bytes": "bytes",
+    "quota_share": "share",
+}
+"""How the scripts word a quota refusal, and the quota it names."""
 """How ``confirm.lua`` words an executed operation in its recorded outcome ``<word>:<note id>``."""
 
 
@@ -110,6 +120,8 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
     if st not in _CONFIRM_STATUSES:
         raise StoreUnavailable(f"confirm: unexpected status {st!r}")
     confirm_status: ConfirmStatus = st  # type: ignore[assignment]
+    if st == "full" and rec == "share":
+        return ConfirmOutcome(confirm_status, None, None, int(now), quota="share")
     if rec in ("", "declined"):
         return ConfirmOutcome(confirm_status, None, None, int(now))
     word, sep, note_id = rec.partition(":")
@@ -117,6 +129,13 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
     if op is None or not sep or not note_id:
         raise StoreUnavailable(f"confirm: unexpected recorded outcome {rec!r}")
     return ConfirmOutcome(confirm_status, op, note_id, int(now))
+
+
+def _quota_exceeded(status: str, used: int, quota: Quota) -> QuotaExceeded:
+    """The refusal a script's ``quota_*`` status and count amount to."""
+    name = _QUOTA_STATUSES[status]
+    limit = {"notes": quota.notes, "bytes": quota.bytes, "share": quota.workspace_notes}[name]
+    return QuotaExceeded(name, used, limit)
 
 
 def _script(name: str) -> str:
@@ -244,16 +263,25 @@ class NoteStore:
         created_ms: int = 0,
         *,
         max_notes: int = 0,
+        quota: Quota = NO_QUOTA,
     ) -> Note:
-        """Create a note with a fresh random id (retried on the astronomically rare collision).
-        ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now. WorkspaceFull
-        when the workspace already holds ``max_notes`` (0: no limit), checked in the script."""
+        """Create a note owned by ``principal`` with a fresh random id (retried on the
+        astronomically rare collision). ``created_ms`` backdates it (seeding only); 0 means the
+        Redis clock's now. WorkspaceFull when the workspace already holds ``max_notes`` (0: no
+        limit), QuotaExceeded past one of ``quota``'s bounds, both checked in the script."""
         k = self.keys(tenant)
         for _ in range(4):
             note_id = "n" + secrets.token_hex(8)
             status, version, now = await self._run(
                 "create",
-                [k.note(note_id), k.workspace(workspace), k.title(workspace, title), k.journal],
+                [
+                    k.note(note_id),
+                    k.workspace(workspace),
+                    k.title(workspace, title),
+                    k.journal,
+                    k.usage,
+                    k.workspace_usage(workspace),
+                ],
                 [
                     note_id,
                     title,
@@ -263,10 +291,15 @@ class NoteStore:
                     self.journal_maxlen,
                     created_ms,
                     max_notes,
+                    quota.notes,
+                    quota.bytes,
+                    quota.workspace_notes,
                 ],
             )
             if status == "full":
                 raise WorkspaceFull(workspace, max_notes)
+            if status in _QUOTA_STATUSES:
+                raise _quota_exceeded(str(status), int(version), quota)
             if status == "created":
                 return Note(note_id, title, workspace, int(version), int(now), int(now), body)
         raise StoreUnavailable("create: could not find a free note id")
@@ -316,9 +349,17 @@ class NoteStore:
         return await self._read(tenant, self.keys(tenant).workspace(workspace), limit, after)
 
     async def update(
-        self, tenant: str, note: Note, title: str, body: str, principal: str
+        self,
+        tenant: str,
+        note: Note,
+        title: str,
+        body: str,
+        principal: str,
+        *,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
-        """Edit ``note`` unless it changed since it was read (status ``changed``: read again)."""
+        """Edit ``note`` unless it changed since it was read (status ``changed``: read again;
+        ``quota_bytes`` when its owner's notes would hold more than ``quota.bytes``)."""
         k = self.keys(tenant)
         status, version, now = await self._run(
             "update",
@@ -327,6 +368,7 @@ class NoteStore:
                 k.title(note.workspace, note.title),
                 k.title(note.workspace, title),
                 k.journal,
+                k.usage,
             ],
             [
                 note.note_id,
@@ -336,6 +378,7 @@ class NoteStore:
                 body,
                 principal,
                 self.journal_maxlen,
+                quota.bytes,
             ],
         )
         if status != "updated":
@@ -354,10 +397,12 @@ class NoteStore:
         principal: str,
         *,
         max_notes: int = 0,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
         """Move a note from ``source`` to ``target`` (same tenant). Reads the title first to find
         the index entries; a concurrent edit makes the script refuse and this call retry. Status
-        ``full`` when ``target`` already holds ``max_notes`` (0: no limit)."""
+        ``full`` when ``target`` already holds ``max_notes`` (0: no limit), ``quota_share`` when
+        the note's owner owns ``quota.workspace_notes`` notes there already."""
         k = self.keys(tenant)
         for _ in range(8):
             note = await self.head(tenant, note_id)
@@ -374,8 +419,18 @@ class NoteStore:
                     k.title(source, note.title),
                     k.title(target, note.title),
                     k.journal,
+                    k.workspace_usage(source),
+                    k.workspace_usage(target),
                 ],
-                [note_id, source, target, principal, self.journal_maxlen, max_notes],
+                [
+                    note_id,
+                    source,
+                    target,
+                    principal,
+                    self.journal_maxlen,
+                    max_notes,
+                    quota.workspace_notes,
+                ],
             )
             if status == "moved":
                 moved = NoteHead(
@@ -396,8 +451,12 @@ class NoteStore:
             k.title(c.workspace, c.title),
             k.journal,
         ]
+        source_usage = k.workspace_usage(c.workspace)
         if c.op == "move":
             keys += [k.workspace(c.target_workspace), k.title(c.target_workspace, c.title)]
+            keys += [k.usage, source_usage, k.workspace_usage(c.target_workspace)]
+        else:  # the target's keys are unused: the source's stand in for them
+            keys += [keys[2], keys[3], k.usage, source_usage, source_usage]
         reply = await self._run(
             "confirm",
             keys,
@@ -419,6 +478,7 @@ class NoteStore:
                 # expiry, a write whose offset covers the recorded outcome it returns.
                 1 if self.wait_replicas > 0 else 0,
                 c.max_notes,
+                c.max_owner_notes,
             ],
         )
         out = parse_confirm_reply(reply)
