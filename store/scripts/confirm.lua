@@ -64,7 +64,7 @@ if ARGV[10] == 'move' then
   redis.call('SADD', KEYS[6], ARGV[5])
   redis.call('SADD', KEYS[7], ARGV[5])
   if cur[4] then
-    redis.call('HINCRBY', KEYS[9], cur[4], -1)
+    if redis.call('HINCRBY', KEYS[9], cur[4], -1) <= 0 then redis.call('HDEL', KEYS[9], cur[4]) end
     redis.call('HINCRBY', KEYS[10], cur[4], 1)
   end
   outcome = 'moved:' .. ARGV[5]
@@ -74,10 +74,13 @@ else
   redis.call('DEL', KEYS[2])
   redis.call('SREM', KEYS[3], ARGV[5])
   redis.call('SREM', KEYS[4], ARGV[5])
-  if cur[4] then
-    redis.call('HINCRBY', KEYS[8], 'n:' .. cur[4], -1)
-    redis.call('HINCRBY', KEYS[8], 'b:' .. cur[4], -size)
-    redis.call('HINCRBY', KEYS[9], cur[4], -1)
+  if cur[4] then  -- the owner's counts; a count that reaches 0 leaves no field behind
+    if redis.call('HINCRBY', KEYS[8], 'n:' .. cur[4], -1) <= 0 then
+      redis.call('HDEL', KEYS[8], 'n:' .. cur[4], 'b:' .. cur[4])
+    else
+      redis.call('HINCRBY', KEYS[8], 'b:' .. cur[4], -size)
+    end
+    if redis.call('HINCRBY', KEYS[9], cur[4], -1) <= 0 then redis.call('HDEL', KEYS[9], cur[4]) end
   end
   outcome = 'deleted:' .. ARGV[5]
 end

@@ -19,7 +19,7 @@ if owner then
   local share = tonumber(ARGV[7] or '0')
   local there = tonumber(redis.call('HGET', KEYS[8], owner) or '0')
   if share > 0 and there >= share then return {'quota_share', there, now} end
-  redis.call('HINCRBY', KEYS[7], owner, -1)
+  if redis.call('HINCRBY', KEYS[7], owner, -1) <= 0 then redis.call('HDEL', KEYS[7], owner) end
   redis.call('HINCRBY', KEYS[8], owner, 1)
 end
 local version = tonumber(cur[2]) + 1
