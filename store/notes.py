@@ -184,7 +184,8 @@ WRITE_REPLY_FIELDS = 9
 
 def parse_write_reply(reply: list[Any]) -> tuple[str, NoteHead | None, int, bool]:
     """A create, update or move reply as (status, note after the write or None, now_ms,
-    replayed). IdempotencyConflict for ``conflict``."""
+    replayed). IdempotencyConflict for ``conflict``. For a ``quota_*`` refusal the reply's
+    version field is what the note's owner holds now (the caller reads it from the reply)."""
     if len(reply) != WRITE_REPLY_FIELDS:
         raise StoreUnavailable(f"write: unexpected reply of {len(reply)} fields")
     status, note_id, title, ws, version, created, updated, now, replayed = reply
