@@ -1257,6 +1257,7 @@ def node(
         timeouts=settings.timeouts,
         workers=workers,
         factory=True,
+        max_header_bytes=settings.max_header_bytes,
     )
     run_server(config)
 

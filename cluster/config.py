@@ -27,8 +27,11 @@ from nodes.auth import TokenTable
 from nodes.config import (
     DEFAULT_IDEMPOTENCY_WINDOW_MS,
     DEFAULT_LIST_PAGE_SIZE,
+    DEFAULT_MAX_BYTES_PER_PRINCIPAL,
     DEFAULT_MAX_NOTE_BODY_BYTES,
+    DEFAULT_MAX_NOTES_PER_PRINCIPAL,
     DEFAULT_MAX_NOTES_PER_WORKSPACE,
+    DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE,
     DEFAULT_STATE_TTL_MS,
     MAX_LIST_PAGE_SIZE,
     LegacyCaps,
@@ -39,6 +42,8 @@ from nodes.http import (
     DEFAULT_DRAIN_TIMEOUT_S,
     DEFAULT_HEADERS_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_HEADER_BYTES,
+    MAX_HEADER_BYTES_RANGE,
     ServerTimeouts,
 )
 from nodes.scope import Scope, ScopeError, normalize_uri
@@ -98,6 +103,21 @@ class _File(BaseModel):
     idempotency_window_seconds: float = Field(
         default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=1, le=7 * 86_400
     )
+    max_notes_per_principal: int = Field(
+        default=DEFAULT_MAX_NOTES_PER_PRINCIPAL, ge=1, le=10_000_000
+    )
+    # At least one largest note; at most 64 GiB.
+    max_bytes_per_principal: int = Field(
+        default=DEFAULT_MAX_BYTES_PER_PRINCIPAL, ge=1024, le=64 * 1024**3
+    )
+    max_share_of_shared_workspace: float = Field(
+        default=DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE, gt=0, le=1
+    )
+    max_header_bytes: int = Field(
+        default=DEFAULT_MAX_HEADER_BYTES,
+        ge=MAX_HEADER_BYTES_RANGE[0],
+        le=MAX_HEADER_BYTES_RANGE[1],
+    )
     wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
     legacy: _Legacy = Field(default_factory=_Legacy)
     timeouts: _Timeouts = Field(default_factory=_Timeouts)
@@ -117,6 +137,8 @@ class ClusterSettings:
     1 where every master has a replica, else 0 (``cluster.durability``)."""
     timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
     """Header, body, idle and drain bounds of the serving path (``[timeouts]``)."""
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    """Largest request header block every server of the node takes (431 past it)."""
 
     def with_state_ttl(self, seconds: float | None) -> ClusterSettings:
         """A copy with another state expiry (``None``: unchanged)."""
@@ -168,6 +190,9 @@ def load_settings(path: Path) -> ClusterSettings:
         max_notes_per_workspace=parsed.max_notes_per_workspace,
         list_page_size=parsed.list_page_size,
         idempotency_window_ms=int(parsed.idempotency_window_seconds * 1000),
+        max_notes_per_principal=parsed.max_notes_per_principal,
+        max_bytes_per_principal=parsed.max_bytes_per_principal,
+        max_share_of_shared_workspace=parsed.max_share_of_shared_workspace,
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     t = parsed.timeouts
@@ -178,6 +203,7 @@ def load_settings(path: Path) -> ClusterSettings:
         int(parsed.replay_grace_seconds * 1000),
         parsed.wait_replicas,
         timeouts=ServerTimeouts(t.headers, t.body, t.idle, t.drain),
+        max_header_bytes=parsed.max_header_bytes,
     )
 
 

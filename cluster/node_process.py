@@ -18,7 +18,7 @@ from cluster.asgi import NodeApp, NodeOptions
 from cluster.config import ConfigError
 from cluster.durability import parse_wait_replicas
 from cluster.node_server import bind_socket, run_server, server_config
-from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions
+from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions, bind_metrics
 from cluster.serve import settings_for, with_demo_anonymous
 from cluster.stopping import terminate_self, watch_lifeline
 from nodes.http import ServerTimeouts
@@ -51,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
     p.add_argument("--log-json", action="store_true")
     p.add_argument("--demo-anonymous", default=None, metavar="PRINCIPAL")
+    p.add_argument("--max-header-bytes", type=int, default=None)
     for name in TIMEOUTS:
         p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
     return p
@@ -80,27 +81,40 @@ def main(argv: list[str] | None = None) -> None:
         settings = with_demo_anonymous(settings, a.demo_anonymous, a.host)
     except ConfigError as exc:
         sys.exit(f"node: {exc}")
+    if a.max_header_bytes is not None:
+        settings = replace(settings, max_header_bytes=a.max_header_bytes)
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
     sock = bind_socket(a.host, a.port)
     host, port = sock.getsockname()[:2]
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    # The metrics port is served by the same server (cluster.operations.bind_metrics).
+    metrics_socket, ops = bind_metrics(
+        OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port)
+    )
     options = NodeOptions(
         redis_url=a.redis,
         node_id=a.node_id,
         embedded=a.embedded,
         prefix=a.prefix,
         public_url=base,
-        ops=OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port),
+        ops=ops,
         server_times_bodies=True,
     )
     app = NodeApp(settings, options)
-    config = server_config(app, host=a.host, port=port, timeouts=settings.timeouts)
+    config = server_config(
+        app,
+        host=a.host,
+        port=port,
+        timeouts=settings.timeouts,
+        max_header_bytes=settings.max_header_bytes,
+    )
 
     def ready() -> None:
         print(f"{base}/mcp", flush=True)
 
+    sockets = [sock] if metrics_socket is None else [sock, metrics_socket]
     with contextlib.suppress(KeyboardInterrupt):
-        run_server(config, ready, sockets=[sock])
+        run_server(config, ready, sockets=sockets)
     sys.exit(0)
 
 

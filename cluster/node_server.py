@@ -9,6 +9,10 @@ What uvicorn lacks is added here, small and local:
 - header and body timeouts (``ServerTimeouts``): uvicorn bounds only the idle time between
   requests, so a client that opens a connection and sends half a header block, or headers that
   promise a body it never sends, would hold it for ever; ``_TimedHttpToolsProtocol`` closes it;
+- a header size bound (``max_header_bytes``): uvicorn's ``h11_max_incomplete_event_size``
+  applies to h11 only, and httptools buffers a header of any length (four connections sending
+  an unfinished 50 MB header grew a node from 84 to 281 MB); past the bound the protocol
+  answers 431 and closes, whether the block is unfinished or complete;
 - a drain hook: on SIGTERM uvicorn stops accepting, closes idle connections, lets in-flight
   requests finish within ``timeout_graceful_shutdown`` and then runs the lifespan shutdown;
   ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``), which would
@@ -28,23 +32,31 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
+import httptools
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import multiprocess
 
 from cluster.stopping import die_with_parent
-from nodes.http import ServerTimeouts
+from nodes.http import (
+    DEFAULT_MAX_HEADER_BYTES,
+    HEADER_BLOCK_TOO_LARGE,
+    ServerTimeouts,
+    header_block_size,
+)
 
 log = logging.getLogger("cluster.node_server")
 
 
 class NodeServerConfig(uvicorn.Config):
-    """uvicorn's config plus the header and body timeouts (read by ``_TimedHttpToolsProtocol``);
-    a module level class so that worker processes can unpickle it."""
+    """uvicorn's config plus the header and body timeouts and the header size bound (read by
+    ``_TimedHttpToolsProtocol``); a module level class so that worker processes can unpickle
+    it."""
 
     headers_timeout_s: float = ServerTimeouts().headers_s
     body_timeout_s: float = ServerTimeouts().body_s
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
 
 
 _BODY_TIMEOUT_RESPONSE = (
@@ -52,18 +64,65 @@ _BODY_TIMEOUT_RESPONSE = (
 )
 
 
+def _header_too_large_response(max_header_bytes: int) -> bytes:
+    body = HEADER_BLOCK_TOO_LARGE % max_header_bytes
+    head = (
+        b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+        b"content-type: text/plain; charset=utf-8\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+    )
+    return head + body
+
+
+class _HeaderBlockTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a request whose header block is too large."""
+
+
 class _TimedHttpToolsProtocol(HttpToolsProtocol):
     """httptools' protocol with two more deadlines: the header block must be complete within
     ``headers_timeout_s`` (from the connection's start, then from each request's first byte),
     and the body within ``body_timeout_s`` of its headers; past the first the connection is
     closed, past the second the client gets 408 (unless a response started) and it is closed.
-    One timer per phase: far cheaper than a cancel scope around the app's body read."""
+    One timer per phase: far cheaper than a cancel scope around the app's body read.
+
+    And one size bound: while a header block is being received, the bytes that arrived count
+    against ``max_header_bytes`` (checked after each read is parsed, so the parser holds at most
+    the bound plus one read); a complete block is measured exactly (``header_block_size``).
+    Past the bound the client gets 431 and the connection is closed."""
 
     _timer: asyncio.TimerHandle | None = None
+    _heading = True
+    """Between a request's start (or the previous request's end) and its complete headers."""
+    _header_bytes = 0
+    _header_refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm(self.config.headers_timeout_s, self._headers_timed_out)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's, with the header size bound around the parser."""
+        if self._heading:
+            self._header_bytes += len(data)
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self._header_refused:
+                self._refuse_header_block()
+                return
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._heading and self._header_bytes > self.config.max_header_bytes:  # type: ignore[attr-defined]
+            self._refuse_header_block()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -72,12 +131,25 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._heading = False
+        if header_block_size(self.url, self.headers) > self.config.max_header_bytes:  # type: ignore[attr-defined]
+            self._header_refused = True
+            raise _HeaderBlockTooLarge  # stops the parser: data_received answers 431
         super().on_headers_complete()
         self._arm(self.config.body_timeout_s, self._body_timed_out)  # type: ignore[attr-defined]
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._heading = True
+        self._header_bytes = 0
         super().on_message_complete()
+
+    def _refuse_header_block(self) -> None:
+        self._heading = False
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(_header_too_large_response(self.config.max_header_bytes))  # type: ignore[attr-defined]
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -175,10 +247,12 @@ def server_config(
     workers: int = 1,
     factory: bool = False,
     log_level: str | None = None,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
 ) -> NodeServerConfig:
     """uvicorn settings of a node process: httptools, uvloop, no access log, no proxy headers
-    (a node trusts no forwarded address), the idle, drain and header timeouts. With
-    ``log_level``, uvicorn's own logging setup at that level (else the process's logging)."""
+    (a node trusts no forwarded address), the idle, drain and header timeouts, the header size
+    bound. With ``log_level``, uvicorn's own logging setup at that level (else the process's
+    logging)."""
     config = NodeServerConfig(
         app,
         host=host,
@@ -195,9 +269,11 @@ def server_config(
         timeout_graceful_shutdown=timeouts.drain_s,  # type: ignore[arg-type]
         workers=workers,
         factory=factory,
+        h11_max_incomplete_event_size=max_header_bytes,  # the same bound, should h11 serve
     )
     config.headers_timeout_s = timeouts.headers_s
     config.body_timeout_s = timeouts.body_s
+    config.max_header_bytes = max_header_bytes
     return config
 
 

@@ -1,19 +1,22 @@
 """What a served node adds for its operator: readiness, metrics on their own port, durability.
 
 Layer: cluster. Composes ``nodes.health``, ``nodes.metrics`` and ``cluster.durability`` around one
-node that ``cluster.serve`` starts; the node itself knows none of this.
+node that ``cluster.serve`` starts; the node itself knows none of this. Metrics are served by
+the node's own server on a second listening socket (``bind_metrics``), so they get the same
+header bound and timeouts as the MCP port and no thread of their own.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from nodes.health import Readiness, ReadinessProbe, with_health
 from nodes.legacy import LegacyAdapter
-from nodes.metrics import ASGIApp, NodeMetrics, serve_metrics, with_metrics
+from nodes.metrics import ASGIApp, NodeMetrics, with_metrics, with_metrics_port
 from nodes.protocol import Node
 
 log = logging.getLogger("cluster.operations")
@@ -44,11 +47,29 @@ class NodeOperations:
 
     readiness: Readiness
     metrics: NodeMetrics | None
+    metrics_port: int | None = None
+    """The local port whose requests get the metrics (the server listens on it too)."""
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` with ``/healthz``, ``/readyz`` and (with metrics) the request metrics."""
+        """``app`` with ``/healthz``, ``/readyz`` and (with metrics) the request metrics, and
+        the metrics endpoint for requests on the metrics port."""
         inner = app if self.metrics is None else with_metrics(app, self.metrics)
-        return with_health(inner, self.readiness)
+        served = with_health(inner, self.readiness)
+        if self.metrics is None or self.metrics_port is None:
+            return served
+        return with_metrics_port(served, self.metrics.registry, self.metrics_port)
+
+
+def bind_metrics(options: OpsOptions) -> tuple[socket.socket | None, OpsOptions]:
+    """The listening socket of the metrics (None when ``options`` names no port), and the
+    options with the port it bound (``metrics_port = 0``: a free one). The node's server serves
+    it beside the MCP port (``serve_node(sockets=...)``, ``run_server(sockets=...)``)."""
+    if options.metrics_port is None:
+        return None, options
+    from cluster.node_server import bind_socket
+
+    sock = bind_socket(options.metrics_host, options.metrics_port)
+    return sock, replace(options, metrics_port=int(sock.getsockname()[1]))
 
 
 @contextmanager
@@ -59,20 +80,18 @@ def operate_node(
     options: OpsOptions,
     legacy: LegacyAdapter | None = None,
 ) -> Iterator[NodeOperations]:
-    """While the context lasts, serve ``metrics`` (when ``options`` names a port) on their own
-    port; yield the node's operations (``NodeOperations.wrap`` goes around its HTTP app)."""
-    with ExitStack() as stack:
-        if metrics is not None and options.metrics_port is not None:
-            metrics.watch_node(node)
-            if legacy is not None:
-                metrics.watch_legacy(legacy.statistics)
-            port = stack.enter_context(
-                serve_metrics(metrics.registry, options.metrics_host, options.metrics_port)
-            )
-            log.info(
-                "metrics of %s at http://%s:%d/metrics", node.config.node_id,
-                options.metrics_host, port,
-            )  # fmt: skip
-        else:
-            metrics = None
-        yield NodeOperations(Readiness(probe), metrics)
+    """Yield the node's operations (``NodeOperations.wrap`` goes around its HTTP app): with
+    ``metrics`` and a port in ``options`` (the port the server listens on for them, bound by
+    ``bind_metrics``), requests on that port get the metrics."""
+    port = options.metrics_port
+    if metrics is not None and port is not None:
+        metrics.watch_node(node)
+        if legacy is not None:
+            metrics.watch_legacy(legacy.statistics)
+        log.info(
+            "metrics of %s at http://%s:%d/metrics", node.config.node_id,
+            options.metrics_host, port,
+        )  # fmt: skip
+    else:
+        metrics = port = None
+    yield NodeOperations(Readiness(probe), metrics, port)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -25,7 +26,7 @@ import trio
 from cluster.config import ClusterSettings, ConfigError, demo_settings, load_settings
 from cluster.durability import resolve_wait_replicas
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
-from cluster.operations import OpsOptions, operate_node
+from cluster.operations import OpsOptions, bind_metrics, operate_node
 from cluster.stopping import open_lifeline
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
@@ -59,8 +60,32 @@ async def serve_http_node(
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
     serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store, and
-    ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``cluster.operations``)."""
-    ops = ops or OpsOptions()
+    ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``cluster.operations``),
+    which the same server serves on that port."""
+    metrics_socket, ops = bind_metrics(ops or OpsOptions())
+    try:
+        await _serve_http_node(
+            settings, redis_url, embedded, host, port, node_id, prefix, legacy_limits, ops,
+            [] if metrics_socket is None else [metrics_socket], task_status,
+        )  # fmt: skip
+    finally:
+        if metrics_socket is not None and metrics_socket.fileno() != -1:
+            metrics_socket.close()  # not handed over: the node failed before serving
+
+
+async def _serve_http_node(
+    settings: ClusterSettings,
+    redis_url: str,
+    embedded: bool,
+    host: str,
+    port: int,
+    node_id: str,
+    prefix: str,
+    legacy_limits: LegacyLimits | None,
+    ops: OpsOptions,
+    sockets: list[socket.socket],
+    task_status: anyio.abc.TaskStatus[str],
+) -> None:
     async with open_redis(redis_url, embedded=embedded) as client:
         store = NoteStore(
             client,
@@ -83,6 +108,8 @@ async def serve_http_node(
                     legacy=legacy,
                     body_timeout_s=settings.timeouts.body_s,
                     idle_timeout_s=settings.timeouts.idle_s,
+                    max_header_bytes=settings.max_header_bytes,
+                    sockets=sockets,
                     task_status=task_status,
                     wrap=operations.wrap,
                 )
@@ -195,6 +222,7 @@ class ProcessNode:
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
         if self.settings.tokens.anonymous is not None:
             args += ["--demo-anonymous", self.settings.tokens.anonymous]
+        args += ["--max-header-bytes", str(self.settings.max_header_bytes)]
         args += self.extra_args
         env = dict(os.environ)
         if self.embedded:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
+from store.api import Quota
 
 SERVER_VERSION = "0.1.0"
 
@@ -32,6 +33,20 @@ a body stays cheap. Counted in bytes, not characters, so four-byte characters ca
 DEFAULT_MAX_NOTES_PER_WORKSPACE = 10_000
 """Most notes one workspace holds; a create or move into a full workspace is refused. Bounds what
 one principal can store and what one listing can walk."""
+
+DEFAULT_MAX_NOTES_PER_PRINCIPAL = 10_000
+"""Most notes one principal may own (have created and not deleted) in one tenant: what one
+client can make the store hold in records, whatever the workspaces it is granted."""
+
+DEFAULT_MAX_BYTES_PER_PRINCIPAL = 64 * 1024 * 1024
+"""Most UTF-8 bytes (titles plus bodies) one principal's notes may hold in one tenant (64 MiB):
+so one principal cannot fill Redis' memory for the others. Size Redis for the principals it
+serves (a tenant's principals times this, plus about 300 bytes of keys per note)."""
+
+DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE = 0.5
+"""In a workspace more than one principal is granted, the share of ``max_notes_per_workspace``
+one principal's notes may fill: one principal alone cannot fill a shared workspace for the
+others."""
 
 DEFAULT_LIST_PAGE_SIZE = 100
 """Notes per ``notes_list`` page; the rest follow through ``nextCursor``."""
@@ -110,5 +125,28 @@ class NodeConfig:
     """Notes per ``notes_list`` page (1..``MAX_LIST_PAGE_SIZE``)."""
     idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS
     """How long a write with an idempotency key is remembered (``nodes.idempotency``)."""
+    max_notes_per_principal: int = DEFAULT_MAX_NOTES_PER_PRINCIPAL
+    """Most notes one principal may own per tenant (create), checked atomically by the script."""
+    max_bytes_per_principal: int = DEFAULT_MAX_BYTES_PER_PRINCIPAL
+    """Most bytes (titles plus bodies) one principal's notes may hold per tenant (create,
+    update)."""
+    max_share_of_shared_workspace: float = DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE
+    """Share (0..1] of ``max_notes_per_workspace`` one principal may own in a shared workspace
+    (create, move, archive)."""
     legacy: LegacyCaps = field(default_factory=LegacyCaps)
     """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""
+
+    def share_of(self, workspace_uri: str) -> int:
+        """Most notes one principal may own in ``workspace_uri``: its share when the workspace
+        is shared (at least one note), else 0 (only the workspace's own cap)."""
+        if workspace_uri not in self.scope.shared:
+            return 0
+        return max(1, int(self.max_notes_per_workspace * self.max_share_of_shared_workspace))
+
+    def quota(self, workspace_uri: str) -> Quota:
+        """The per-principal quota of a write into ``workspace_uri``."""
+        return Quota(
+            notes=self.max_notes_per_principal,
+            bytes=self.max_bytes_per_principal,
+            workspace_notes=self.share_of(workspace_uri),
+        )

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
@@ -68,6 +69,12 @@ DEFAULT_HEADERS_TIMEOUT_S = 10.0
 previous response (enforced by the server: ``cluster.node_server``)."""
 DEFAULT_IDLE_TIMEOUT_S = 5.0
 """How long a keep-alive connection may sit idle between requests before the server closes it."""
+DEFAULT_MAX_HEADER_BYTES = 32_768
+"""Largest request header block (request target plus header lines, 32 KiB), answered 431 past
+it. Our clients send a few hundred bytes (a bearer token, Origin, the Mcp-* headers); the bound
+keeps a client that streams an endless header from making the server buffer it."""
+MAX_HEADER_BYTES_RANGE = (1_024, 1_048_576)
+"""What a configuration may set ``max_header_bytes`` to."""
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
 """On SIGTERM: how long in-flight requests may take to finish once the node stopped accepting;
 past it they are cancelled and their clients see the connection drop (outcome unknown)."""
@@ -100,6 +107,39 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _CREDENTIAL_HEADERS = ("authorization", "cookie")
 """Removed before the headers reach the core: it needs the principal, never the secret."""
+
+
+def header_block_size(target: bytes, headers: Iterable[tuple[bytes, bytes]]) -> int:
+    """The size a header block is held to: the request target plus each ``name: value`` line
+    (the request line's method and version, and the blank line, are a few bytes more)."""
+    return len(target) + sum(len(name) + len(value) + 4 for name, value in headers)
+
+
+def header_bound(app: ASGIApp, max_header_bytes: int) -> ASGIApp:
+    """``app`` behind a check of each request's header block (``header_block_size``): past
+    ``max_header_bytes`` it answers 431 itself. For servers that bound only the unparsed
+    buffer (hypercorn's h11: a larger block that arrives in one read passes it)."""
+
+    async def bounded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            target = scope.get("raw_path") or b""
+            if header_block_size(target, scope["headers"]) > max_header_bytes:
+                body = HEADER_BLOCK_TOO_LARGE % max_header_bytes
+                headers = [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ]
+                await send({"type": "http.response.start", "status": 431, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return bounded
+
+
+HEADER_BLOCK_TOO_LARGE = b"request header block larger than %d bytes"
+"""The body of every 431 answer (the bound filled in)."""
 
 
 @dataclass(frozen=True)
@@ -546,6 +586,8 @@ async def serve_node(
     port: int = 0,
     endpoint: str = DEFAULT_ENDPOINT,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    sockets: Sequence[socket.socket] = (),
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     wrap: Callable[[ASGIApp], ASGIApp] | None = None,
     **app_kwargs: Any,
@@ -557,6 +599,13 @@ async def serve_node(
     Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
     ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``; ``wrap`` (e.g. health
     endpoints and metrics, ``cluster.operations``) wraps the app in middleware.
+
+    Bounds: a header block larger than ``max_header_bytes`` is answered 431 (h11 refuses an
+    unfinished one past it as it arrives, ``header_bound`` a complete one), and the whole header
+    block must arrive within ``idle_timeout_s`` of the connection's start or the previous
+    response (hypercorn's idle timer runs until a request's headers are parsed). ``sockets``:
+    further listening sockets the same server serves (handed over: the server closes them),
+    with the same bounds; the app tells them apart by ``scope["server"]`` (metrics).
     """
     if sniffio.current_async_library() != "trio":
         raise RuntimeError("serve_node runs hypercorn's trio worker: serve from a trio process")
@@ -565,10 +614,13 @@ async def serve_node(
     app: ASGIApp = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
     if wrap is not None:
         app = wrap(app)
+    app = header_bound(app, max_header_bytes)
     config = Config()
-    config.bind = [_bind(host, port)]
+    config.bind = [_bind(host, port)] + [f"fd://{s.detach()}" for s in sockets]
     config.accesslog = None
     config.keep_alive_timeout = idle_timeout_s
+    config.h11_max_incomplete_size = max_header_bytes
+    config.h2_max_header_list_size = max_header_bytes
     # A Logger instance, not "-": hypercorn then leaves handlers to the application's logging.
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False

@@ -254,6 +254,9 @@ class Scope:
     """Canonical workspace URI -> tenant name."""
     grants: Mapping[str, tuple[str, ...]]
     """Principal -> canonical root URIs it may use, sorted and deduplicated."""
+    shared: frozenset[str] = frozenset()
+    """The workspaces more than one principal is granted (a principal's share of each is
+    bounded: ``NodeConfig.quota``)."""
 
     @classmethod
     def build(cls, workspaces: Mapping[str, str], grants: Mapping[str, Iterable[str]]) -> Scope:
@@ -271,9 +274,15 @@ class Scope:
             if isinstance(roots, str):
                 raise ScopeError(f"grants for {principal!r} must be a collection of URIs")
             granted[principal] = tuple(sorted({_config_uri(r, "grant") for r in roots}))
+        shared = frozenset(
+            uri
+            for uri in spaces
+            if sum(any(contains(r, uri) for r in roots) for roots in granted.values()) > 1
+        )
         return cls(
             workspaces=MappingProxyType(dict(sorted(spaces.items()))),
             grants=MappingProxyType(dict(sorted(granted.items()))),
+            shared=shared,
         )
 
     def authorize(self, principal: str, raw_workspace_uri: str) -> Workspace:

@@ -23,6 +23,25 @@ ConfirmStatus = Literal[
     "changed",
     "full",
 ]
+QuotaName = Literal["notes", "bytes", "share"]
+"""Which per-principal quota refused a write: notes owned in the tenant, bytes those notes hold,
+or notes owned in one shared workspace (a principal's share of it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """What the owner of the notes a write touches may hold (0: no bound); checked by the same
+    script that writes. Owners are counted per tenant (every key of a tenant is in one slot)."""
+
+    notes: int = 0
+    """Notes one principal may own in the tenant."""
+    bytes: int = 0
+    """UTF-8 bytes (titles plus bodies) one principal's notes may hold in the tenant."""
+    workspace_notes: int = 0
+    """Notes one principal may own in the target workspace (its share of a shared workspace)."""
+
+
+NO_QUOTA = Quota()
 ConfirmAction = Literal["accept", "decline", "cancel"]
 StoreOp = Literal["delete", "move"]
 """The mutations ``confirm.lua`` performs on an accepted answer."""
@@ -134,6 +153,9 @@ class Confirmation:
     target_workspace: str = ""
     max_notes: int = 0
     """For ``move``: most notes the target may hold (0: no limit); status ``full`` otherwise."""
+    max_owner_notes: int = 0
+    """For ``move``: most notes the note's owner may own in the target (0: no limit); status
+    ``full`` with ``quota == "share"`` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +170,8 @@ class ConfirmOutcome:
     op: StoreOp | None
     note_id: str | None
     redis_now_ms: int
+    quota: QuotaName | None = None
+    """For ``full``: set when the owner's share of the target refused it, not the target's cap."""
 
     @property
     def recorded(self) -> RecordedDecision | None:
@@ -213,6 +237,17 @@ class WorkspaceFull(Exception):
         self.limit = limit
 
 
+class QuotaExceeded(Exception):
+    """A write was refused because the owner of the note would exceed one of its quotas
+    (``Quota``); nothing was written. ``used`` is what the owner holds now."""
+
+    def __init__(self, quota: QuotaName, used: int, limit: int) -> None:
+        super().__init__(f"quota {quota}: {used} held, limit {limit}")
+        self.quota: QuotaName = quota
+        self.used = used
+        self.limit = limit
+
+
 class NoteStoreAPI(Protocol):
     """The async interface the node's protocol core uses."""
 
@@ -231,10 +266,12 @@ class NoteStoreAPI(Protocol):
         *,
         max_notes: int = 0,
         op: WriteOp | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> Note:
-        """Create a note; ids are chosen by the store. WorkspaceFull when the workspace holds
-        ``max_notes`` already (0: no limit). ``op``: the operation id recorded with the write
-        (None: a fresh one); IdempotencyConflict when it names another operation."""
+        """Create a note owned by ``principal``; ids are chosen by the store. WorkspaceFull when
+        the workspace holds ``max_notes`` already (0: no limit), QuotaExceeded past ``quota``.
+        ``op``: the operation id recorded with the write (None: a fresh one);
+        IdempotencyConflict when it names another operation."""
         ...
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
@@ -262,8 +299,10 @@ class NoteStoreAPI(Protocol):
         principal: str,
         *,
         op: WriteOp | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
-        """Edit ``note`` if it is unchanged since it was read (``op`` as for ``create``)."""
+        """Edit ``note`` if it is unchanged since it was read (status ``quota_bytes`` when its
+        owner's notes would hold more than ``quota.bytes``; ``op`` as for ``create``)."""
         ...
 
     async def move(
@@ -276,9 +315,11 @@ class NoteStoreAPI(Protocol):
         *,
         max_notes: int = 0,
         op: WriteOp | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
         """Move a note between two workspaces of one tenant (status ``full`` when the target
-        holds ``max_notes`` already; 0: no limit; ``op`` as for ``create``)."""
+        holds ``max_notes`` already, 0: no limit; ``quota_share`` when the note's owner owns
+        ``quota.workspace_notes`` there already; ``op`` as for ``create``)."""
         ...
 
     async def recorded_write(self, tenant: str, op_id: str) -> RecordedWrite | None:

@@ -13,6 +13,13 @@ script and pipeline touches exactly one slot and a cluster spreads tenants over 
     <prefix>:{t:<tenant>}:setup:<nonce>    string  who completed one setup link (expires)
     <prefix>:{t:<tenant>}:op:<opId>        hash    what one write recorded under its operation id
                                                    (expires; see store/scripts/op_record.lua)
+    <prefix>:{t:<tenant>}:usage            hash    per principal: n:<p> notes owned, b:<p> bytes
+                                                   (title + body, UTF-8) those notes hold
+    <prefix>:{t:<tenant>}:wsusage:<sha>    hash    per principal: notes owned in one workspace
+
+A note's owner (field ``owner`` of its hash) is the principal that created it; the usage hashes
+count what each owner holds and are kept in step by the scripts that write notes (create, update,
+move, confirm), so a quota is checked and the write made in one atomic step.
 """
 
 from __future__ import annotations
@@ -77,6 +84,15 @@ class TenantKeys:
     def op(self, op_id: str) -> str:
         """The record of one write under its operation id (an idempotency key's, or random)."""
         return f"{self.base}:op:{op_id}"
+
+    @property
+    def usage(self) -> str:
+        """What each principal's notes hold in this tenant (``n:<p>`` notes, ``b:<p>`` bytes)."""
+        return f"{self.base}:usage"
+
+    def workspace_usage(self, workspace_uri: str) -> str:
+        """How many notes of one workspace each principal owns (field: the principal)."""
+        return f"{self.base}:wsusage:{_digest(workspace_uri)}"
 
     @property
     def journal(self) -> str:

@@ -17,12 +17,16 @@ import coredis
 import coredis.exceptions
 
 from store.api import (
+    NO_QUOTA,
     Confirmation,
     ConfirmOutcome,
     ConfirmStatus,
     IdempotencyConflict,
     Note,
     NoteHead,
+    Quota,
+    QuotaExceeded,
+    QuotaName,
     RecordedWrite,
     SetupOutcome,
     SetupStatus,
@@ -109,6 +113,12 @@ _CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
 _SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
 _RECORDED_OPS: dict[str, StoreOp] = {"deleted": "delete", "moved": "move"}
 """How ``confirm.lua`` words an executed operation in its recorded outcome ``<word>:<note id>``."""
+_QUOTA_STATUSES: dict[str, QuotaName] = {
+    "quota_notes": "notes",
+    "quota_bytes": "bytes",
+    "quota_share": "share",
+}
+"""How the scripts word a quota refusal, and the quota it names."""
 
 
 def outcome_unknown(exc: BaseException) -> bool:
@@ -138,6 +148,8 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
     if st not in _CONFIRM_STATUSES:
         raise StoreUnavailable(f"confirm: unexpected status {st!r}")
     confirm_status: ConfirmStatus = st  # type: ignore[assignment]
+    if st == "full" and rec == "share":
+        return ConfirmOutcome(confirm_status, None, None, int(now), quota="share")
     if rec in ("", "declined"):
         return ConfirmOutcome(confirm_status, None, None, int(now))
     word, sep, note_id = rec.partition(":")
@@ -145,6 +157,13 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
     if op is None or not sep or not note_id:
         raise StoreUnavailable(f"confirm: unexpected recorded outcome {rec!r}")
     return ConfirmOutcome(confirm_status, op, note_id, int(now))
+
+
+def _quota_exceeded(status: str, used: int, quota: Quota) -> QuotaExceeded:
+    """The refusal a script's ``quota_*`` status and count amount to."""
+    name = _QUOTA_STATUSES[status]
+    limit = {"notes": quota.notes, "bytes": quota.bytes, "share": quota.workspace_notes}[name]
+    return QuotaExceeded(name, used, limit)
 
 
 def _script(name: str) -> str:
@@ -167,7 +186,8 @@ WRITE_REPLY_FIELDS = 9
 
 def parse_write_reply(reply: list[Any]) -> tuple[str, NoteHead | None, int, bool]:
     """A create, update or move reply as (status, note after the write or None, now_ms,
-    replayed). IdempotencyConflict for ``conflict``."""
+    replayed). IdempotencyConflict for ``conflict``. For a ``quota_*`` refusal the reply's
+    version field is what the note's owner holds now (the caller reads it from the reply)."""
     if len(reply) != WRITE_REPLY_FIELDS:
         raise StoreUnavailable(f"write: unexpected reply of {len(reply)} fields")
     status, note_id, title, ws, version, created, updated, now, replayed = reply
@@ -319,12 +339,15 @@ class NoteStore:
         *,
         max_notes: int = 0,
         op: WriteOp | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> Note:
-        """Create a note with a fresh random id (retried on the astronomically rare collision).
-        ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now. WorkspaceFull
-        when the workspace already holds ``max_notes`` (0: no limit), checked in the script.
+        """Create a note owned by ``principal`` with a fresh random id (retried on the
+        astronomically rare collision). ``created_ms`` backdates it (seeding only); 0 means the
+        Redis clock's now. WorkspaceFull when the workspace already holds ``max_notes`` (0: no
+        limit), QuotaExceeded past one of ``quota``'s bounds, both checked in the script.
         ``op`` is recorded with the write (None: a fresh id): a create already recorded under
-        it returns that note (``replayed`` when an earlier call wrote it) and writes nothing."""
+        it returns that note (``replayed`` when an earlier call wrote it), writes nothing and
+        charges no quota again."""
         k = self.keys(tenant)
         op = op or WriteOp.fresh()
         call = _call_id()
@@ -338,6 +361,8 @@ class NoteStore:
                     k.title(workspace, title),
                     k.journal,
                     k.op(op.op_id),
+                    k.usage,
+                    k.workspace_usage(workspace),
                 ],
                 [
                     note_id,
@@ -352,11 +377,17 @@ class NoteStore:
                     op.digest,
                     call,
                     op.ttl_ms,
+                    quota.notes,
+                    quota.bytes,
+                    quota.workspace_notes,
                 ],
             )
             status, head, _, replayed = parse_write_reply(reply)
             if status == "full":
                 raise WorkspaceFull(workspace, max_notes)
+            if status in _QUOTA_STATUSES:
+                # A quota refusal's version field is what the owner holds now (create.lua).
+                raise _quota_exceeded(status, int(reply[4]), quota)
             if status == "created" and head is not None:
                 return Note(
                     head.note_id,
@@ -420,9 +451,11 @@ class NoteStore:
         principal: str,
         *,
         op: WriteOp | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
-        """Edit ``note`` unless it changed since it was read (status ``changed``: read again).
-        ``op`` as for ``create``: an update already recorded under it is returned, not redone."""
+        """Edit ``note`` unless it changed since it was read (status ``changed``: read again;
+        ``quota_bytes`` when its owner's notes would hold more than ``quota.bytes``). ``op`` as
+        for ``create``: an update already recorded under it is returned, not redone."""
         k = self.keys(tenant)
         op = op or WriteOp.fresh()
         reply = await self._run(
@@ -433,6 +466,7 @@ class NoteStore:
                 k.title(note.workspace, title),
                 k.journal,
                 k.op(op.op_id),
+                k.usage,
             ],
             [
                 note.note_id,
@@ -446,6 +480,7 @@ class NoteStore:
                 op.digest,
                 _call_id(),
                 op.ttl_ms,
+                quota.bytes,
             ],
         )
         status, head, now, replayed = parse_write_reply(reply)
@@ -463,10 +498,12 @@ class NoteStore:
         *,
         max_notes: int = 0,
         op: WriteOp | None = None,
+        quota: Quota = NO_QUOTA,
     ) -> WriteOutcome:
         """Move a note from ``source`` to ``target`` (same tenant). Reads the title first to find
         the index entries; a concurrent edit makes the script refuse and this call retry. Status
-        ``full`` when ``target`` already holds ``max_notes`` (0: no limit). ``op`` as for
+        ``full`` when ``target`` already holds ``max_notes`` (0: no limit), ``quota_share`` when
+        the note's owner owns ``quota.workspace_notes`` notes there already. ``op`` as for
         ``create``: a move already recorded under it is returned, not redone; it is looked up
         first, since the note it moved is no longer in ``source``."""
         k = self.keys(tenant)
@@ -491,6 +528,8 @@ class NoteStore:
                     k.title(target, note.title),
                     k.journal,
                     k.op(op.op_id),
+                    k.workspace_usage(source),
+                    k.workspace_usage(target),
                 ],
                 [
                     note_id,
@@ -503,6 +542,7 @@ class NoteStore:
                     op.digest,
                     call,
                     op.ttl_ms,
+                    quota.workspace_notes,
                 ],
             )
             status, head, now, replayed = parse_write_reply(reply)
@@ -571,8 +611,12 @@ class NoteStore:
             k.title(c.workspace, c.title),
             k.journal,
         ]
+        source_usage = k.workspace_usage(c.workspace)
         if c.op == "move":
             keys += [k.workspace(c.target_workspace), k.title(c.target_workspace, c.title)]
+            keys += [k.usage, source_usage, k.workspace_usage(c.target_workspace)]
+        else:  # the target's keys are unused: the source's stand in for them
+            keys += [keys[2], keys[3], k.usage, source_usage, source_usage]
         reply = await self._run(
             "confirm",
             keys,
@@ -595,6 +639,7 @@ class NoteStore:
                 1 if self.wait_replicas > 0 else 0,
                 c.max_notes,
                 _call_id(),
+                c.max_owner_notes,
             ],
         )
         out = parse_confirm_reply(reply)

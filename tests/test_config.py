@@ -206,3 +206,58 @@ def test_the_idempotency_window_is_an_hour_by_default_and_loads_from_the_file(
     assert node.idempotency_window_ms == 120_000
     with pytest.raises(ConfigError, match="idempotency_window_seconds"):
         load_settings(write(tmp_path, config_text(key_file, "idempotency_window_seconds = 0\n")))
+
+
+def test_quotas_and_the_header_bound_have_safe_defaults_and_load_from_the_file(
+    tmp_path: Path, key_file: Path
+) -> None:
+    default = load_settings(write(tmp_path, config_text(key_file)))
+    assert default.max_header_bytes == 32_768
+    node = default.node
+    assert (node.max_notes_per_principal, node.max_bytes_per_principal) == (10_000, 64 * 2**20)
+    assert node.max_share_of_shared_workspace == 0.5
+    extra = (
+        "max_header_bytes = 8192\nmax_notes_per_principal = 50\n"
+        "max_bytes_per_principal = 100000\nmax_share_of_shared_workspace = 0.25\n"
+        "max_notes_per_workspace = 40\n"
+    )
+    settings = load_settings(write(tmp_path, config_text(key_file, extra)))
+    assert settings.max_header_bytes == 8192
+    node = settings.node
+    assert (node.max_notes_per_principal, node.max_bytes_per_principal) == (50, 100_000)
+    # Only alice is granted the workspaces: none is shared, so no share applies.
+    assert node.share_of("file:///Users/alice/Documents/Notes") == 0
+    quota = node.quota("file:///Users/alice/Documents/Notes")
+    assert (quota.notes, quota.bytes, quota.workspace_notes) == (50, 100_000, 0)
+
+
+def test_a_workspace_two_principals_are_granted_gets_a_share(
+    tmp_path: Path, key_file: Path
+) -> None:
+    bob = hashlib.sha256(b"bob-token").hexdigest()
+    extra = "max_notes_per_workspace = 40\nmax_share_of_shared_workspace = 0.25\n"
+    text = config_text(key_file, extra) + (
+        f'[principals.bob]\ntoken_sha256 = ["{bob}"]\n'
+        'grants = ["file:///Users/alice/Documents/Notes"]\n'
+    )
+    node = load_settings(write(tmp_path, text)).node
+    assert node.share_of("file:///Users/alice/Documents/Notes") == 10
+    assert node.share_of("file:///Users/alice/Documents/Notes-evil") == 0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "max_header_bytes = 100",
+        "max_header_bytes = 2000000",
+        "max_notes_per_principal = 0",
+        "max_bytes_per_principal = 10",
+        "max_share_of_shared_workspace = 0.0",
+        "max_share_of_shared_workspace = 1.5",
+    ],
+)
+def test_a_quota_or_header_bound_out_of_range_is_refused_by_name(
+    tmp_path: Path, key_file: Path, line: str
+) -> None:
+    with pytest.raises(ConfigError, match=line.split(" ")[0]):
+        load_settings(write(tmp_path, config_text(key_file, line + "\n")))

@@ -1,5 +1,6 @@
-"""The node's protocol core stays sans-IO: its import closure is the stdlib, pydantic and
-cryptography, and of our own code only the pure store modules."""
+"""The node's protocol core stays sans-IO: its import closure is the stdlib, pydantic,
+cryptography, two pure text libraries (the title rules), and of our own code only the pure store
+modules."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ THIRD_PARTY = {
     "typing_inspection",
     "cryptography",
     "cffi",
+    "regex",  # Unicode properties of title characters: pure text, no I/O
+    "confusable_homoglyphs",  # UTS #39 confusables data, read once at import: no I/O after
 }
 OURS = {"store.api", "store.keys"}
 

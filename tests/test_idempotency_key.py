@@ -19,7 +19,7 @@ import trio
 from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, BOB_NOTES, DEMO_TENANT
 from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node, Reply
-from nodes.results import META_REPLAY
+from nodes.results import META_ERROR, META_REPLAY
 from store.api import NoteStoreAPI, RecordedWrite
 from store.client import sync_client
 from store.journal import read_journal
@@ -155,7 +155,8 @@ async def test_another_principals_same_key_is_another_operation(
     # request, refused for his lack of access, never alice's recorded result.
     refused = result(await call(node, "notes_create", create_args(), principal="bob"))
     assert refused["isError"] is True
-    assert "noteId" not in refused["structuredContent"]
+    assert "structuredContent" not in refused
+    assert "noteId" not in refused["_meta"][META_ERROR]
 
 
 async def test_a_key_is_forgotten_after_the_window_and_then_writes_again(

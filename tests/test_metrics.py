@@ -21,11 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.config import demo_settings
 from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
-from cluster.operations import OpsOptions
+from cluster.operations import OpsOptions, bind_metrics
 from cluster.serve import serve_http_node
 from nodes import http
 from nodes.auth import TokenTable
-from nodes.metrics import NodeMetrics, metered, serve_metrics, with_metrics
+from nodes.metrics import NodeMetrics, metered, with_metrics, with_metrics_port
 from nodes.protocol import Node
 from store.notes import NoteStore
 from tests.harness import accept, make_nodes, meta
@@ -51,18 +51,23 @@ async def metered_nodes(store: NoteStore, nursery: trio.Nursery) -> AsyncIterato
         Node(node.config, metered(store, m))
         for node, m in zip(make_nodes(store, 2), metrics, strict=True)
     ]
-    urls = []
+    urls, scrape = [], []
     for node, m in zip(nodes, metrics, strict=True):
         m.watch_node(node)
-        wrap = partial(with_metrics, metrics=m)
-        urls.append(await nursery.start(partial(http.serve_node, node, TOKENS, wrap=wrap)))
-    with (
-        serve_metrics(metrics[0].registry, "127.0.0.1", 0) as port0,
-        serve_metrics(metrics[1].registry, "127.0.0.1", 0) as port1,
-    ):
-        scrape = [f"http://127.0.0.1:{p}/metrics" for p in (port0, port1)]
-        async with httpx.AsyncClient(timeout=10) as client:
-            yield Metered(nodes, metrics, urls, scrape, client)
+        sock, ops = bind_metrics(OpsOptions(metrics_port=0))
+        assert sock is not None
+        assert ops.metrics_port is not None
+        wrap = partial(metered_app, metrics=m, port=ops.metrics_port)
+        serve = partial(http.serve_node, node, TOKENS, wrap=wrap, sockets=[sock])
+        urls.append(await nursery.start(serve))
+        scrape.append(f"http://127.0.0.1:{ops.metrics_port}/metrics")
+    async with httpx.AsyncClient(timeout=10) as client:
+        yield Metered(nodes, metrics, urls, scrape, client)
+
+
+def metered_app(app: http.ASGIApp, metrics: NodeMetrics, port: int) -> http.ASGIApp:
+    """``app`` counted into ``metrics``, which requests on ``port`` get."""
+    return with_metrics_port(with_metrics(app, metrics), metrics.registry, port)
 
 
 async def scrape(m: Metered, node: int) -> Samples:

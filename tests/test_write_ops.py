@@ -48,7 +48,9 @@ async def test_a_create_run_twice_with_one_operation_writes_one_note_and_answers
 ) -> None:
     k = store.keys(T)
     keys = [k.note("n" + "1" * 16), k.workspace(WS), k.title(WS, "A"), k.journal, k.op("r" * 20)]
+    keys += [k.usage, k.workspace_usage(WS)]
     args = ["n" + "1" * 16, "A", "body", WS, "alice", 1000, 0, 0, "r" * 20, "", "call1", 60_000]
+    args += [1, 100, 1]  # alice's quotas: one note, 100 bytes, one note in WS
     first, second = await run_twice(store, "create", keys, args)
     assert first[0] == "created"
     # The same reply but its clock (field 8, now_ms): not a replay (field 9), same call.
@@ -57,9 +59,12 @@ async def test_a_create_run_twice_with_one_operation_writes_one_note_and_answers
     assert [e.note for e in journal(store, redis_url) if e.op == "create"] == ["n" + "1" * 16]
     assert (await store.list(T, WS)).notes[0].note_id == "n" + "1" * 16
     # Another store call with the same operation (a keyed retry) is told it replays.
-    other = await store._run("create", keys, [*args[:10], "call2", 60_000])
+    other = await store._run("create", keys, [*args[:10], "call2", *args[11:]])
     assert other[:7] == first[:7]
     assert other[8] == "1"
+    # The quotas were charged once, in the first run: a full quota does not refuse the replays.
+    assert await store.client.hgetall(k.usage) == {"n:alice": "1", "b:alice": "5"}
+    assert await store.client.hgetall(k.workspace_usage(WS)) == {"alice": "1"}
 
 
 async def test_create_with_one_operation_twice_is_one_note_and_the_second_is_a_replay(
@@ -131,6 +136,7 @@ async def test_a_confirmation_run_twice_by_one_call_is_executed_twice_and_delete
     store: NoteStore, redis_url: str
 ) -> None:
     note = await store.create(T, WS, "Gone", "b", "alice")
+    await store.create(T, WS, "Stays", "bb", "alice")
     c = Confirmation(
         tenant=T,
         nonce="nonce-confirm",
@@ -151,14 +157,22 @@ async def test_a_confirmation_run_twice_by_one_call_is_executed_twice_and_delete
         k.workspace(WS),
         k.title(WS, "Gone"),
         k.journal,
+        k.workspace(WS),
+        k.title(WS, "Gone"),
+        k.usage,
+        k.workspace_usage(WS),
+        k.workspace_usage(WS),
     ]
     args: list[Any] = ["accept", "d1", c.exp_ms, 1000, note.note_id, 1, WS, "alice", c.nonce]
-    args += ["delete", "", 1000, "notes_delete", 0, 0, "call1"]
+    args += ["delete", "", 1000, "notes_delete", 0, 0, "call1", 0]
     first, second = await run_twice(store, "confirm", keys, args)
     assert (first[0], first[1]) == (second[0], second[1]) == ("executed", f"deleted:{note.note_id}")
     # Another call with the same answer is the recorded outcome, as a replay.
     assert (await store.confirm(c)).status == "replay"
     assert [e.note for e in journal(store, redis_url) if e.op == "delete"] == [note.note_id]
+    # The owner's counts dropped once: "Stays" is still counted.
+    assert await store.client.hgetall(k.usage) == {"n:alice": "1", "b:alice": "7"}
+    assert await store.client.hgetall(k.workspace_usage(WS)) == {"alice": "1"}
 
 
 async def test_one_operation_id_with_another_digest_is_refused_and_writes_nothing(

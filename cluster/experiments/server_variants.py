@@ -78,6 +78,8 @@ def _serve_uvicorn(app: Any, host: str, port: int) -> None:
 def _serve_uvicorn_h11(app: Any, host: str, port: int) -> None:
     import uvicorn
 
+    from nodes.http import DEFAULT_MAX_HEADER_BYTES
+
     config = uvicorn.Config(
         app,
         host=host,
@@ -88,6 +90,7 @@ def _serve_uvicorn_h11(app: Any, host: str, port: int) -> None:
         access_log=False,
         log_config=None,
         server_header=False,
+        h11_max_incomplete_event_size=DEFAULT_MAX_HEADER_BYTES,
     )
     uvicorn.Server(config).run()
 
@@ -95,8 +98,11 @@ def _serve_uvicorn_h11(app: Any, host: str, port: int) -> None:
 def _serve_granian(app: Any, host: str, port: int) -> None:
     import uvloop
     from granian.constants import HTTPModes, Interfaces
+    from granian.http import HTTP1Settings
     from granian.log import LogLevels
     from granian.server.embed import Server
+
+    from nodes.http import DEFAULT_HEADERS_TIMEOUT_S, DEFAULT_MAX_HEADER_BYTES
 
     server = Server(
         app,
@@ -105,6 +111,12 @@ def _serve_granian(app: Any, host: str, port: int) -> None:
         interface=Interfaces.ASGI,
         http=HTTPModes.http1,
         websockets=False,
+        # The node's header bounds: its size (hyper answers 431 past its read buffer, which it
+        # keeps at 8 KiB at least) and its timeout (milliseconds).
+        http1_settings=HTTP1Settings(
+            header_read_timeout=int(DEFAULT_HEADERS_TIMEOUT_S * 1000),
+            max_buffer_size=max(DEFAULT_MAX_HEADER_BYTES, 8192),
+        ),
         log_access=False,
         log_level=LogLevels.warning,
     )
@@ -116,11 +128,15 @@ def _serve_hypercorn_trio(app: Any, host: str, port: int) -> None:
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
+    from nodes.http import DEFAULT_MAX_HEADER_BYTES
+
     config = Config()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
     config.include_server_header = False
     config.loglevel = "WARNING"
+    config.h11_max_incomplete_size = DEFAULT_MAX_HEADER_BYTES
+    config.h2_max_header_list_size = DEFAULT_MAX_HEADER_BYTES
     trio.run(partial(serve, app, config, mode="asgi"))
 
 

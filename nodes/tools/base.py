@@ -31,8 +31,10 @@ class Arguments(BaseModel):
 Title = Field(
     min_length=1,
     max_length=TITLE_MAX,
-    description="NFC-normalised; no control, invisible or bidirectional characters, no "
-    "space other than U+0020, none at either end (see nodes.tools.text_rules)",
+    description="NFC-normalised; no control, invisible, default-ignorable or bidirectional "
+    "characters, variation selectors (but U+FE0F after an emoji), noncharacters or private-use "
+    "characters, no space other than U+0020, none at either end, no letters that look like "
+    "those of another script in the title (see nodes.tools.text_rules)",
 )
 
 

@@ -23,9 +23,9 @@ from nodes.scope import Workspace
 from nodes.sealing import Candidate, StatePayload
 from nodes.tools.base import MAX_CANDIDATES_ERROR, Arguments, CallContext, ToolFailure
 from nodes.tools.confirming_table import ConfirmingKind
-from nodes.tools.crud import TitleArg, WorkspaceArg
+from nodes.tools.crud import TitleArg, WorkspaceArg, quota_refusal
 from nodes.tools.stateful import StatefulTool
-from store.api import Confirmation, ConfirmOutcome
+from store.api import Confirmation, ConfirmOutcome, QuotaExceeded
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,7 @@ class ConfirmingTool(StatefulTool[C]):
                 op=self.kind.op,
                 target_workspace=target,
                 max_notes=ctx.config.max_notes_per_workspace if self.kind.op == "move" else 0,
+                max_owner_notes=ctx.config.share_of(target) if self.kind.op == "move" else 0,
             )
         )
         return await self.result_for(ctx, args, payload, out)
@@ -184,6 +185,12 @@ class ConfirmingTool(StatefulTool[C]):
                 return tool_error(
                     f"That note is no longer in the workspace; nothing was {self.done}", **not_done
                 )
+            case "full" if out.quota == "share":
+                where = self.target(ctx, payload)
+                limit = ctx.config.share_of(where)
+                exc = QuotaExceeded("share", limit, limit)
+                message = quota_refusal(ctx, exc, where, "the note's owner", self.done)
+                return tool_error(message, quota="share", **not_done)
             case "full":
                 limit = ctx.config.max_notes_per_workspace
                 return tool_error(

@@ -28,7 +28,7 @@ from nodes.tools.cursors import (
 )
 from nodes.tools.idempotent import IdempotentTool
 from nodes.tools.text_rules import body_problem, normalize_title
-from store.api import NoteHead, WorkspaceFull
+from store.api import NoteHead, QuotaExceeded, WorkspaceFull
 from store.keys import NOTE_ID_PATTERN
 
 log = logging.getLogger("nodes.tools")
@@ -102,10 +102,15 @@ class CreateTool(IdempotentTool[CreateArgs]):
                 ctx.principal,
                 max_notes=limit,
                 op=ctx.write_op,
+                quota=ctx.config.quota(ws.uri),
             )
         except WorkspaceFull:
             raise ToolFailure(
                 f"{ws.uri} holds {limit} notes, its limit; nothing was created"
+            ) from None
+        except QuotaExceeded as exc:
+            raise ToolFailure(
+                quota_refusal(ctx, exc, ws.uri, "you", "created"), quota=exc.quota
             ) from None
         return self.written(note, replay=note.replayed)
 
@@ -194,6 +199,7 @@ class MoveTool(IdempotentTool[MoveArgs]):
         if src.uri == dst.uri:
             raise ToolFailure("The note is already in that workspace")
         limit = ctx.config.max_notes_per_workspace
+        quota = ctx.config.quota(dst.uri)
         out = await ctx.store.move(
             src.tenant,
             args.note_id,
@@ -202,9 +208,14 @@ class MoveTool(IdempotentTool[MoveArgs]):
             ctx.principal,
             max_notes=limit,
             op=ctx.write_op,
+            quota=quota,
         )
         if out.status == "full":
             raise ToolFailure(f"{dst.uri} holds {limit} notes, its limit; nothing was moved")
+        if out.status == "quota_share":
+            exc = QuotaExceeded("share", quota.workspace_notes, quota.workspace_notes)
+            message = quota_refusal(ctx, exc, dst.uri, "the note's owner", "moved")
+            raise ToolFailure(message, quota="share")
         if out.note is None:
             raise ToolFailure(f"No note {args.note_id} in {src.uri}", noteId=args.note_id)
         return self.written(out.note, replay=out.replayed)
@@ -245,11 +256,41 @@ class UpdateTool(IdempotentTool[UpdateArgs]):
                 raise ToolFailure(f"No note {args.note_id} in {ws.uri}", noteId=args.note_id)
             title = note.title if args.title is None else args.title
             body = note.body if args.body is None else args.body
+            quota = ctx.config.quota(ws.uri)
             out = await ctx.store.update(
-                ws.tenant, note, title, body, ctx.principal, op=ctx.write_op
+                ws.tenant, note, title, body, ctx.principal, op=ctx.write_op, quota=quota
             )
             if out.note is not None:
                 return self.written(out.note, replay=out.replayed)
+            if out.status == "quota_bytes":
+                exc = QuotaExceeded("bytes", quota.bytes, quota.bytes)
+                message = quota_refusal(ctx, exc, ws.uri, "the note's owner", "updated")
+                raise ToolFailure(message, quota="bytes")
             if out.status != "changed":
                 raise ToolFailure(f"No note {args.note_id} in {ws.uri}", noteId=args.note_id)
         raise ToolFailure("The note is being edited concurrently; try again")
+
+
+def quota_refusal(ctx: CallContext, exc: QuotaExceeded, workspace: str, who: str, done: str) -> str:
+    """The ``isError`` text of a quota refusal, naming the quota's setting and its value."""
+    c = ctx.config
+    own = "own" if who == "you" else "owns"
+    match exc.quota:
+        case "notes":
+            what = (
+                f"{who} already {own} {c.max_notes_per_principal} notes in this tenant, the "
+                "max_notes_per_principal quota"
+            )
+        case "bytes":
+            what = (
+                f"the notes {who} {own} would hold more than {c.max_bytes_per_principal} bytes "
+                "(titles and bodies, UTF-8) in this tenant, the max_bytes_per_principal quota"
+            )
+        case "share":
+            what = (
+                f"{who} already {own} {exc.limit} notes in {workspace}, the share of a shared "
+                f"workspace one principal may fill (max_share_of_shared_workspace "
+                f"{c.max_share_of_shared_workspace:g} of max_notes_per_workspace "
+                f"{c.max_notes_per_workspace})"
+            )
+    return f"Quota exceeded: {what}; nothing was {done}"

@@ -12,10 +12,30 @@ by either spelling) and refused, naming the code point, when it holds:
   LETTER MARK, U+202A-U+202E, U+2066-U+2069), which can make text display in another order than
   it is stored. The one exception is U+200D ZERO WIDTH JOINER between two emoji, where it joins
   them into one visible emoji (👩‍💻);
-- a line or paragraph separator (Zl, Zp: U+2028, U+2029) or a surrogate (Cs);
-- a space other than U+0020 (Zs: U+00A0 NO-BREAK SPACE, U+3000, ...), which looks like one, and
-  the invisible Hangul fillers (U+115F, U+1160, U+3164, U+FFA0);
-- a space at its start or end (``"TPS "`` would look like ``"TPS"``).
+- a variation selector (U+FE00-U+FE0F, U+E0100-U+E01EF, the Mongolian U+180B-U+180F): they
+  change nothing visible after a letter, so ``"TPS report"`` + U+FE0F would look like
+  ``"TPS report"``. The one exception is U+FE0F after an emoji (``❤️``, and a keycap's
+  ``1️⃣``), where it asks for the emoji's colour presentation and keyboards send it;
+- a tag character (U+E0000-U+E007F), except in an emoji tag sequence (the flag of England:
+  U+1F3F4, tags, U+E007F CANCEL TAG);
+- any other default-ignorable code point (Unicode's ``Default_Ignorable_Code_Point``: U+034F
+  COMBINING GRAPHEME JOINER, U+17B4/U+17B5, the Hangul fillers U+115F, U+1160, U+3164, U+FFA0,
+  ...), and the invisible blank U+2800 BRAILLE PATTERN BLANK, which render as nothing;
+- a noncharacter (U+FFFE, U+FFFF, U+FDD0-U+FDEF, ...), a private-use character (Co), an
+  unassigned code point (Cn) or a surrogate (Cs): nobody can tell what they look like;
+- a line or paragraph separator (Zl, Zp: U+2028, U+2029);
+- a space other than U+0020 (Zs: U+00A0 NO-BREAK SPACE, U+3000, ...), which looks like one;
+- a space at its start or end (``"TPS "`` would look like ``"TPS"``);
+- letters of two scripts where one looks like a letter of the other (Unicode UTS #39's
+  mixed-script confusables, from the ``confusable-homoglyphs`` package's copy of
+  ``confusables.txt``): ``"TРS report"`` with a Cyrillic U+0420 is refused, naming it and the
+  Latin ``P`` it looks like. A title in one script alone is fine (Cyrillic, Greek, Hebrew, ...),
+  and so are the combinations the standard calls highly restrictive: Latin with Han, Hiragana
+  and Katakana (Japanese), with Han and Hangul (Korean), with Han and Bopomofo (Chinese).
+  Characters common to all scripts (digits, punctuation, emoji) count for none.
+
+Code point properties come from the ``regex`` package (a current Unicode version, ahead of the
+interpreter's ``unicodedata``), names from ``unicodedata``.
 
 A body is free text, kept as sent (no normalisation): it may hold tabs, newlines and carriage
 returns, format and bidirectional characters (right-to-left text and emoji need them); other
@@ -26,13 +46,17 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 
+import regex
+from confusable_homoglyphs import categories, confusables
 from pydantic_core import PydanticCustomError
 
 REFUSED_TITLE_CATEGORIES = {
     "Cc": "a control character",
     "Cf": "an invisible formatting character",
     "Cs": "a surrogate",
+    "Co": "a private-use character",
     "Zl": "a line separator",
     "Zp": "a paragraph separator",
     "Zs": "a space other than U+0020",
@@ -45,7 +69,39 @@ BIDI_CONTROLS = frozenset(
 """The bidirectional controls (all Cf): marks, embeddings, overrides and isolates."""
 
 INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
-"""Hangul fillers: letters (Lo) that render as nothing."""
+"""Hangul fillers: letters (Lo) that render as nothing (also default-ignorable)."""
+
+INVISIBLE_BLANKS = frozenset("\u2800")
+"""Visible-category characters that render as nothing and are not default-ignorable."""
+
+_CLASSES = (
+    (regex.compile(r"\p{Variation_Selector}"), "a variation selector"),
+    (regex.compile(r"\p{Noncharacter_Code_Point}"), "a noncharacter"),
+    (regex.compile(r"[\U000E0000-\U000E007F]"), "a tag character"),
+    (regex.compile(r"\p{DI}"), "an invisible (default-ignorable) code point"),  # DI: DICP
+    (regex.compile(r"\p{Co}"), "a private-use character"),
+    (regex.compile(r"\p{Cn}"), "an unassigned code point"),
+)
+"""Refused classes beyond the general categories, checked in this order (the first that matches
+names the refusal): a variation selector is also default-ignorable, a noncharacter unassigned."""
+
+_PICTOGRAPHIC = regex.compile(r"\p{Extended_Pictographic}")
+VS16 = "\ufe0f"
+KEYCAP = "\u20e3"
+KEYCAP_BASES = frozenset("0123456789#*")
+BLACK_FLAG = "\U0001f3f4"
+CANCEL_TAG = "\U000e007f"
+TAG_SPECS = regex.compile(r"[\U000E0020-\U000E007E]+\U000E007F")
+"""An emoji tag sequence's tail after U+1F3F4: tag letters, then CANCEL TAG."""
+
+NEUTRAL_SCRIPTS = frozenset({"COMMON", "INHERITED", "Unknown"})
+"""Script values that count for none (digits, punctuation, emoji, combining marks)."""
+HIGHLY_RESTRICTIVE = (
+    frozenset({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "HAN", "HANGUL"}),
+    frozenset({"LATIN", "HAN", "BOPOMOFO"}),
+)
+"""UTS #39 section 5.2: script sets a single-script title may add to (Japanese, Korean, Chinese)."""
 
 _BODY_REFUSED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 """Control characters other than tab, newline and carriage return; surrogates."""
@@ -58,7 +114,7 @@ def code_point(char: str) -> str:
 
 
 ZWJ = "\u200d"
-EMOJI_MODIFIERS = frozenset("\ufe0f") | frozenset(chr(c) for c in range(0x1F3FB, 0x1F400))
+EMOJI_MODIFIERS = frozenset(VS16) | frozenset(chr(c) for c in range(0x1F3FB, 0x1F400))
 """What may stand between an emoji and a joiner: the emoji presentation selector and the skin
 tone modifiers."""
 
@@ -72,22 +128,87 @@ def _joins_emoji(title: str, at: int) -> bool:
     )
 
 
+def _presents_emoji(title: str, at: int) -> bool:
+    """Whether the U+FE0F at index ``at`` follows an emoji (or a keycap base before U+20E3)."""
+    before = title[at - 1] if at else ""
+    if before in KEYCAP_BASES:
+        return title[at + 1 : at + 2] == KEYCAP
+    return bool(before) and _PICTOGRAPHIC.match(before) is not None
+
+
+def _tag_sequences(title: str) -> set[int]:
+    """Indexes of tag characters that belong to an emoji tag sequence (U+1F3F4 then tags)."""
+    inside: set[int] = set()
+    for at in (i for i, c in enumerate(title) if c == BLACK_FLAG):
+        tail = TAG_SPECS.match(title, at + 1)
+        if tail is not None:
+            inside.update(range(tail.start(), tail.end()))
+    return inside
+
+
+def _character_problem(char: str) -> str | None:
+    """Why one character may not be in a title, or None."""
+    if char in BIDI_CONTROLS:
+        return "a bidirectional control"
+    if char in INVISIBLE_LETTERS:
+        return "an invisible letter"
+    if char in INVISIBLE_BLANKS:
+        return "an invisible blank"
+    for pattern, what in _CLASSES:
+        if pattern.match(char) is not None:
+            return what
+    category = unicodedata.category(char)
+    if char != " " and category in REFUSED_TITLE_CATEGORIES:
+        return REFUSED_TITLE_CATEGORIES[category]
+    return None
+
+
+def confusable_problem(title: str) -> str | None:
+    """Why a title mixing scripts is refused (a letter of one looks like a letter of another),
+    or None. Every script but the title's most used one is checked against the others."""
+    counts = Counter(categories.alias(c) for c in title)
+    scripts = set(counts) - NEUTRAL_SCRIPTS
+    if len(scripts) < 2 or any(scripts <= allowed for allowed in HIGHLY_RESTRICTIVE):
+        return None
+    base = max(sorted(scripts), key=lambda s: counts[s])
+    for char in dict.fromkeys(title):
+        script = categories.alias(char)
+        if script not in scripts or script == base:
+            continue
+        others = sorted(scripts - {script})
+        found = confusables.is_confusable(char, preferred_aliases=others)
+        if not found:
+            continue
+        like = next(
+            h["c"]
+            for h in found[0]["homoglyphs"]
+            if any(categories.alias(g) in others for g in h["c"])
+        )
+        return (
+            f"the title contains {code_point(char)}, which looks like "
+            f"{' '.join(code_point(g) for g in like if g not in BIDI_CONTROLS)}: a title mixing "
+            f"{' and '.join(s.title() for s in sorted(scripts))} letters may not hold "
+            "letters that look alike"
+        )
+    return None
+
+
 def title_problem(title: str) -> str | None:
     """Why an NFC title is refused, or None."""
+    tags = _tag_sequences(title) if BLACK_FLAG in title else set()
     for at, char in enumerate(title):
-        category = unicodedata.category(char)
         if char == ZWJ and _joins_emoji(title, at):
             continue
-        if char in BIDI_CONTROLS:
-            return f"the title contains {code_point(char)}, a bidirectional control"
-        if char != " " and category in REFUSED_TITLE_CATEGORIES:
-            what = REFUSED_TITLE_CATEGORIES[category]
+        if char == VS16 and _presents_emoji(title, at):
+            continue
+        if at in tags:
+            continue
+        what = _character_problem(char)
+        if what is not None:
             return f"the title contains {code_point(char)}, {what}"
-        if char in INVISIBLE_LETTERS:
-            return f"the title contains {code_point(char)}, an invisible letter"
     if title != title.strip(" "):
         return "the title starts or ends with a space"
-    return None
+    return confusable_problem(title)
 
 
 def normalize_title(value: object) -> object:

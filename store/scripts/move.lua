@@ -1,24 +1,37 @@
 -- Move one note to another workspace of the same tenant; bumps the version.
--- Safe to run twice: a second run with the same operation id writes nothing and returns the
--- first run's result (see op_record.lua, prepended to this script).
+-- Safe to run twice: a second run with the same operation id writes nothing, moves no usage
+-- count again and returns the first run's result (see op_record.lua, prepended to this script).
 -- KEYS: 1 note  2 source workspace set  3 target workspace set  4 source title index
---       5 target title index  6 journal  7 operation record
+--       5 target title index  6 journal  7 operation record  8 source workspace usage
+--       9 target workspace usage
 -- ARGV: 1 note id  2 source workspace  3 target workspace  4 principal  5 journal maxlen
 --       6 most notes the target workspace may hold (0: no limit)
 --       7 operation id  8 operation digest  9 store call id  10 operation record TTL ms
+--       11 most notes the note's owner may own in the target (0: no limit)
 -- Returns op_note_reply: status 'moved', 'gone', 'elsewhere' (not in the source), 'full' (the
--- target holds its limit; nothing written) or 'conflict' (the operation id names another
--- operation; nothing written).
+-- target holds its limit), 'quota_share' (the owner owns ARGV[11] notes there; the version
+-- field is that count) or 'conflict' (the operation id names another operation). Nothing
+-- written but on 'moved'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec = op_recorded(KEYS[7], ARGV[8], ARGV[9])
 if rec then return op_note_reply(rec, now) end
-local cur = redis.call('HMGET', KEYS[1], 'workspace', 'version', 'title', 'created_ms')
+local cur = redis.call('HMGET', KEYS[1], 'workspace', 'version', 'title', 'created_ms', 'owner')
 if not cur[1] then return op_note_reply({status = 'gone'}, now) end
 if cur[1] ~= ARGV[2] then return op_note_reply({status = 'elsewhere'}, now) end
 local limit = tonumber(ARGV[6] or '0')
 if limit > 0 and redis.call('SCARD', KEYS[3]) >= limit then
   return op_note_reply({status = 'full'}, now)
+end
+local owner = cur[5]
+if owner then
+  local share = tonumber(ARGV[11] or '0')
+  local there = tonumber(redis.call('HGET', KEYS[9], owner) or '0')
+  if share > 0 and there >= share then
+    return op_note_reply({status = 'quota_share', version = there}, now)
+  end
+  if redis.call('HINCRBY', KEYS[8], owner, -1) <= 0 then redis.call('HDEL', KEYS[8], owner) end
+  redis.call('HINCRBY', KEYS[9], owner, 1)
 end
 local version = tonumber(cur[2]) + 1
 redis.call('HSET', KEYS[1], 'workspace', ARGV[3], 'version', version, 'updated_ms', now)

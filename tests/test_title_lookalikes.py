@@ -1,0 +1,177 @@
+"""Titles that look like another title are refused, naming the code point (issue 20, point 7).
+
+Finding reproduced: U+2800 BRAILLE PATTERN BLANK, U+034F, variation selectors (U+FE0F, U+E0100),
+U+17B4, private-use characters, U+FFFF and Cyrillic letters in a Latin title were accepted, so
+``"TPS report"`` + U+FE0F looked exactly like ``"TPS report"`` in ``notes_list``. Each class is
+refused on the modern path (every tool taking a title goes through one validator, checked in
+tests/test_titles_and_bodies.py) and on the legacy adapter's path; titles in other scripts, and
+emoji as keyboards send them, still pass. Embedded store and real Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from cluster.demo import ALICE_NOTES, DEMO_TENANT
+from nodes.protocol import Node
+from nodes.tools.text_rules import normalize_title, title_problem
+from store.notes import NoteStore
+from store.sessions import SessionStore
+from tests.harness import call_tool, make_nodes, result
+from tests.test_legacy import LIMITS, STEP_S, Cluster, initialize, post, start_nodes
+
+WS = {"workspaceUri": ALICE_NOTES}
+
+LOOKALIKES = {
+    # class: (title, what the refusal must say)
+    "variation selector 16": ("TPS report\ufe0f", "U+FE0F VARIATION SELECTOR-16, a variation"),
+    "variation selector 15": ("TPS report\ufe0e", "U+FE0E VARIATION SELECTOR-15, a variation"),
+    "variation selector 1": ("TPS\ufe00 report", "U+FE00 VARIATION SELECTOR-1, a variation"),
+    "supplementary variation selector": (
+        "TPS report\U000e0100",
+        "U+E0100 VARIATION SELECTOR-17, a variation selector",
+    ),
+    "Mongolian variation selector": ("TPS\u180b report", "U+180B MONGOLIAN FREE VARIATION"),
+    "combining grapheme joiner": ("TPS\u034f report", "U+034F COMBINING GRAPHEME JOINER"),
+    "Khmer inherent vowel": ("TPS report\u17b4", "U+17B4 KHMER VOWEL INHERENT AQ"),
+    "Khmer inherent vowel AA": ("TPS report\u17b5", "U+17B5 KHMER VOWEL INHERENT AA"),
+    "Hangul filler": ("TPS\u3164report", "U+3164 HANGUL FILLER"),
+    "halfwidth Hangul filler": ("TPS report\uffa0", "U+FFA0 HALFWIDTH HANGUL FILLER"),
+    "braille blank": ("TPS report\u2800", "U+2800 BRAILLE PATTERN BLANK, an invisible blank"),
+    "tag character": ("TPS report\U000e0041", "U+E0041 TAG LATIN CAPITAL LETTER A, a tag"),
+    "noncharacter FFFF": ("TPS report\uffff", "U+FFFF, a noncharacter"),
+    "noncharacter FDD0": ("TPS report\ufdd0", "U+FDD0, a noncharacter"),
+    "noncharacter plane 1": ("TPS report\U0001fffe", "U+1FFFE, a noncharacter"),
+    "private use": ("TPS report\ue000", "U+E000, a private-use character"),
+    "supplementary private use": ("TPS report\U000f0000", "U+F0000, a private-use character"),
+    "unassigned": ("TPS report\U00050000", "U+50000, an unassigned code point"),
+    "Cyrillic ER in Latin": (
+        "T\u0420S report",
+        "U+0420 CYRILLIC CAPITAL LETTER ER, which looks like U+0050 LATIN CAPITAL LETTER P",
+    ),
+    "Cyrillic a in Latin": (
+        "P\u0430ypal invoice",
+        "U+0430 CYRILLIC SMALL LETTER A, which looks like U+0061 LATIN SMALL LETTER A",
+    ),
+    "Greek omicron in Latin": (
+        "Zo\u03bfm call",
+        "U+03BF GREEK SMALL LETTER OMICRON, which looks like U+006F LATIN SMALL LETTER O",
+    ),
+    "Latin in Cyrillic": (
+        "\u041f\u0440\u043e\u0435\u043a\u0442 X",
+        "U+0058 LATIN CAPITAL LETTER X, which looks like U+0425 CYRILLIC CAPITAL LETTER HA",
+    ),
+}
+
+ACCEPTED = {
+    "Latin": "TPS report",
+    "accented Latin": "Résumé für Åsa, Straße 5",
+    "Cyrillic alone": "Москва, отчёт",
+    "all-Cyrillic lookalike of Latin": "ТРЅ",
+    "Greek alone": "Σημειώσεις",
+    "Hebrew": "עברית",
+    "Arabic": "ملاحظات",
+    "Devanagari": "हिन्दी नोट्स",
+    "Chinese": "中文笔记",
+    "Japanese": "日本語のノート",
+    "Japanese with Latin": "東京 Tokyo メモ",
+    "Korean with Han": "한국어 메모 漢字",
+    "Latin with a Greek letter no Latin letter looks like": "Δ report",
+    "emoji without a selector": "📝 notes",
+    "emoji with its presentation selector": "❤️ family",
+    "keycap": "1️⃣ first",
+    "emoji ZWJ sequence": "🏳️\u200d🌈 parade",
+    "flag of England (a tag sequence)": "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067"
+    "\U000e007f",
+}
+
+
+def refusal(reply: Any) -> str:
+    """The isError text of a tool result (asserts it is one)."""
+    out = result(reply)
+    assert out["isError"] is True, out
+    text: str = out["content"][0]["text"]
+    return text
+
+
+@pytest.fixture
+def node(store: NoteStore) -> Node:
+    return make_nodes(store, 1)[0]
+
+
+async def titles_in(store: NoteStore) -> list[str]:
+    return sorted(n.title for n in (await store.list(DEMO_TENANT, ALICE_NOTES)).notes)
+
+
+@pytest.mark.parametrize("kind", sorted(LOOKALIKES))
+async def test_a_lookalike_title_is_refused_naming_the_code_point_and_nothing_is_created(
+    node: Node, store: NoteStore, kind: str
+) -> None:
+    title, said = LOOKALIKES[kind]
+    text = refusal(await call_tool(node, "notes_create", {**WS, "title": title}))
+    assert said in text, text
+    assert await titles_in(store) == []
+
+
+@pytest.mark.parametrize("kind", sorted(ACCEPTED))
+def test_titles_in_other_scripts_and_emoji_as_keyboards_send_them_pass(kind: str) -> None:
+    title = ACCEPTED[kind]
+    assert title_problem(title) is None
+    assert normalize_title(title) == title
+
+
+async def test_a_title_and_its_lookalike_cannot_both_exist(node: Node, store: NoteStore) -> None:
+    created = result(await call_tool(node, "notes_create", {**WS, "title": "TPS report"}))
+    assert created.get("isError") is not True, created
+    lookalikes = ("TPS report\ufe0f", "TPS report\u2800", "T\u0420S report", "TPS\u034f report")
+    for lookalike in lookalikes:
+        refusal(await call_tool(node, "notes_create", {**WS, "title": lookalike}))
+    assert await titles_in(store) == ["TPS report"]
+    listed = result(await call_tool(node, "notes_list", WS))
+    assert [n["title"] for n in listed["structuredContent"]["notes"]] == ["TPS report"]
+
+
+def test_a_selector_is_accepted_only_right_after_an_emoji() -> None:
+    assert title_problem("❤️") is None
+    for title in ("\ufe0f❤", "a\ufe0f", "1\ufe0f", "❤\ufe0f\ufe0f", "❤\ufe0e"):
+        problem = title_problem(title)
+        assert problem is not None, title
+        assert "a variation selector" in problem, (title, problem)
+
+
+def test_a_tag_outside_a_flag_sequence_is_refused() -> None:
+    flag_tail = "\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067"
+    for title in (f"🏴{flag_tail}", f"x{flag_tail}\U000e007f", f"📝{flag_tail}\U000e007f"):
+        problem = title_problem(title)
+        assert problem is not None, title
+        assert "a tag character" in problem, (title, problem)
+
+
+@pytest.fixture
+async def cluster(
+    redis_url: str, embedded_url: str, key_prefix: str, nursery: trio.Nursery, store: NoteStore
+) -> AsyncIterator[Cluster]:
+    """HTTP nodes with the legacy adapter (as tests/test_legacy.py starts them)."""
+    urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, LIMITS)
+    async with httpx.AsyncClient(timeout=STEP_S) as http:
+        yield Cluster(urls, store, SessionStore(store.client, prefix=key_prefix), http)
+
+
+async def test_the_legacy_adapter_refuses_the_same_titles(cluster: Cluster) -> None:
+    before = await titles_in(cluster.store)
+    session = await initialize(cluster)
+    for kind in ("variation selector 16", "braille blank", "Cyrillic ER in Latin", "private use"):
+        title, said = LOOKALIKES[kind]
+        params = {"name": "notes_create", "arguments": {**WS, "title": title}}
+        msg = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+        response = await post(cluster, 1, msg, session)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["result"]["isError"] is True, answer
+        assert said in answer["result"]["content"][0]["text"], answer
+    assert await titles_in(cluster.store) == before
