@@ -101,22 +101,46 @@ class RunStats:
         return max(1e-9, self.ended_s - self.started_s)
 
 
-def _kinds(settings: RunSettings, rng: random.Random) -> Callable[[int], str]:
+KIND_CYCLE_MAX = 10_000
+"""At most this many flows in one cycle of the kind plan (``_kinds``)."""
+
+
+def _kinds(settings: RunSettings, seed: str) -> Callable[[int], str]:
+    """Flow index -> race kind, a function of the index alone (not of the order flows start in).
+
+    Legacy flows are spread evenly: flow i is legacy when floor(i * share) steps up at it. The
+    modern flows follow a cycle that holds every weighted kind once, then its further copies
+    (in proportion to its weight) in an order shuffled from the seed: any stretch of a cycle's
+    length runs every kind its share, so a short run exercises each kind as its weight says,
+    not as a random draw happens to fall (a 150-flow run once drew a kind twice where its share
+    was five)."""
     kinds = [k for k in (*RACE_KINDS, *KEYED_KINDS) if settings.weights.get(k, 0) > 0]
-    weights = [settings.weights[k] for k in kinds]
     share = settings.legacy_share
+    cycle = _kind_cycle(kinds, settings.weights, random.Random(seed))
 
     def pick(i: int) -> str:
-        # Legacy flows are spread evenly: flow i is legacy when floor(i * share) steps up at it,
-        # so floor(i * share) flows before it were legacy. Within each family every kind runs
-        # at least once before the (weighted) draw takes over.
         before = math.floor(i * share)
         if math.floor((i + 1) * share) > before:
-            return LEGACY_KINDS[before] if before < len(LEGACY_KINDS) else rng.choice(LEGACY_KINDS)
-        m = i - before
-        return kinds[m] if m < len(kinds) else rng.choices(kinds, weights)[0]
+            return LEGACY_KINDS[before % len(LEGACY_KINDS)]
+        return cycle[(i - before) % len(cycle)]
 
     return pick
+
+
+def _kind_cycle(kinds: list[str], weights: dict[str, float], rng: random.Random) -> list[str]:
+    """Every kind once, then each kind's further copies (its weight over the smallest weight,
+    rounded; scaled down to ``KIND_CYCLE_MAX`` in all), shuffled."""
+    if not kinds:
+        raise ValueError("no race kind has a positive weight")
+    least = min(weights[k] for k in kinds)
+    copies = {k: max(1, round(weights[k] / least)) for k in kinds}
+    total = sum(copies.values())
+    if total > KIND_CYCLE_MAX:
+        scale = KIND_CYCLE_MAX / total
+        copies = {k: max(1, round(n * scale)) for k, n in copies.items()}
+    rest = [k for k in kinds for _ in range(copies[k] - 1)]
+    rng.shuffle(rest)
+    return kinds + rest
 
 
 async def _drive(
@@ -224,8 +248,7 @@ async def run_load(
         raise ValueError("legacy_share must be between 0 and 1")
     if settings.legacy_share > 0 and legacy is None:
         raise ValueError("legacy_share > 0 needs HTTP nodes for the legacy clients")
-    rng = random.Random(f"{settings.seed}:{settings.first_flow}")
-    pick_kind = _kinds(settings, rng)
+    pick_kind = _kinds(settings, f"{settings.seed}:kinds")
     stats = RunStats(
         started_s=time.monotonic(),
         keep_samples=(
