@@ -19,6 +19,8 @@ import redis
 import redis.cluster
 from coredis.connection import TCPLocation
 
+from store.resp_client import RespRedis
+
 SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
 """Only ``noeviction`` is safe: replay entries carry a TTL, so even the ``volatile-*`` policies
 may evict one early, and a forgotten replay entry lets a confirmation execute twice."""
@@ -34,6 +36,16 @@ STREAM_TIMEOUT_S = 5.0
 
 StoreClient: TypeAlias = "coredis.Redis[str] | coredis.RedisCluster[str]"
 """What the nodes talk to: one Redis, or a Redis Cluster."""
+
+NoteClient: TypeAlias = "StoreClient | RespRedis"
+"""What a ``NoteStore`` talks to: the store's own client (``store.resp_client``) or coredis."""
+
+CLIENT_ENV = "NOTES_CLUSTER_REDIS_CLIENT"
+"""Which client a node's note store uses: ``resp`` (the store's own, the default) or
+``coredis``. A Redis Cluster is served by coredis whatever this says."""
+
+CLIENT_KINDS = ("resp", "coredis")
+DEFAULT_CLIENT_KIND = "resp"
 
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 """What the sync tooling (journal readers, load generator) talks to."""
@@ -188,3 +200,55 @@ def sync_client(url: str, *, decode_responses: bool = False, timeout_s: float = 
             _cluster_url(url), decode_responses=decode_responses, **timeouts
         )
     return redis.Redis.from_url(url, decode_responses=decode_responses, **timeouts)
+
+
+def client_kind(kind: str | None = None) -> str:
+    """``kind``, or the one ``NOTES_CLUSTER_REDIS_CLIENT`` names, or the default; ValueError for
+    a name that is none of ``CLIENT_KINDS``."""
+    chosen = (kind or os.environ.get(CLIENT_ENV) or DEFAULT_CLIENT_KIND).strip().lower()
+    if chosen not in CLIENT_KINDS:
+        raise ValueError(f"{CLIENT_ENV}={chosen!r}: expected one of {', '.join(CLIENT_KINDS)}")
+    return chosen
+
+
+async def resp_eviction_problem(client: RespRedis) -> str | None:
+    """``eviction_problem`` for the store's own client (one server)."""
+    policy = (await client.config_get(["maxmemory-policy"])).get("maxmemory-policy", "")
+    if policy in SAFE_EVICTION_POLICIES:
+        return None
+    where = f"{client.endpoint.host}:{client.endpoint.port}"
+    return (
+        f"Redis maxmemory-policy is {policy!r} on {where}: it could evict replay entries and "
+        "let a confirmation execute twice; set it to 'noeviction'"
+    )
+
+
+@asynccontextmanager
+async def open_note_client(
+    url: str,
+    *,
+    embedded: bool = False,
+    client_name: str | None = None,
+    stream_timeout_s: float = STREAM_TIMEOUT_S,
+    kind: str | None = None,
+    shared: StoreClient | None = None,
+) -> AsyncIterator[NoteClient]:
+    """The client a ``NoteStore`` should use on ``url``: the store's own (``client_kind``) on
+    one Redis, checked like ``open_redis``; coredis on a Redis Cluster or when asked for. A
+    coredis client the caller already opened on ``url`` is passed as ``shared`` and yielded
+    as it is where coredis is the answer."""
+    if client_kind(kind) == "resp" and (embedded or not await is_cluster(url)):
+        client = RespRedis.from_url(url, client_name=client_name, timeout_s=stream_timeout_s)
+        async with client:
+            problem = None if embedded else await resp_eviction_problem(client)
+            if problem is None:
+                yield client
+                return
+        raise UnsafeStore(problem)
+    if shared is not None:
+        yield shared
+        return
+    async with open_redis(
+        url, embedded=embedded, client_name=client_name, stream_timeout_s=stream_timeout_s
+    ) as opened:
+        yield opened

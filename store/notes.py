@@ -1,6 +1,7 @@
 """The note store and replay store over Redis: an async API around the Lua scripts.
 
-Layer: store. Knows Redis (through coredis, which runs natively on trio) and the key layout; knows
+Layer: store. Knows Redis (through the store's own client, ``store.resp_client``, or coredis on a
+Redis Cluster; both run on trio and asyncio) and the key layout; knows
 nothing of MCP, sealing or HTTP. The same scripts run unchanged on the embedded store (fakeredis
 over TCP), on a real Redis and on a Redis Cluster, because every script touches one tenant's slot.
 """
@@ -31,6 +32,9 @@ from store.api import (
     WriteOutcome,
 )
 from store.keys import TenantKeys
+from store.redis_errors import RedisClientError
+from store.resp import ReplyError
+from store.resp_client import RespRedis
 
 DEFAULT_PREFIX = "nc"
 REPLAY_GRACE_MS = 60_000
@@ -66,11 +70,17 @@ _UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (
     coredis.exceptions.UnblockedError,
     TimeoutError,
     OSError,
+    RedisClientError,
 )
 """Errors after which a call may or may not have taken effect: a dropped connection or a
 timeout (the script may have run), too few replicas acknowledged (it ran, but may be lost),
 a cluster between masters (failover), a ``WAIT`` unblocked by a failover (``UNBLOCKED``: the
-script ran, its replication is unknown). The node must answer "outcome unknown", never "no"."""
+script ran, its replication is unknown). The node must answer "outcome unknown", never "no".
+The store's own client raises ``RedisClientError`` for all of these (``store.redis_errors``);
+its ``NotSent`` (the command never left) is answered the same way: safe, if pessimistic."""
+
+_REPLY_ERRORS = (coredis.exceptions.ResponseError, ReplyError)
+"""A server's error reply, as coredis and as the store's own client raise it."""
 
 _UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN", "OOM")
 """Error replies of a server that is starting, busy, failing over or full: transient, like the
@@ -87,15 +97,13 @@ def outcome_unknown(exc: BaseException) -> bool:
     """True when ``exc`` leaves a store call's outcome unknown (see ``_UNKNOWN_OUTCOME``)."""
     if isinstance(exc, _UNKNOWN_OUTCOME):
         return True
-    return isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith(
-        _UNKNOWN_REPLY_PREFIXES
-    )
+    return isinstance(exc, _REPLY_ERRORS) and str(exc).startswith(_UNKNOWN_REPLY_PREFIXES)
 
 
 def store_error(exc: BaseException, what: str) -> StoreUnavailable | None:
     """The store error ``exc`` amounts to (``StoreFull`` for a Redis out of memory, which wrote
     nothing; ``StoreUnavailable`` when the outcome is unknown), or None for any other error."""
-    if isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith("OOM"):
+    if isinstance(exc, _REPLY_ERRORS) and str(exc).startswith("OOM"):
         return StoreFull(f"{what}: Redis is out of memory (maxmemory, noeviction)")
     if outcome_unknown(exc):
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {exc}")
@@ -166,7 +174,7 @@ class NoteStore:
 
     def __init__(
         self,
-        client: coredis.Redis[str] | coredis.RedisCluster[str],
+        client: coredis.Redis[str] | coredis.RedisCluster[str] | RespRedis,
         *,
         prefix: str = DEFAULT_PREFIX,
         replay_grace_ms: int = REPLAY_GRACE_MS,
@@ -457,8 +465,10 @@ class NoteStore:
             present = await self.client.script_exists([s.sha for s in scripts])
             for script, loaded in zip(scripts, present, strict=True):
                 if not loaded:
-                    await self.client.script_load(script.script)
+                    await self.client.script_load(str(script.script))
         except Exception as exc:
-            if not (outcome_unknown(exc) or isinstance(exc, coredis.exceptions.RedisError)):
+            if not (
+                outcome_unknown(exc) or isinstance(exc, coredis.exceptions.RedisError | ReplyError)
+            ):
                 raise
             raise StoreUnavailable(f"ready: {type(exc).__name__}: {exc}") from exc
