@@ -44,6 +44,9 @@ the entry only serves late retries of an answer that did; a minute covers any sa
 JOURNAL_MAXLEN = 1_000_000
 """Approximate cap of each tenant's journal stream, so memory stays bounded on long runs."""
 
+TENANT_KEYS_CACHE = 1024
+"""Tenants whose ``TenantKeys`` a store keeps (cleared when full: a bound, not an LRU)."""
+
 READ_LIMIT = 1000
 """Most notes one read returns; a title with more matches than this is not a pickable list."""
 
@@ -192,6 +195,7 @@ class NoteStore:
         write ran on the master but may be lost in a failover). 0: asynchronous replication."""
         self.wait_timeout_ms = wait_timeout_ms
         self._stats = StoreStatistics()
+        self._keys: dict[str, TenantKeys] = {}
         # coredis' Script sends EVALSHA and loads the script on NOSCRIPT, so a restarted or
         # failed-over Redis that forgot its script cache is handled transparently.
         self._scripts = {
@@ -201,8 +205,14 @@ class NoteStore:
         self._time = client.register_script(_TIME_SCRIPT)
 
     def keys(self, tenant: str) -> TenantKeys:
-        """The key layout of one tenant."""
-        return TenantKeys(self.prefix, tenant)
+        """The key layout of one tenant (made once per tenant: its checks cost a regex)."""
+        keys = self._keys.get(tenant)
+        if keys is None:
+            keys = TenantKeys(self.prefix, tenant)
+            if len(self._keys) >= TENANT_KEYS_CACHE:
+                self._keys.clear()
+            self._keys[tenant] = keys
+        return keys
 
     def statistics(self) -> StoreStatistics:
         """A copy of the counters."""
