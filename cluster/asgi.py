@@ -130,9 +130,7 @@ class NodeApp:
         )
         # The hot path's own client (store.resp_client); coredis keeps the legacy sessions.
         notes_client = await stack.enter_async_context(
-            open_note_client(
-                o.redis_url, embedded=o.embedded, client_name=o.node_id, shared=client
-            )
+            open_note_client(o.redis_url, embedded=o.embedded, client_name=o.node_id, shared=client)
         )
         store = NoteStore(
             notes_client,

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import trio
 import uvloop
 
@@ -46,8 +47,6 @@ async def _drive(call: Callable[[], Awaitable[Any]], calls: int, concurrency: in
         while left[0] > 0:
             left[0] -= 1
             await call()
-
-    import anyio
 
     async with anyio.create_task_group() as tg:
         for _ in range(concurrency):
