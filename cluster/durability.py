@@ -25,6 +25,7 @@ import coredis.exceptions
 from store.client import NoteClient
 from store.resp import ReplyError
 from store.resp_client import RespRedis
+from store.resp_cluster import RespCluster
 
 log = logging.getLogger("cluster.durability")
 
@@ -55,6 +56,9 @@ async def fewest_replicas(client: NoteClient) -> int:
     """The fewest connected replicas any master of the store has (0 for the embedded store,
     which refuses ``INFO``)."""
     try:
+        if isinstance(client, RespCluster):
+            found = [await _replicas(master) for master in client.masters()]
+            return min((n for n in found if n is not None), default=0)
         if isinstance(client, coredis.RedisCluster):
             counts: list[int] = []
             for node in client.all_nodes:

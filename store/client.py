@@ -20,6 +20,7 @@ import redis.cluster
 from coredis.connection import TCPLocation
 
 from store.resp_client import RespRedis
+from store.resp_cluster import RespCluster
 
 SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
 """Only ``noeviction`` is safe: replay entries carry a TTL, so even the ``volatile-*`` policies
@@ -37,12 +38,12 @@ STREAM_TIMEOUT_S = 5.0
 StoreClient: TypeAlias = "coredis.Redis[str] | coredis.RedisCluster[str]"
 """What the nodes talk to: one Redis, or a Redis Cluster."""
 
-NoteClient: TypeAlias = "StoreClient | RespRedis"
+NoteClient: TypeAlias = "StoreClient | RespRedis | RespCluster"
 """What a ``NoteStore`` talks to: the store's own client (``store.resp_client``) or coredis."""
 
 CLIENT_ENV = "NOTES_CLUSTER_REDIS_CLIENT"
-"""Which client a node's note store uses: ``resp`` (the store's own, the default) or
-``coredis``. A Redis Cluster is served by coredis whatever this says."""
+"""Which client a node's note store uses: ``resp`` (the store's own, the default; on a Redis
+Cluster its slot-routing ``RespCluster``) or ``coredis``."""
 
 CLIENT_KINDS = ("resp", "coredis")
 DEFAULT_CLIENT_KIND = "resp"
@@ -211,16 +212,19 @@ def client_kind(kind: str | None = None) -> str:
     return chosen
 
 
-async def resp_eviction_problem(client: RespRedis) -> str | None:
-    """``eviction_problem`` for the store's own client (one server)."""
-    policy = (await client.config_get(["maxmemory-policy"])).get("maxmemory-policy", "")
-    if policy in SAFE_EVICTION_POLICIES:
-        return None
-    where = f"{client.endpoint.host}:{client.endpoint.port}"
-    return (
-        f"Redis maxmemory-policy is {policy!r} on {where}: it could evict replay entries and "
-        "let a confirmation execute twice; set it to 'noeviction'"
-    )
+async def resp_eviction_problem(client: RespRedis | RespCluster) -> str | None:
+    """``eviction_problem`` for the store's own client: on a cluster, every master and replica
+    ``CLUSTER SLOTS`` lists."""
+    servers = client.every_server() if isinstance(client, RespCluster) else [client]
+    for server in servers:
+        policy = (await server.config_get(["maxmemory-policy"])).get("maxmemory-policy", "")
+        if policy not in SAFE_EVICTION_POLICIES:
+            where = f"{server.endpoint.host}:{server.endpoint.port}"
+            return (
+                f"Redis maxmemory-policy is {policy!r} on {where}: it could evict replay "
+                "entries and let a confirmation execute twice; set it to 'noeviction'"
+            )
+    return None
 
 
 @asynccontextmanager
@@ -233,12 +237,18 @@ async def open_note_client(
     kind: str | None = None,
     shared: StoreClient | None = None,
 ) -> AsyncIterator[NoteClient]:
-    """The client a ``NoteStore`` should use on ``url``: the store's own (``client_kind``) on
-    one Redis, checked like ``open_redis``; coredis on a Redis Cluster or when asked for. A
-    coredis client the caller already opened on ``url`` is passed as ``shared`` and yielded
-    as it is where coredis is the answer."""
-    if client_kind(kind) == "resp" and (embedded or not await is_cluster(url)):
-        client = RespRedis.from_url(url, client_name=client_name, timeout_s=stream_timeout_s)
+    """The client a ``NoteStore`` should use on ``url``, checked like ``open_redis``: the
+    store's own (``RespRedis``, or ``RespCluster`` when ``url`` is a cluster node), unless
+    ``client_kind`` says coredis. A coredis client the caller already opened on ``url`` is
+    passed as ``shared`` and yielded as it is where coredis is the answer."""
+    if client_kind(kind) == "resp":
+        opts: dict[str, Any] = {"client_name": client_name, "timeout_s": stream_timeout_s}
+        cluster = not embedded and await is_cluster(url)
+        client: RespRedis | RespCluster = (
+            RespCluster.from_url(_cluster_url(url), **opts)
+            if cluster
+            else RespRedis.from_url(url, **opts)
+        )
         async with client:
             problem = None if embedded else await resp_eviction_problem(client)
             if problem is None:

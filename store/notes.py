@@ -35,6 +35,7 @@ from store.keys import TenantKeys
 from store.redis_errors import RedisClientError
 from store.resp import ReplyError
 from store.resp_client import RespRedis
+from store.resp_cluster import RespCluster
 
 DEFAULT_PREFIX = "nc"
 REPLAY_GRACE_MS = 60_000
@@ -177,7 +178,7 @@ class NoteStore:
 
     def __init__(
         self,
-        client: coredis.Redis[str] | coredis.RedisCluster[str] | RespRedis,
+        client: coredis.Redis[str] | coredis.RedisCluster[str] | RespRedis | RespCluster,
         *,
         prefix: str = DEFAULT_PREFIX,
         replay_grace_ms: int = REPLAY_GRACE_MS,

@@ -26,7 +26,7 @@ import ssl
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import anyio
@@ -44,6 +44,19 @@ keeps reads moving while a ``WAIT`` holds the first. More only add system calls.
 _REPLICATION: ContextVar[tuple[int, int] | None] = ContextVar("resp_replication", default=None)
 
 Arg = str | bytes | int | float
+
+_ASKING = pack("ASKING")
+
+
+@contextlib.contextmanager
+def ensure_replication(replicas: int, timeout_ms: int) -> Iterator[None]:
+    """Scripts run inside this block (by any of these clients) send ``WAIT replicas
+    timeout_ms`` right behind them on their connection; fewer is ``ReplicationError``."""
+    token = _REPLICATION.set((replicas, timeout_ms))
+    try:
+        yield
+    finally:
+        _REPLICATION.reset(token)
 
 
 def endpoint_from_url(
@@ -73,12 +86,20 @@ def endpoint_from_url(
     )
 
 
+class ScriptRunner(Protocol):
+    """What runs a ``Script``: one server's client, or a cluster's."""
+
+    async def evalsha(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """Run ``script`` once (see ``RespRedis.evalsha``)."""
+        ...
+
+
 class Script:
     """A Lua script bound to a client: ``await script(keys=[...], args=[...])``."""
 
     __slots__ = ("_client", "script", "sha")
 
-    def __init__(self, client: RespRedis, script: str) -> None:
+    def __init__(self, client: ScriptRunner, script: str) -> None:
         self._client = client
         self.script = script
         self.sha = hashlib.sha1(script.encode("utf-8"), usedforsecurity=False).hexdigest()
@@ -97,6 +118,7 @@ class RespRedis:
         self._connecting: anyio.Lock | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._asyncio = False
+        self._owns_group = False
         self._open = False
 
     @classmethod
@@ -113,13 +135,21 @@ class RespRedis:
         return cls(endpoint, max_connections=max_connections)
 
     async def __aenter__(self) -> RespRedis:
-        self._asyncio = sniffio.current_async_library() == "asyncio"
-        if not self._asyncio:
-            self._task_group = anyio.create_task_group()
-            await self._task_group.__aenter__()
+        group = None
+        if sniffio.current_async_library() != "asyncio":
+            group = anyio.create_task_group()
+            await group.__aenter__()
+        self.start(group, owned=True)
+        return self
+
+    def start(self, group: anyio.abc.TaskGroup | None, *, owned: bool = False) -> None:
+        """Make the client usable without entering it: its readers (on trio) run in ``group``,
+        which someone else owns (a cluster client's node clients share its group)."""
+        self._asyncio = group is None
+        self._task_group = group
+        self._owns_group = owned
         self._connecting = anyio.Lock()
         self._open = True
-        return self
 
     async def __aexit__(
         self,
@@ -133,8 +163,8 @@ class RespRedis:
         """Close every connection (calls still waiting fail with ConnectionLost)."""
         self._open = False
         self._close_connections()
-        if self._task_group is not None:
-            group, self._task_group = self._task_group, None
+        group, self._task_group = self._task_group, None
+        if group is not None and self._owns_group:
             await group.__aexit__(None, None, None)
 
     def _close_connections(self) -> None:
@@ -190,9 +220,13 @@ class RespRedis:
         conn = await self._connection()
         return await conn.request(commands)
 
-    async def execute(self, *args: Arg) -> Any:
-        """One command's reply; an error reply is raised as ``ReplyError``."""
-        (reply,) = await self.request((pack(*args),))
+    async def execute(self, *args: Arg, asking: bool = False) -> Any:
+        """One command's reply; an error reply is raised as ``ReplyError``. ``asking``: sent
+        behind ``ASKING`` (a Redis Cluster's ASK redirection), on the same connection."""
+        if asking:
+            _, reply = await self.request((_ASKING, pack(*args)))
+        else:
+            (reply,) = await self.request((pack(*args),))
         if isinstance(reply, ReplyError):
             raise reply
         return reply
@@ -203,30 +237,34 @@ class RespRedis:
         """``script`` bound to this client (sent by its SHA1, loaded on NOSCRIPT)."""
         return Script(self, script)
 
-    @contextlib.contextmanager
-    def ensure_replication(self, replicas: int = 1, timeout_ms: int = 100) -> Iterator[None]:
+    def ensure_replication(
+        self, replicas: int = 1, timeout_ms: int = 100
+    ) -> contextlib.AbstractContextManager[None]:
         """Scripts run inside this block wait (``WAIT``, same connection) for ``replicas``."""
-        token = _REPLICATION.set((replicas, timeout_ms))
-        try:
-            yield
-        finally:
-            _REPLICATION.reset(token)
+        return ensure_replication(replicas, timeout_ms)
 
-    async def evalsha(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
-        """Run ``script`` by SHA1; on NOSCRIPT (it did not run) send it once in full."""
+    async def evalsha(
+        self, script: Script, keys: Sequence[Arg], args: Sequence[Arg], *, asking: bool = False
+    ) -> Any:
+        """Run ``script`` by SHA1; on NOSCRIPT (it did not run) send it once in full. With
+        ``asking``, behind ``ASKING`` (see ``execute``)."""
         wait = _REPLICATION.get()
+        head = (_ASKING,) if asking else ()
         tail = () if wait is None else (pack("WAIT", wait[0], wait[1]),)
-        replies = await self.request((pack("EVALSHA", script.sha, len(keys), *keys, *args), *tail))
-        reply = replies[0]
+        first = len(head)
+        replies = await self.request(
+            (*head, pack("EVALSHA", script.sha, len(keys), *keys, *args), *tail)
+        )
+        reply = replies[first]
         if isinstance(reply, ReplyError) and reply.code == "NOSCRIPT":
             replies = await self.request(
-                (pack("EVAL", script.script, len(keys), *keys, *args), *tail)
+                (*head, pack("EVAL", script.script, len(keys), *keys, *args), *tail)
             )
-            reply = replies[0]
+            reply = replies[first]
         if isinstance(reply, ReplyError):
             raise reply
         if wait is not None:
-            acknowledged = replies[1]
+            acknowledged = replies[first + 1]
             if isinstance(acknowledged, ReplyError):
                 raise ReplicationError(wait[0], str(acknowledged))
             if int(acknowledged) < wait[0]:
