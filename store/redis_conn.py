@@ -9,10 +9,10 @@ with an ``UnknownOutcome``: a late reply can then never be taken for another cal
 - ``AsyncioConnection``: an ``asyncio.Protocol``; a call waits on a future; writes made in one
   loop iteration go out in one ``write`` (coalesced with ``call_soon``). This is the production
   path under uvicorn (uvloop).
-- ``AnyioConnection``: an anyio byte stream with a reader task in the owner's task group; the
-  first caller to find the connection idle writes everything queued (under a shielded timeout:
-  a cancelled caller must not leave half a command on the wire). Runs on trio (simulations,
-  tests) and on asyncio.
+- ``AnyioConnection``: an anyio byte stream with a reader and a writer task in the owner's task
+  group; callers queue their bytes and wake the writer, which sends everything queued in one
+  write (a cancelled caller cannot leave half a command on the wire, and no caller waits behind
+  other callers' writes). Runs on trio (simulations, tests) and on asyncio.
 """
 
 from __future__ import annotations
@@ -160,8 +160,8 @@ class _Waiter:
 
 
 class AnyioConnection:
-    """One connection on any anyio backend; see the module docstring. ``run_reader`` must run
-    in a task group for as long as the connection is used."""
+    """One connection on any anyio backend; see the module docstring. ``run`` (its reader and
+    writer) must run in a task group for as long as the connection is used."""
 
     def __init__(self, stream: anyio.abc.ByteStream, timeout_s: float) -> None:
         self.core: RespCore[_Waiter] = RespCore()
@@ -169,13 +169,13 @@ class AnyioConnection:
         self.alive = True
         self._stream = stream
         self._out: list[bytes] = []
-        self._flushing = False
+        self._wake: anyio.Event | None = None
         self._scope = anyio.CancelScope()
 
     @classmethod
     async def open(cls, endpoint: Endpoint, group: anyio.abc.TaskGroup) -> AnyioConnection:
-        """Connect, start the reader in ``group`` and run the handshake; NotSent when the
-        server cannot be reached in time."""
+        """Connect, start the reader and writer in ``group`` and run the handshake; NotSent
+        when the server cannot be reached in time."""
         try:
             with anyio.fail_after(endpoint.timeout_s):
                 if endpoint.ssl_context is not None:
@@ -191,7 +191,7 @@ class AnyioConnection:
         except (OSError, TimeoutError) as exc:
             raise NotSent(f"connect {endpoint.host}:{endpoint.port}: {exc!r}") from exc
         conn = cls(stream, endpoint.timeout_s)
-        group.start_soon(conn.run_reader)
+        group.start_soon(conn.run)
         await _handshake(conn, endpoint)
         return conn
 
@@ -200,34 +200,55 @@ class AnyioConnection:
         """Calls written and not yet answered."""
         return self.core.pending
 
-    async def run_reader(self) -> None:
-        """Read replies until the connection closes; then fail whoever still waits."""
+    async def run(self) -> None:
+        """Read replies and write queued commands until the connection closes; then fail
+        whoever still waits. Writing is this task's job, never a caller's: a cancelled caller
+        cannot cut a command in half, and no caller waits behind others' writes."""
         with self._scope:
-            try:
-                while True:
-                    data = await self._stream.receive(READ_SIZE)
-                    for waiter, replies in self.core.receive(data):
-                        waiter.replies = replies
-                        waiter.event.set()
-            except anyio.EndOfStream:
-                self.close(ConnectionLost("connection closed by the server"))
-            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                self.close(ConnectionLost(f"connection lost: {exc!r}"))
-            except ProtocolError as exc:
-                self.close(ConnectionLost(f"protocol error: {exc}"))
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._write_loop)
+                await self._read_loop()
         with anyio.CancelScope(shield=True):
             await anyio.aclose_forcefully(self._stream)
 
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._stream.receive(READ_SIZE)
+                for waiter, replies in self.core.receive(data):
+                    waiter.replies = replies
+                    waiter.event.set()
+        except anyio.EndOfStream:
+            self.close(ConnectionLost("connection closed by the server"))
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self.close(ConnectionLost(f"connection lost: {exc!r}"))
+        except ProtocolError as exc:
+            self.close(ConnectionLost(f"protocol error: {exc}"))
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                if not self._out:
+                    self._wake = anyio.Event()
+                    await self._wake.wait()
+                    continue
+                data = b"".join(self._out)
+                self._out.clear()
+                with anyio.fail_after(self.timeout_s):
+                    await self._stream.send(data)
+        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
+            self.close(ConnectionLost(f"write failed: {e!r}"))
+
     async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
-        """Write ``commands`` (together, in order) and return their replies."""
+        """Queue ``commands`` (written together, in order) and return their replies."""
         if not self.alive:
             raise NotSent("connection closed")
         waiter = _Waiter()
         self._out.append(self.core.request(waiter, commands))
+        if self._wake is not None:
+            self._wake.set()
         try:
             with anyio.fail_after(self.timeout_s):
-                if not self._flushing:
-                    await self._flush()
                 await waiter.event.wait()
         except TimeoutError:
             if not waiter.event.is_set():
@@ -235,20 +256,6 @@ class AnyioConnection:
         if waiter.error is not None:
             raise waiter.error
         return waiter.replies
-
-    async def _flush(self) -> None:
-        self._flushing = True
-        try:
-            # Shielded: a cancelled caller must not cut a command in half; bounded on its own.
-            with anyio.fail_after(self.timeout_s, shield=True):
-                while self._out and self.alive:
-                    data = b"".join(self._out)
-                    self._out.clear()
-                    await self._stream.send(data)
-        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
-            self.close(ConnectionLost(f"write failed: {e!r}"))
-        finally:
-            self._flushing = False
 
     def close(self, error: UnknownOutcome, first: _Waiter | None = None) -> None:
         """Close the connection; every call still waiting fails with ``error`` (see
