@@ -105,6 +105,7 @@ class Script:
         self.sha = hashlib.sha1(script.encode("utf-8"), usedforsecurity=False).hexdigest()
 
     async def __call__(self, keys: Sequence[Arg] = (), args: Sequence[Arg] = ()) -> Any:
+        """The script's reply (an error reply raised as ``ReplyError``)."""
         return await self._client.evalsha(self, keys, args)
 
 

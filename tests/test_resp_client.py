@@ -8,10 +8,12 @@ exactly once and the client says "outcome unknown"; a late reply is never taken 
 
 from __future__ import annotations
 
+import datetime
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,6 +21,10 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 import redis
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from store.api import Confirmation, StoreUnavailable
 from store.notes import NoteStore
@@ -451,3 +457,68 @@ def test_the_note_store_confirms_once_on_this_client_and_a_lost_reply_is_store_u
 def test_an_endpoint_without_credentials_sends_no_handshake() -> None:
     assert Endpoint("h", 1).handshake() == ()
     assert len(Endpoint("h", 1, db=2, password="p", client_name="n").handshake()) == 3
+
+
+# -- TLS (rediss://) ----------------------------------------------------------------------------
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A throwaway certificate for 127.0.0.1 and its key (a test fixture, not a secret)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture(scope="module")
+def tls_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A redis-server speaking TLS only, on a free port; stopped by pid."""
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = _self_signed(directory)
+    port = free_port()
+    with own_redis(
+        directory,
+        "--tls-port", str(port),
+        "--tls-cert-file", str(cert),
+        "--tls-key-file", str(key),
+        "--tls-ca-cert-file", str(cert),
+        "--tls-auth-clients", "no",
+    ):  # fmt: skip
+        yield port
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rediss_speaks_tls_and_verification_refuses_an_unknown_certificate(
+    backend: str, tls_port: int
+) -> None:
+    async def main() -> None:
+        url = f"rediss://127.0.0.1:{tls_port}/0"
+        async with RespRedis.from_url(url + "?ssl_cert_reqs=none") as client:
+            assert await client.ping() == "PONG"
+            assert await client.execute("SET", "resp-tls", "x") == "OK"
+            assert await client.get("resp-tls") == "x"
+            await client.execute("DEL", "resp-tls")
+        async with RespRedis.from_url(url, timeout_s=2.0) as strict:
+            with pytest.raises(NotSent):
+                await strict.ping()
+
+    run(backend, main)
