@@ -73,6 +73,9 @@ Examples:
   notes-cluster serve --demo --nodes 2 --port 8700 --redis redis://127.0.0.1:6379/0
   notes-cluster loadgen --demo --redis redis://127.0.0.1:6379/0 \\
       --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
+  notes-cluster loadgen --foreign --state-ttl 300 --target http://127.0.0.1:8800/mcp \\
+      --target http://127.0.0.1:8801/mcp        the race workload against an SDK reference
+  notes-cluster conformance --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
   notes-cluster bench --quick
   notes-cluster bench-servers --quick
 """
@@ -231,7 +234,10 @@ def bench_options(quick_help: str, redis_help: str) -> list[Callable[[F], F]]:
     default="",
     metavar="KINDS",
     help="Inject faults during the run, comma-separated: nodes (stop and restart nodes), "
-    "redis (CLIENT KILL, CLIENT PAUSE, latency: a real Redis only), client (replies lost).",
+    "redis (CLIENT KILL, CLIENT PAUSE, latency: a real Redis only), client (replies lost), "
+    "lost-reply (Redis runs a command, its reply is lost: the store seam, or a proxy before a "
+    "single Redis), stall (scripts held past the nodes' Redis timeout: CLIENT PAUSE WRITE, or "
+    "the store seam).",
 )
 @click.option(
     "--fault-seed", default=None, type=int, help="Seed of the fault schedule (default: --seed)."
@@ -439,6 +445,19 @@ simulate_cmd.name = "simulate"
     metavar="PRINCIPAL=TOKEN",
     help="Bearer token of a load principal (default: the demo load tokens).",
 )
+@click.option(
+    "--foreign",
+    is_flag=True,
+    help="The target is not our cluster (e.g. an SDK reference serving the notes contract): "
+    "states are opaque, no journal is read; the final state is listed through notes_list and "
+    "the check says which invariants it could not decide without a journal. Needs --state-ttl.",
+)
+@click.option(
+    "--state-ttl",
+    default=None,
+    type=click.FloatRange(0.5, 3600),
+    help="With --foreign: the target's requestState lifetime in seconds.",
+)
 @load_options
 @click.option(
     "--process-id",
@@ -455,6 +474,8 @@ def loadgen(
     config_path: Path | None,
     demo: bool,
     tokens: tuple[str, ...],
+    foreign: bool,
+    state_ttl: float | None,
     flows: int,
     duration: float,
     concurrency: int,
@@ -482,6 +503,8 @@ def loadgen(
     from loadgen.runner import RunSettings
 
     urls = _loopback_targets(targets)
+    if foreign:
+        _loadgen_foreign(urls, tokens, state_ttl, redis_url, config_path, demo)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):
         raise click.UsageError(
             f"give --config FILE, or --demo with {STATE_KEY_ENV} set to the cluster's state key"
@@ -519,6 +542,56 @@ def loadgen(
         ),
     )
     _report(sim, run_dir, as_json)
+
+
+def _loadgen_foreign(
+    urls: list[str],
+    tokens: tuple[str, ...],
+    state_ttl: float | None,
+    redis_url: str | None,
+    config_path: Path | None,
+    demo: bool,
+) -> NoReturn:
+    """``loadgen --foreign``: the workload against a server without our journal."""
+    import secrets
+
+    from rich.console import Console
+
+    from cluster.experiments.foreign import run_foreign
+    from cluster.load_fixture import load_tokens
+    from loadgen.runner import RunSettings
+
+    if state_ttl is None:
+        raise click.UsageError("--foreign needs --state-ttl (the target's state lifetime)")
+    if redis_url is not None or config_path is not None or demo:
+        raise click.UsageError("--foreign reads nothing of the target: no --redis/--config/--demo")
+    p = click.get_current_context().params
+    principal_tokens = {pr: t for t, pr in load_tokens().items()} | _token_options(tokens)
+    seed = secrets.randbelow(2**31) if p["seed"] is None else p["seed"]
+    run_dir = p["out_dir"] or Path("runs") / time.strftime("foreign-%Y%m%d-%H%M%S")
+    Console(stderr=True).print(f"seed {seed}; run folder {run_dir}")
+    run = RunSettings(
+        flows=p["flows"],
+        duration_s=p["duration"],
+        concurrency=p["concurrency"],
+        rate=p["rate"],
+        seed=seed,
+    )
+    sim = _with_progress(
+        p["flows"],
+        lambda advance: trio.run(
+            lambda: run_foreign(
+                urls,
+                principal_tokens,
+                run,
+                state_ttl_s=state_ttl,
+                run_dir=run_dir,
+                on_flow=advance,
+                exercise=_exercise_rule(p["min_completed"], p["min_per_kind"]),
+            )
+        ),
+    )
+    _report(sim, run_dir, p["as_json"])
 
 
 @main.command(
@@ -571,6 +644,8 @@ def check_cmd(
 
     first = run_dirs[0]
     saved = _saved_settings(first)
+    if (first / "final_state.json").exists():  # a `loadgen --foreign` folder: no journal
+        _check_foreign(run_dirs, redis_url, saved, min_completed, min_per_kind, as_json)
     if redis_url is not None:
         grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
         # Every state of the runs must have expired, plus grace, before the store is read.
@@ -586,6 +661,40 @@ def check_cmd(
     legacy_share = float(saved.get("legacy_share", 0.0))
     try:
         results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"), jobs)
+    except DamagedRunFile as exc:
+        raise DamagedFolder(f"{exc}. Nothing was checked.") from None
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+    else:
+        print_check(results, Console())
+    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+
+
+def _check_foreign(
+    run_dirs: tuple[Path, ...],
+    redis_url: str | None,
+    saved: dict[str, Any],
+    min_completed: float | None,
+    min_per_kind: int | None,
+    as_json: bool,
+) -> NoReturn:
+    """``check`` of a ``loadgen --foreign`` folder: its history against its final state."""
+    import json
+
+    from rich.console import Console
+
+    from cluster.experiments.foreign import recheck_foreign
+    from loadgen.history import DamagedRunFile
+    from loadgen.report import print_check
+
+    if len(run_dirs) != 1 or redis_url is not None:
+        raise click.UsageError("a --foreign run folder is checked alone, without --redis")
+    rule = _exercise_rule(
+        saved.get("min_completed_share") if min_completed is None else min_completed,
+        saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
+    )
+    try:
+        results = recheck_foreign(run_dirs[0], rule)
     except DamagedRunFile as exc:
         raise DamagedFolder(f"{exc}. Nothing was checked.") from None
     if as_json:
@@ -787,6 +896,14 @@ def node(
     "'outcome unknown' (-32603). Default (and config wait_replicas): auto, 1 where every "
     "master has a replica, else 0. 0 turns waiting off.",
 )
+@click.option(
+    "--demo-anonymous",
+    default=None,
+    metavar="PRINCIPAL",
+    help="With --demo, on loopback only: an MCP request without an Authorization header acts "
+    "as PRINCIPAL (e.g. alice), for tools that send no token, such as the MCP conformance "
+    "suite. A wrong token is still refused.",
+)
 @ops_options
 def serve(
     nodes: int,
@@ -798,6 +915,7 @@ def serve(
     state_ttl: float | None,
     processes: bool,
     wait_replicas: str | None,
+    demo_anonymous: str | None,
     log_level: str,
     log_json: bool,
     metrics_port: int | None,
@@ -808,18 +926,21 @@ def serve(
 
     from cluster.config import ConfigError
     from cluster.operations import OpsOptions
-    from cluster.serve import serve_cluster, settings_for
+    from cluster.serve import serve_cluster, settings_for, with_demo_anonymous
     from nodes.logging_setup import configure_logging
 
     if not _loopback(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
     if config_path is None and not demo:
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
+    if demo_anonymous is not None and not demo:
+        raise click.UsageError("--demo-anonymous needs --demo")
     waits = _wait_replicas(wait_replicas, redis_url)
     if redis_url is None:
         require_extra("sim", only=("fakeredis", "lupa"))  # the embedded store
     try:
         settings = settings_for(config_path, demo, state_ttl)
+        settings = with_demo_anonymous(settings, demo_anonymous, host)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if waits is not None:
@@ -930,6 +1051,194 @@ def redis_cluster(masters: int, replicas: int) -> None:
     except RedisClusterError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo("stopped", err=True)
+
+
+@main.command(
+    help="Check a confirm-before-act tool of any MCP server for exactly-once under retries, "
+    "duplicates, lost responses, expiry and forged states (the MRTR conformance pack). Without "
+    "--tool the defaults fit our demo nodes (`serve --demo`). Writes checks.json and checks.md "
+    "with --out; exit 0 when no check fails, 1 on a failure, 2 on bad usage.\n" + EXAMPLES
+)
+@click.option(
+    "--target",
+    "targets",
+    multiple=True,
+    required=True,
+    help="An instance's endpoint URL (repeat, or comma-separate, for several instances).",
+)
+@click.option("--tool", default=None, help="The confirm-before-act tool (default: notes_delete).")
+@click.option("--arguments", default=None, help="Its arguments, JSON; {fresh} is replaced.")
+@click.option("--create-tool", default=None, help="A tool that makes the target first.")
+@click.option("--create-arguments", default=None, help="Its arguments (default: --arguments).")
+@click.option("--read-tool", default=None, help="A tool that observes the effect.")
+@click.option("--read-arguments", default=None, help="Its arguments (default: --arguments).")
+@click.option("--other-tool", default=None, help="A second confirm-before-act tool.")
+@click.option("--other-arguments", default=None, help="Its arguments (default: --arguments).")
+@click.option("--token", default=None, help="Bearer token (default: none; demo: alice's).")
+@click.option("--other-token", default=None, help="Another principal's bearer token.")
+@click.option("--copies", default=4, show_default=True, type=click.IntRange(2, 64))
+@click.option(
+    "--state-ttl",
+    default=None,
+    type=click.FloatRange(0.5, 3600),
+    help="The target's requestState lifetime in seconds (the expiry checks need it).",
+)
+@click.option("--expiry-margin", default=1.0, show_default=True, type=click.FloatRange(0.1, 60))
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print checks.json instead of the table.")
+def conformance(
+    targets: tuple[str, ...],
+    tool: str | None,
+    arguments: str | None,
+    create_tool: str | None,
+    create_arguments: str | None,
+    read_tool: str | None,
+    read_arguments: str | None,
+    other_tool: str | None,
+    other_arguments: str | None,
+    token: str | None,
+    other_token: str | None,
+    copies: int,
+    state_ttl: float | None,
+    expiry_margin: float,
+    out_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """``notes-cluster conformance``."""
+    import json
+    from dataclasses import replace
+
+    require_extra("sim", only=("httpx",))
+    from cluster.mrtr_conformance import demo_contract, run_conformance
+    from loadgen.mrtr_pack.case import Contract, fill
+    from loadgen.mrtr_pack.checks import failed, markdown
+
+    urls = _loopback_targets(targets)
+    if tool is None:
+        if arguments is not None:
+            raise click.UsageError("--arguments needs --tool")
+        base = demo_contract(state_ttl, copies)
+    else:
+        base = Contract(tool=tool, arguments=arguments or "{}", copies=copies)
+        base = replace(base, state_ttl_s=state_ttl)
+    given: dict[str, Any] = {
+        "create_tool": create_tool,
+        "create_arguments": create_arguments,
+        "read_tool": read_tool,
+        "read_arguments": read_arguments,
+        "other_tool": other_tool,
+        "other_arguments": other_arguments,
+        "token": token,
+        "other_token": other_token,
+    }
+    contract = replace(
+        base, expiry_margin_s=expiry_margin, **{k: v for k, v in given.items() if v is not None}
+    )
+    for name in ("arguments", "create_arguments", "read_arguments", "other_arguments"):
+        template = getattr(contract, name)
+        try:
+            if template is not None:
+                fill(template, 1)
+        except ValueError as exc:
+            option = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{option}: not a JSON object ({exc})") from None
+    checks = trio.run(lambda: run_conformance(urls, contract, out_dir))
+    if as_json:
+        click.echo(json.dumps([c.to_json() for c in checks], indent=2))
+    else:
+        click.echo(markdown(checks, urls))
+    sys.exit(EXIT_INVALID if failed(checks) else EXIT_VALID)
+
+
+@main.command(
+    "conformance-table",
+    help="The conformance pack against our 3-node demo cluster and the Python and TypeScript "
+    "SDK references (as their docs show, and with what their authors must add), check by "
+    "check: the README's table. Needs a real Redis (keys under a prefix of the run's own, "
+    "deleted afterwards); the TypeScript columns need Node 22 (NOTES_CLUSTER_NODE).",
+)
+@click.option("--redis", "redis_url", required=True, help="redis:// URL the targets share.")
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for table.md, table.json and each target's checks (default: under runs/).",
+)
+def conformance_table_cmd(redis_url: str, out_dir: Path | None) -> None:
+    """``notes-cluster conformance-table``."""
+    require_extra("sim")
+    require_extra("bench")
+    from cluster.experiments.conformance_table import conformance_table
+
+    folder = out_dir or Path("runs") / time.strftime("conformance-%Y%m%d-%H%M%S")
+    table = trio.run(lambda: conformance_table(redis_url, folder))
+    click.echo(table)
+    click.echo(f"written to {folder}", err=True)
+
+
+@main.command(
+    "serve-reference",
+    help="Serve an official SDK's reference server for the conformance pack: N instances "
+    "sharing a fresh sealing key and the given Redis; prints their URLs, serves until Ctrl-C.",
+)
+@click.option("--sdk", type=click.Choice(["python", "typescript"]), default="python")
+@click.option("--instances", default=2, show_default=True, type=click.IntRange(1, 16))
+@click.option("--redis", "redis_url", required=True, help="redis:// URL the instances share.")
+@click.option("--prefix", default="ncref", show_default=True, help="Key prefix of the notes.")
+@click.option("--state-ttl", default=300.0, show_default=True, type=click.FloatRange(0.5, 86_400))
+@click.option(
+    "--used-state-store", is_flag=True, help="Record each state's outcome (one-shot states)."
+)
+@click.option(
+    "--bind-call",
+    is_flag=True,
+    help="TypeScript: bind the state to the tool and its arguments too.",
+)
+def serve_reference(
+    sdk: str,
+    instances: int,
+    redis_url: str,
+    prefix: str,
+    state_ttl: float,
+    used_state_store: bool,
+    bind_call: bool,
+) -> None:
+    """``notes-cluster serve-reference``."""
+    import signal
+
+    require_extra("bench")
+    from cluster.experiments.references import ADDITIONS, Sdk, open_reference
+
+    chosen: Sdk = "python" if sdk == "python" else "typescript"
+    additions = [
+        a for a, on in (("used-state-store", used_state_store), ("bind-call", bind_call)) if on
+    ]
+    unknown = [a for a in additions if a not in ADDITIONS[chosen]]
+    if unknown:
+        raise click.UsageError(f"the {sdk} reference has no --{unknown[0]}")
+
+    async def serve() -> None:
+        async with open_reference(
+            chosen,
+            redis_url,
+            instances=instances,
+            prefix=prefix,
+            state_ttl_s=state_ttl,
+            additions=additions,
+        ) as urls:
+            _print_ready(urls)
+            # SIGTERM (a supervisor) stops the instances as Ctrl-C does: by pid, on the way out.
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    return
+
+    try:
+        trio.run(serve)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _print_ready(urls: list[str]) -> None:

@@ -25,6 +25,7 @@ from cluster.demo import (
 from cluster.durability import AUTO, WaitReplicas
 from nodes.auth import TokenTable
 from nodes.config import (
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
     DEFAULT_LIST_PAGE_SIZE,
     DEFAULT_MAX_NOTE_BODY_BYTES,
     DEFAULT_MAX_NOTES_PER_WORKSPACE,
@@ -94,6 +95,9 @@ class _File(BaseModel):
         default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
     )
     list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
+    idempotency_window_seconds: float = Field(
+        default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=1, le=7 * 86_400
+    )
     wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
     legacy: _Legacy = Field(default_factory=_Legacy)
     timeouts: _Timeouts = Field(default_factory=_Timeouts)
@@ -157,6 +161,7 @@ def load_settings(path: Path) -> ClusterSettings:
         max_note_body_bytes=parsed.max_note_body_bytes,
         max_notes_per_workspace=parsed.max_notes_per_workspace,
         list_page_size=parsed.list_page_size,
+        idempotency_window_ms=int(parsed.idempotency_window_seconds * 1000),
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     t = parsed.timeouts

@@ -16,6 +16,15 @@ Kinds (each selectable):
   their script waits to run once the pause ends: real unknown outcomes.
 - ``client``: replies lost after the node answered (with probability ``p`` during a window); the
   client sees no answer, records ``info`` and retries elsewhere.
+- ``lost-reply``: Redis runs a command and its reply is lost (with probability ``p`` during a
+  window): at the store seam of the in-process nodes on the embedded store
+  (``cluster.store_faults``), through a reply-dropping proxy between the nodes and a real Redis
+  (``cluster.reply_dropping_proxy``, ``mode="close"``; not on a Redis Cluster, whose clients
+  follow the cluster's own node addresses past any proxy).
+- ``stall``: Redis holds every script past the nodes' client timeout, then runs it:
+  ``CLIENT PAUSE <ms> WRITE`` on a real Redis (every master of a cluster), the same hold at the
+  store seam on the embedded store. The nodes' Redis timeout is cut to
+  ``FAULT_STREAM_TIMEOUT_S`` so the stall outlasts it.
 
 Every fault injected is a FaultRecord with its start and end (monotonic, for the run's timeline,
 and wall clock) and a detail line for people.
@@ -37,10 +46,14 @@ import redis
 import trio
 
 from cluster.local import LocalCluster
+from cluster.reply_dropping_proxy import SCRIPT_COMMANDS, ReplyDroppingProxy
+from cluster.store_faults import StoreFaults
 from loadgen.transport import NodeDown, Reply, Transport
 
-FaultKind = Literal["nodes", "redis", "client"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("nodes", "redis", "client")
+FaultKind = Literal["nodes", "redis", "client", "lost-reply", "stall"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("nodes", "redis", "client", "lost-reply", "stall")
+SHORT_TIMEOUT_KINDS = frozenset({"redis", "stall"})
+"""Kinds under which the nodes' Redis timeout is ``FAULT_STREAM_TIMEOUT_S``."""
 
 FAULT_STREAM_TIMEOUT_S = 0.25
 """The nodes' Redis reply timeout in runs with ``redis`` faults. coredis tries a call three times,
@@ -66,6 +79,22 @@ LATENCY_MS = (900, 1300)
 LOSS_S = (0.3, 1.0)
 LOSS_P = (0.2, 0.5)
 """A client-loss window's length and the probability that a reply in it is lost."""
+
+LOST_REPLY_S = (0.3, 1.0)
+LOST_REPLY_P = (0.1, 0.4)
+"""A lost-reply window's length and the probability that a Redis reply in it is lost."""
+
+KIND_GAP_S: dict[str, tuple[float, float]] = {"stall": (2.0, 4.0)}
+"""Quiet time after a fault of these kinds, where it differs from ``GAP_S``: a stall holds
+every write of the run, so it comes less often (with the ``redis`` kind's pauses beside it,
+Redis would otherwise be paused most of the time and flows could barely start)."""
+
+LOST_REPLY_MAX = 1_000_000
+"""Most replies one lost-reply window may drop through the proxy (its draw decides which)."""
+
+STALL_MS = (600, 1200)
+"""A stall's length: past the fault-run Redis timeout (0.25 s), so node calls give up while
+their scripts wait to run."""
 
 RESTART_TIMEOUT_S = 15.0
 """How long bringing a stopped node back may take (its store may be paused meanwhile)."""
@@ -132,7 +161,7 @@ def plan_faults(
         while t < horizon_s:
             fault = _draw(kind, rng, t, nodes)
             plan.append(fault)
-            t += fault.duration_s + rng.uniform(*GAP_S)
+            t += fault.duration_s + rng.uniform(*KIND_GAP_S.get(kind, GAP_S))
     return sorted(plan, key=lambda f: (f.at_s, f.kind))
 
 
@@ -141,6 +170,11 @@ def _draw(kind: FaultKind, rng: random.Random, t: float, nodes: int) -> PlannedF
         return PlannedFault(t, kind, "restart", rng.uniform(*NODE_DOWN_S), rng.randrange(nodes))
     if kind == "client":
         return PlannedFault(t, kind, "lose_replies", rng.uniform(*LOSS_S), p=rng.uniform(*LOSS_P))
+    if kind == "lost-reply":
+        p = rng.uniform(*LOST_REPLY_P)
+        return PlannedFault(t, kind, "drop_redis_replies", rng.uniform(*LOST_REPLY_S), p=p)
+    if kind == "stall":
+        return PlannedFault(t, kind, "stall", rng.randint(*STALL_MS) / 1000)
     action = rng.choice(REDIS_ACTIONS)
     if action == "kill":
         return PlannedFault(t, kind, action, 0.0)
@@ -331,6 +365,10 @@ class FaultInjector:
     redis: RedisControl | None = None
     custom: Sequence[CustomFault] = ()
     seed: int = 0
+    store_faults: StoreFaults | None = None
+    """The in-process nodes' store seam (embedded store: ``lost-reply``, ``stall``)."""
+    proxy: ReplyDroppingProxy | None = None
+    """The proxy between the nodes and a real Redis (``lost-reply``)."""
     records: list[FaultRecord] = field(default_factory=list)
     _t0: float = 0.0
 
@@ -357,6 +395,10 @@ class FaultInjector:
                 await self._node(fault)
             elif fault.kind == "client":
                 await self._client(fault)
+            elif fault.kind == "lost-reply":
+                await self._lost_reply(fault)
+            elif fault.kind == "stall":
+                await self._stall(fault, rng)
             else:
                 await self._redis(fault, rng)
 
@@ -404,6 +446,62 @@ class FaultInjector:
             detail = f"replies lost with p={fault.p:.2f}: {lost} lost"
             self._record("client", "lose_replies", detail, start)
 
+    async def _lost_reply(self, fault: PlannedFault) -> None:
+        start = (time.monotonic(), time.time())
+        seam, proxy = self.store_faults, self.proxy
+        before = self._lost()
+        where = "at the store seam" if seam else "by the proxy"
+        if seam is not None:
+            seam.p_lost = fault.p
+        if proxy is not None:
+            draw = _rng(f"lost-reply:{self.seed}:{fault.at_s}")
+            proxy.drop_next(
+                LOST_REPLY_MAX, SCRIPT_COMMANDS, matching=lambda _: draw.random() < fault.p
+            )
+        try:
+            await trio.sleep(fault.duration_s)
+        finally:
+            if seam is not None:
+                seam.p_lost = 0.0
+            if proxy is not None:
+                proxy.stop_dropping()
+            lost = self._lost() - before
+            detail = f"Redis replies lost {where} with p={fault.p:.2f}: {lost} lost"
+            self._record("lost-reply", "drop_redis_replies", detail, start)
+
+    def _lost(self) -> int:
+        """Redis replies lost so far (seam and proxy)."""
+        seam, proxy = self.store_faults, self.proxy
+        return (seam.lost if seam else 0) + (proxy.statistics().dropped if proxy else 0)
+
+    async def _stall(self, fault: PlannedFault, rng: random.Random) -> None:
+        ms = int(fault.duration_s * 1000)
+        seam = self.store_faults
+        if seam is None:
+            control = self.redis
+            if control is None:  # pragma: no cover - open_injector gives one or the other
+                return
+            start = (time.monotonic(), time.time())
+            for target in control.targets:
+                await trio.to_thread.run_sync(control.pause, target, ms, "WRITE")
+            try:
+                await trio.sleep(fault.duration_s)
+            finally:
+                self._record(
+                    "stall", "pause_write", f"CLIENT PAUSE {ms} WRITE, every master", start
+                )
+            return
+        start = (time.monotonic(), time.time())
+        before = seam.timed_out
+        seam.start_stall()
+        try:
+            await trio.sleep(fault.duration_s)
+        finally:
+            seam.end_stall()
+            gave_up = seam.timed_out - before
+            detail = f"scripts held {ms} ms at the store seam: {gave_up} calls timed out"
+            self._record("stall", "hold_scripts", detail, start)
+
     async def _redis(self, fault: PlannedFault, rng: random.Random) -> None:
         control = self.redis
         if control is None:  # pragma: no cover - check_kinds refuses this before the run
@@ -450,13 +548,21 @@ async def open_injector(
     horizon_s: float,
     client_name_prefix: str,
     custom: Sequence[CustomFault] = (),
+    store_faults: StoreFaults | None = None,
+    proxy: ReplyDroppingProxy | None = None,
 ) -> FaultInjector:
     """An injector for ``kinds`` on ``cluster`` (``redis`` faults target the nodes' connections,
-    named ``client_name_prefix-*``), its schedule drawn from ``seed``."""
+    named ``client_name_prefix-*``), its schedule drawn from ``seed``. ``lost-reply`` needs the
+    nodes' store seam (embedded store) or the proxy they reach Redis through; ``stall`` the
+    seam, or a real Redis to pause."""
     check_kinds(kinds, embedded=cluster.embedded)
+    if "lost-reply" in kinds and store_faults is None and proxy is None:
+        raise FaultUsageError("lost-reply needs the store seam or a reply-dropping proxy")
     control = None
-    if "redis" in kinds:
+    if "redis" in kinds or ("stall" in kinds and not cluster.embedded):
         control = await trio.to_thread.run_sync(RedisControl, cluster.redis_url, client_name_prefix)
+    if store_faults is not None:
+        store_faults.nursery = cluster.nursery
     return FaultInjector(
         cluster,
         plan_faults(kinds, seed, horizon_s, max(1, len(cluster.nodes))),
@@ -464,4 +570,6 @@ async def open_injector(
         control,
         custom,
         seed,
+        store_faults=store_faults if cluster.embedded else None,
+        proxy=proxy,
     )

@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from cluster.durability import AUTO, WaitReplicas, resolve_wait_replicas
+from cluster.store_faults import StoreFaults
 from cluster.stores import seed_demo, store_url
 from loadgen.transport import NodeDown, Reply, request_headers
 from nodes.config import NodeConfig
@@ -39,6 +40,12 @@ class StoreOptions:
     client_name: str | None = None
     """Prefix of the nodes' Redis connection names (``<name>-<node index>``), so a fault
     injector can find exactly these connections in ``CLIENT LIST``; None: unnamed."""
+    connect_url: str | None = None
+    """Where the nodes reach Redis instead of the store's URL (a reply-dropping proxy in front
+    of it, ``cluster.reply_proxy``); None: the store's URL."""
+    store_faults: StoreFaults | None = None
+    """The store seam's nemeses (``cluster.store_faults``): every node's scripts go through
+    it. Set by ``simulate --faults lost-reply,stall`` on the embedded store."""
     wrap: Callable[[NoteStoreAPI], NoteStoreAPI] | None = None
     """Test-only: what each node talks to instead of its store (a test plants a misbehaving
     store this way, to see the checker catch it). Never set by the CLI or a config file."""
@@ -58,11 +65,13 @@ async def serve_inprocess_node(
     options = options or StoreOptions()
     name = None if options.client_name is None else f"{options.client_name}-{config.node_id}"
     async with open_note_client(
-        redis_url,
+        options.connect_url or redis_url,
         embedded=embedded,
         client_name=name,
         stream_timeout_s=options.stream_timeout_s,
     ) as client:
+        if options.store_faults is not None:
+            options.store_faults.attach(client)
         store = NoteStore(
             client,
             prefix=prefix,

@@ -14,10 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from cluster.asgi import NodeApp, NodeOptions
+from cluster.config import ConfigError
 from cluster.durability import parse_wait_replicas
 from cluster.node_server import bind_socket, run_server, server_config
 from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions
-from cluster.serve import settings_for
+from cluster.serve import settings_for, with_demo_anonymous
 from nodes.http import ServerTimeouts
 from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
 from store.notes import DEFAULT_PREFIX
@@ -40,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
     p.add_argument("--log-json", action="store_true")
+    p.add_argument("--demo-anonymous", default=None, metavar="PRINCIPAL")
     for name in TIMEOUTS:
         p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
     return p
@@ -63,6 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.wait_replicas is not None:
         settings = replace(settings, wait_replicas=a.wait_replicas)
     settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))
+    try:
+        settings = with_demo_anonymous(settings, a.demo_anonymous, a.host)
+    except ConfigError as exc:
+        sys.exit(f"node: {exc}")
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
     sock = bind_socket(a.host, a.port)
     host, port = sock.getsockname()[:2]

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -22,13 +22,14 @@ import anyio
 import anyio.abc
 import trio
 
-from cluster.config import ClusterSettings, demo_settings, load_settings
+from cluster.config import ClusterSettings, ConfigError, demo_settings, load_settings
 from cluster.durability import resolve_wait_replicas
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.operations import OpsOptions, operate_node
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyLimits, open_legacy_adapter
+from nodes.loopback import is_loopback_host
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.sealing import KeyRing
@@ -58,8 +59,6 @@ async def serve_http_node(
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
     serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store, and
     ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``cluster.operations``)."""
-    from dataclasses import replace
-
     ops = ops or OpsOptions()
     async with (
         open_redis(redis_url, embedded=embedded) as client,
@@ -195,6 +194,8 @@ class ProcessNode:
         t = self.settings.timeouts
         args += ["--headers-timeout", str(t.headers_s), "--body-timeout", str(t.body_s)]
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
+        if self.settings.tokens.anonymous is not None:
+            args += ["--demo-anonymous", self.settings.tokens.anonymous]
         args += self.extra_args
         env = dict(os.environ)
         if self.embedded:
@@ -280,6 +281,22 @@ def _ops_args(ops: OpsOptions) -> list[str]:
     if ops.metrics_port is None:
         return []
     return ["--metrics-host", ops.metrics_host, "--metrics-port", str(ops.metrics_port)]
+
+
+def with_demo_anonymous(
+    settings: ClusterSettings, principal: str | None, host: str
+) -> ClusterSettings:
+    """``settings`` in which an MCP request without ``Authorization`` acts as ``principal`` (None:
+    unchanged): a demo option, refused unless the node binds a loopback address (the app also
+    honours it on loopback connections only)."""
+    if principal is None:
+        return settings
+    if not is_loopback_host(host):
+        raise ConfigError(f"--demo-anonymous serves loopback addresses only, not {host}")
+    try:
+        return replace(settings, tokens=settings.tokens.with_anonymous(principal))
+    except ValueError:
+        raise ConfigError(f"--demo-anonymous {principal}: not a principal of the demo") from None
 
 
 def settings_for(config: Path | None, demo: bool, state_ttl: float | None) -> ClusterSettings:

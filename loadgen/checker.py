@@ -36,6 +36,7 @@ from loadgen.conformance import ModelReport, check_answers
 from loadgen.history import Op
 
 if TYPE_CHECKING:
+    from loadgen.limits import FaultWindow, Limits
     from store.journal import JournalEntry
 
 Status = Literal["valid", "invalid", "unknown"]
@@ -157,6 +158,10 @@ class State:
     candidates: dict[str, int]
     tool: str
     ops: tuple[int, ...]
+    title: str = ""
+    """The title round 1 looked up (the state binds it with the other arguments)."""
+    target: str = ""
+    """An archive state's sealed target workspace ("" for a delete)."""
 
 
 @dataclass(frozen=True)
@@ -197,11 +202,12 @@ def learn_states(calls: Sequence[Call]) -> dict[str, State]:
             continue
         if c.invoke.f == "ask":
             scope = (str(c.v.get("tenant", "")), str(c.v.get("workspace", "")))
-            principal = str(c.v.get("principal", ""))
+            principal, title = str(c.v.get("principal", "")), str(c.v.get("title", ""))
         else:
             parent = states.get(c.nonce)
             scope = (parent.tenant, parent.workspace) if parent else ("", "")
             principal = parent.principal if parent else ""
+            title = parent.title if parent else ""
         cands = {str(n): int(ver) for n, ver in c.result.get("candidates") or []}
         states[nonce] = State(
             nonce,
@@ -211,6 +217,8 @@ def learn_states(calls: Sequence[Call]) -> dict[str, State]:
             cands,
             str(c.result.get("tool", "")),
             c.indices,
+            title,
+            str(c.result.get("target") or ""),
         )
     return states
 
@@ -353,6 +361,10 @@ def _untraced(ctx: Context, e: JournalEntry) -> str | None:
         return f"{e.note} at version {e.version} was not a candidate of state {e.nonce}"
     if st.exp_ms != e.exp_ms or (st.tool and e.tool and st.tool != e.tool):
         return f"{e.op} of {e.note} used another expiry or tool than state {e.nonce}"
+    if st.title and e.title and st.title != e.title:
+        return f"{e.op} of {e.note} titled {e.title!r}, state {e.nonce} asked for {st.title!r}"
+    if e.op == "move" and st.target and e.to != st.target:
+        return f"archive of {e.note} moved it to {e.to}, state {e.nonce} sealed {st.target}"
     if not any(c.accepts(e) for c in ctx.confirms.get(e.nonce, [])):
         return f"no confirm accepted {e.note} under nonce {e.nonce} as {e.principal}"
     return None
@@ -672,10 +684,17 @@ def check(
     *,
     redis_end_ms: int,
     grace_ms: int,
+    limits: Limits | None = None,
+    faults: Sequence[FaultWindow] | None = None,
 ) -> CheckResult:
     """Every invariant of one run. ``journal`` comes from ``store.journal.read_journal``,
     ``final_notes`` and ``replay_left`` from the store after the run, ``redis_end_ms`` is the
-    Redis clock read after listing the replay entries, ``grace_ms`` the store's replay grace."""
+    Redis clock read after listing the replay entries, ``grace_ms`` the store's replay grace,
+    ``limits`` the nodes' configured bounds, ``faults`` the run's fault windows (None: not
+    recorded, so unknown outcomes are not held to them)."""
+    from loadgen import limits as bounds
+    from loadgen import reads, writes  # they build on this module's types
+
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
     verdicts = (
@@ -689,6 +708,13 @@ def check(
         check_replay_entries_expire(ctx),
         check_no_lost_note(ctx),
         check_before_expiry_honoured(ctx, counts),
+        writes.check_creates(ctx),
+        writes.check_updates(ctx),
+        writes.check_moves(ctx),
+        reads.check_reads(ctx),
+        reads.check_setup(ctx),
+        bounds.check_bounds(ctx, limits),
+        bounds.check_unknown_outcomes(ctx, faults),
     )
     report = check_answers(ctx)  # the sequential model of each state: loadgen.conformance
     counts |= report.counts

@@ -33,23 +33,51 @@ DELIBERATE = frozenset({RESPONSE_LOST, CUT_SHORT})
 not counted against availability."""
 
 META_REPLAY = "dev.notes-cluster/replay"
-"""Result ``_meta`` key a node sets when it sends a confirmation's recorded outcome again."""
+"""Result ``_meta`` key a node sets when it sends a recorded outcome again (a confirmation's, or
+a write's retried with its idempotency key)."""
+
+META_IDEMPOTENCY_KEY = "dev.notes-cluster/idempotencyKey"
+"""``params._meta`` key of a ``tools/call`` that may be retried safely: the same key with the
+same arguments from the same principal gets the recorded result (the README's extension)."""
+
+URL_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
+"""What a client declares to be offered a URL-mode elicitation (``notes_setup``)."""
+
+ROOTS_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}, "roots": {}}
+"""What a client declares to be asked for its roots (``notes_search`` without a workspace)."""
 
 EXECUTED_KEYS = {"deleted": "delete", "archived": "archive"}
 """``structuredContent`` key true when a confirming tool executed -> the operation it names."""
 
 
+COPIED_KEYS = ("noteId", "version", "uri", "configured")
+"""``structuredContent`` fields an ok value carries as they came (when present)."""
+
+
+def _shown(note: dict[str, Any]) -> list[Any]:
+    """One listed note as ``[noteId, version, workspaceUri or None]``."""
+    return [str(note.get("noteId", "")), note.get("version"), note.get("workspaceUri")]
+
+
 _request_ids = itertools.count(1)
 
 
-def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """A 2026-07-28 request with the required ``_meta``."""
+def request(
+    method: str,
+    params: dict[str, Any],
+    *,
+    capabilities: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
+    """A 2026-07-28 request with the required ``_meta`` (and an idempotency key, if given)."""
     p = dict(params)
     p["_meta"] = {
         META_VERSION: PROTOCOL_VERSION,
-        "io.modelcontextprotocol/clientCapabilities": CLIENT_CAPABILITIES,
+        "io.modelcontextprotocol/clientCapabilities": capabilities or CLIENT_CAPABILITIES,
         "io.modelcontextprotocol/clientInfo": {"name": "notes-cluster-loadgen", "version": "0.1"},
     }
+    if idempotency_key is not None:
+        p["_meta"][META_IDEMPOTENCY_KEY] = idempotency_key
     return {"jsonrpc": "2.0", "id": next(_request_ids), "method": method, "params": p}
 
 
@@ -82,8 +110,13 @@ def classify(reply: Reply) -> Outcome:
         ops = [EXECUTED_KEYS[key] for key, yes in done.items() if yes]
         if ops:
             value["op"] = ops[0]
-        if "noteId" in sc:
-            value["noteId"] = sc["noteId"]
+        for key in COPIED_KEYS:
+            if key in sc:
+                value[key] = sc[key]
+        notes = sc.get("notes")
+        if isinstance(notes, list):  # notes_list, notes_search: what the page showed
+            value["notes"] = [_shown(n) for n in notes if isinstance(n, dict)]
+            value["more"] = isinstance(sc.get("nextCursor"), str)
         return Outcome("ok", value, res)
     err = body.get("error") or {}
     code = int(err.get("code", 0))

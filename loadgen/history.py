@@ -24,14 +24,33 @@ operation:
                  state's nonce, exp_ms, candidates and tool)
              fail {code, message, status}   info {reason}
 
-Every ok of a request also carries ``executed``, ``deleted``, ``archived``, ``isError``,
-``reask`` and ``replay`` as ``loadgen.clients.classify`` reads them off the wire; ``executed`` is
-true when a confirming tool says it ran (``op`` names which).
+    create   invoke {..., key?, expect?}   (``write_retry``: an idempotency key; ``expect``
+             ``key_conflict`` when the key is reused with other arguments)
+    update   invoke {principal, tenant, noteId, workspace?, key?, expect?}
+             ok {noteId, version, uri, replay, ...}
+    move     ok {noteId, version, uri, replay, ...}
+    list     invoke {principal, tenant, workspace, title, listing, page, cursor: bool,
+                     misuse?}   ok {notes: [[noteId, version, workspaceUri], ...], more: bool}
+             (``listing`` numbers a flow's page sequences; ``misuse`` names a cursor used where
+             it does not belong: principal, workspace, title, tampered, state)
+    search   invoke {principal, tenant, workspace, title, listing, page: 0, roots: bool}
+             ok {notes, more: false} or a re-ask (roots, then which workspace)
+    setup    invoke {principal, tenant, workspace, action, tool, redis_ms, misuse?}
+             ok {configured?, reask, state_nonce?, exp_ms?}   fail {code, message, status}
+             (``action`` round1, silence, accept, decline, cancel; the setup state's nonce is
+             kept apart from the confirmation states')
+
+An ``ask`` invoke also carries ``redis_ms`` (the load generator's Redis-clock estimate when it
+was sent: the checker holds the state's expiry to the configured TTL) and its ok an archive
+state's sealed ``target``. Every ok of a request also carries ``executed``, ``deleted``,
+``archived``, ``isError``, ``reask`` and ``replay`` as ``loadgen.clients.classify`` reads them
+off the wire; ``executed`` is true when a confirming tool says it ran (``op`` names which).
 
 ``kind`` is the flow's race kind (``loadgen.workload.RACE_KINDS``: ``plain``, ``duplicate``,
 ``lost_response``, ``timeout_retry``, ``race_delete``, ``race_move``, ``decline``,
 ``cancel_then_accept``, ``answer_changed``, ``changed_args``, ``tampered``, ``foreign``,
-``expired``, ``before_expiry``, ``edit_between``, ``archive``, ``silence``), or ``cleanup`` for
+``expired``, ``before_expiry``, ``edit_between``, ``archive``, ``silence``, ``list_pages``,
+``search``, ``setup``, ``wrong_tool``, ``write_retry``), or ``cleanup`` for
 the ask and confirm with which a flow deletes what its race left behind. ``action`` is
 ``accept``, ``decline``, ``cancel`` or ``silence`` (the retry carried the state but no answer);
 ``altered`` says what the workload changed so that the state does not bind the answer

@@ -31,8 +31,16 @@ from typing import Any, BinaryIO, TypeVar
 
 from loadgen.checker import CheckResult, Status, Verdict, check
 from loadgen.conformance import merge_tables
-from loadgen.history import SHAPE_ERRORS, entry_type, iter_history, json_lines, wrong_shape
-from loadgen.runfolder import history_files, read_tenant_facts, store_meta
+from loadgen.history import (
+    SHAPE_ERRORS,
+    DamagedRunFile,
+    entry_type,
+    iter_history,
+    json_lines,
+    wrong_shape,
+)
+from loadgen.limits import FaultWindow, Limits
+from loadgen.runfolder import fault_rows, history_files, read_tenant_facts, store_meta
 from loadgen.tally import ExerciseRule, judge, merge, read_tallies
 
 MAX_EVIDENCE = 200
@@ -147,6 +155,8 @@ class TenantCheck:
     tenant: str
     grace_ms: int
     parts: tuple[Path, ...]
+    limits: Limits | None = None
+    faults: tuple[FaultWindow, ...] | None = None
 
 
 def check_tenant(task: TenantCheck) -> CheckResult:
@@ -160,6 +170,8 @@ def check_tenant(task: TenantCheck) -> CheckResult:
         facts.replay_left,
         redis_end_ms=facts.redis_end_ms,
         grace_ms=task.grace_ms,
+        limits=task.limits,
+        faults=task.faults,
     )
 
 
@@ -175,6 +187,7 @@ def check_folders(
     meta = store_meta(facts_dir)
     grace = int(meta["grace_ms"])
     tenants = sorted(meta["redis_end_ms"])
+    limits, faults = _limits_and_faults(meta, facts_dir, histories)
     with tempfile.TemporaryDirectory(prefix="nc-check-", dir=facts_dir) as tmp:
         splits = [(h, Path(tmp) / str(i)) for i, h in enumerate(histories)]
         parts: dict[str, list[Path]] = {}
@@ -182,7 +195,10 @@ def check_folders(
         for split in split_all:  # in history order: a tenant's parts too
             for tenant, path in split.items():
                 parts.setdefault(tenant, []).append(path)
-        tasks = [TenantCheck(facts_dir, t, grace, tuple(parts.pop(t, ()))) for t in tenants]
+        tasks = [
+            TenantCheck(facts_dir, t, grace, tuple(parts.pop(t, ())), limits, faults)
+            for t in tenants
+        ]
         results, check_peak = _map(check_tenant, tasks, jobs)
         strays = sorted(t for t in parts if t != UNROUTED)
         unpaired = sum(_count_lines(p) for p in parts.get(UNROUTED, ()))
@@ -206,6 +222,28 @@ def check_folders(
         "child_peak_rss_mb": max(split_peak, check_peak),
     }
     return replace(merged, cost=cost)
+
+
+def _limits_and_faults(
+    meta: dict[str, Any], facts_dir: Path, histories: Sequence[Path]
+) -> tuple[Limits | None, tuple[FaultWindow, ...] | None]:
+    """The configured bounds in ``store/meta.json`` and the fault windows every load process
+    recorded beside its history (None: not recorded, an older folder)."""
+    path = facts_dir / "store" / "meta.json"
+    try:
+        limits = Limits.from_json(meta["limits"]) if "limits" in meta else None
+    except SHAPE_ERRORS as exc:
+        raise DamagedRunFile(f"{path}: limits are not the configured bounds ({exc!r})") from None
+    rows: list[dict[str, Any]] | None = None
+    for folder in dict.fromkeys([facts_dir, *(h.parent for h in histories)]):
+        found = fault_rows(folder)
+        if found is not None:
+            rows = (rows or []) + found
+    try:
+        faults = None if rows is None else tuple(FaultWindow.from_record(r) for r in rows)
+    except SHAPE_ERRORS as exc:
+        raise DamagedRunFile(f"{facts_dir}: a faults.json row is not a fault ({exc!r})") from None
+    return limits, faults
 
 
 def merge_results(results: Sequence[CheckResult]) -> CheckResult:

@@ -48,10 +48,16 @@ def _write_lines(path: Path, rows: Iterable[Any]) -> None:
 
 
 def dump_store_facts(
-    run_dir: Path, url: str, prefix: str, tenants: Iterable[str], grace_ms: int
+    run_dir: Path,
+    url: str,
+    prefix: str,
+    tenants: Iterable[str],
+    grace_ms: int,
+    limits: dict[str, int] | None = None,
 ) -> None:
     """Read every tenant's journal, surviving notes and replay entries; write them as files
-    (before the run's keys are deleted)."""
+    (before the run's keys are deleted), with the nodes' configured bounds (``limits``:
+    ``loadgen.limits.Limits.to_json``) when known."""
     out = run_dir / STORE_DIR
     out.mkdir(parents=True, exist_ok=True)
     client = sync_client(url, decode_responses=True)
@@ -67,7 +73,9 @@ def dump_store_facts(
             _write_lines(out / f"{tenant}.replay.jsonl", ([n, t] for (_, n), t in replay.items()))
     finally:
         client.close()
-    meta = {"grace_ms": grace_ms, "prefix": prefix, "redis_end_ms": ends}
+    meta: dict[str, Any] = {"grace_ms": grace_ms, "prefix": prefix, "redis_end_ms": ends}
+    if limits is not None:
+        meta["limits"] = limits
     (out / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
@@ -118,6 +126,26 @@ def read_tenant_facts(run_dir: Path, tenant: str) -> TenantFacts:
         {(tenant, n): ttl for n, ttl in replay},
         end,
     )
+
+
+FAULTS_FILE = "faults.json"
+"""The faults a load process injected (``cluster.faults.write_faults``), by wall clock."""
+
+
+def fault_rows(run_dir: Path) -> list[dict[str, Any]] | None:
+    """Every fault window the folder's load processes recorded (its own ``faults.json`` and
+    its subfolders'); None when none of them recorded any file (not even an empty one)."""
+    paths = [run_dir / FAULTS_FILE] if (run_dir / FAULTS_FILE).exists() else []
+    paths += sorted(run_dir.glob(f"*/{FAULTS_FILE}"))
+    if not paths:
+        return None
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        found = read_json_file(path, "the faults a load process injected")
+        if not isinstance(found, list):
+            raise DamagedRunFile(f"{path}: not a list of faults")
+        rows.extend(found)
+    return rows
 
 
 def history_files(run_dir: Path) -> list[Path]:

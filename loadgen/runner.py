@@ -22,10 +22,11 @@ from loadgen import tenants as names
 from loadgen.clients import DELIBERATE, Client
 from loadgen.history import History, Op
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
+from loadgen.states import SealedStates, StateReader
 from loadgen.tally import Tally
 from loadgen.tenants import LOAD_TENANTS, SIDES
 from loadgen.transport import Transport
-from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS, FlowEnv, run_flow
+from loadgen.workload import DEFAULT_WEIGHTS, KEYED_KINDS, RACE_KINDS, FlowEnv, run_flow
 from nodes.sealing import KeyRing
 
 LATENCY_MAX_US = 120_000_000
@@ -101,7 +102,7 @@ class RunStats:
 
 
 def _kinds(settings: RunSettings, rng: random.Random) -> Callable[[int], str]:
-    kinds = [k for k in RACE_KINDS if settings.weights.get(k, 0) > 0]
+    kinds = [k for k in (*RACE_KINDS, *KEYED_KINDS) if settings.weights.get(k, 0) > 0]
     weights = [settings.weights[k] for k in kinds]
     share = settings.legacy_share
 
@@ -156,8 +157,7 @@ class _Wiring:
     settings: RunSettings
     transport: Transport
     history: History
-    ring: KeyRing
-    audience: str
+    states: StateReader
     redis_offset_ms: int
     legacy: LegacyHttp | None
 
@@ -170,8 +170,7 @@ class _Wiring:
             kind=kind,
             client=Client(2 * flow, self.transport, self.history, frng),
             rival=Client(2 * flow + 1, self.transport, self.history, frng),
-            ring=self.ring,
-            audience=self.audience,
+            states=self.states,
             principal=names.principal(t, side),
             foreigner=names.principal(t, SIDES[1 - SIDES.index(side)]),
             tenant=names.tenant(t),
@@ -180,6 +179,7 @@ class _Wiring:
             redis_offset_ms=self.redis_offset_ms,
             rng=frng,
             tag=self.settings.tag,
+            root=names.root(t),
         )
 
     def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:
@@ -203,7 +203,7 @@ class _Wiring:
 
 async def run_load(
     transport: Transport,
-    ring: KeyRing,
+    ring: KeyRing | None,
     audience: str,
     settings: RunSettings,
     history: History,
@@ -211,9 +211,15 @@ async def run_load(
     redis_offset_ms: int = 0,
     on_flow: Callable[[FlowSample], None] | None = None,
     legacy: LegacyHttp | None = None,
+    states: StateReader | None = None,
 ) -> RunStats:
     """Run the workload until ``settings.flows`` flows finished or ``duration_s`` passed;
-    ``legacy`` reaches the HTTP nodes of the legacy share."""
+    ``legacy`` reaches the HTTP nodes of the legacy share. States are opened with ``ring`` for
+    ``audience`` unless ``states`` reads them otherwise (a target without our key ring)."""
+    if states is None:
+        if ring is None:
+            raise ValueError("give the key ring, or a StateReader for opaque states")
+        states = SealedStates(ring, audience)
     if not 0.0 <= settings.legacy_share <= 1.0:
         raise ValueError("legacy_share must be between 0 and 1")
     if settings.legacy_share > 0 and legacy is None:
@@ -236,7 +242,7 @@ async def run_load(
 
     history.observer = observe
 
-    wiring = _Wiring(settings, transport, history, ring, audience, redis_offset_ms, legacy)
+    wiring = _Wiring(settings, transport, history, states, redis_offset_ms, legacy)
 
     async def one(flow: int, intended: float) -> None:
         stats.tally.loaded_s = max(stats.tally.loaded_s, intended - stats.started_s)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,9 +81,14 @@ def anchors(calls: Sequence[Call], journal: Sequence[JournalEntry]) -> dict[str,
         elif e.nonce and e.op in ("delete", "move"):
             by_key[("confirm", e.tenant, e.nonce)].append(e)
     ops: dict[tuple[str, str, str], list[Call]] = defaultdict(list)
+    # A write sent again with its idempotency key: which of the sends wrote is not known (the
+    # one answered may be a retry told the recorded result), so none of them anchors.
+    keys = Counter(str(c.v["key"]) for c in calls if "key" in c.v)
     for c in calls:
         tenant = str(c.v.get("tenant", ""))
         if c.outcome != "ok" or c.result.get("isError"):
+            continue
+        if keys.get(str(c.v.get("key")), 0) > 1 or c.result.get("replay") is True:
             continue
         f = c.invoke.f
         if f == "create" and isinstance(c.result.get("noteId"), str):

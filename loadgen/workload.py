@@ -1,9 +1,14 @@
 """The race workload: each flow is a real two-round ``notes_delete`` with one race forced into it
 (the ``archive`` flow: a two-round ``notes_archive``, its confirmation sent to several nodes).
+Beside the confirmations, flows drive the rest of the tool surface (``TOOLS_DRIVEN``): every
+write (create, update, move, archive), the reads (``notes_list`` page by page, ``notes_search``
+with and without roots), ``notes_setup`` up to its URL-mode elicitation, and their misuses (a
+state or a cursor used by another principal, for another workspace or title, for another tool).
 
-Layer: loadgen. Drives nodes through ``loadgen.clients``; holds the key ring only to learn each
-state's nonce and expiry for the history (a trusted harness, like a Jepsen client with access to
-the database's own ids). It never reads the store while running.
+Layer: loadgen. Drives nodes through ``loadgen.clients``; learns each state's nonce and expiry
+for the history through a ``loadgen.states.StateReader`` (our nodes: the key ring opens it, a
+trusted harness like a Jepsen client with access to the database's own ids; a foreign server:
+the token's digest and the client's clock). It never reads the store while running.
 """
 
 from __future__ import annotations
@@ -16,9 +21,15 @@ from typing import Any
 
 import trio
 
-from loadgen.clients import Client, Outcome, request
+from loadgen.clients import (
+    ROOTS_CAPABILITIES,
+    URL_CAPABILITIES,
+    Client,
+    Outcome,
+    request,
+)
+from loadgen.states import StateReader
 from loadgen.tenants import LOAD_TENANTS
-from nodes.sealing import KeyRing, StateRejected
 
 TITLES = ("Weekly report", "TPS report", "Minutes", "Todo")
 """Title stems; every flow adds its run tag and flow id (``flow_title``), so no flow ever meets
@@ -48,7 +59,7 @@ plays (a node restart, a Redis pause of up to 1.3 s, their overlaps)."""
 SETUP_BACKOFF_MAX_S = 2.0
 """Longest pause between two setup tries."""
 
-TWINS: dict[str, int] = {"duplicate": 1, "race_delete": 1}
+TWINS: dict[str, int] = {"duplicate": 1, "race_delete": 1, "list_pages": 3}
 """Notes each kind creates beside its own under the same title, so that round 1 shows a
 candidate list to pick from and the race is over one pick among several (the other kinds race
 on a single candidate: a twin would only add a create and a cleanup to them)."""
@@ -89,7 +100,30 @@ RACE_KINDS: tuple[str, ...] = (
     "edit_between",
     "archive",
     "silence",
+    "list_pages",
+    "search",
+    "setup",
+    "wrong_tool",
+    "write_retry",
 )
+"""Every race kind a run exercises (``loadgen.tally``'s rule holds each to it)."""
+
+KEYED_KINDS: tuple[str, ...] = ()
+"""Kinds run only when weighted (none now: ``write_retry`` joined the race kinds once every
+node honoured the idempotency key)."""
+
+TOOLS_DRIVEN: dict[str, tuple[str, ...]] = {
+    "notes_create": ("every kind (setup)",),
+    "notes_delete": ("every kind (round 1, the race, cleanup)",),
+    "notes_archive": ("archive", "wrong_tool"),
+    "notes_move": ("race_move", "write_retry"),
+    "notes_update": ("edit_between", "write_retry"),
+    "notes_list": ("list_pages",),
+    "notes_search": ("search",),
+    "notes_setup": ("setup",),
+}
+"""Which kinds drive each tool the node serves (tests/test_workload_surface.py holds this to
+the node's ``tools/list``)."""
 
 DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
     "plain": 3.0,
@@ -123,6 +157,15 @@ class Asked:
     tool: str = DELETE_TOOL
 
 
+LIST_MISUSES = ("principal", "workspace", "title", "tampered", "state")
+"""What a ``list_pages`` flow does with a cursor that does not belong: another principal, another
+workspace, another title filter, a changed byte, or a ``requestState`` passed as the cursor.
+Each must be refused (``isError``), showing nothing."""
+
+SETUP_TOOL = "notes_setup"
+SETUP_KEY = "report_service"
+
+
 @dataclass
 class FlowEnv:
     """Everything one flow needs."""
@@ -131,8 +174,8 @@ class FlowEnv:
     kind: str
     client: Client
     rival: Client
-    ring: KeyRing
-    audience: str
+    states: StateReader
+    """Reads each round-1 state's facts (opens it with the key ring, or not at all)."""
     principal: str
     foreigner: str
     tenant: str
@@ -141,6 +184,8 @@ class FlowEnv:
     redis_offset_ms: int
     rng: random.Random
     tag: str = "run"
+    root: str = ""
+    """The root both principals of the tenant are granted (``notes_search``'s roots)."""
     steps: list[str] = field(default_factory=list)
     outcome: str = "completed"
     done: bool = False
@@ -233,22 +278,12 @@ async def _lookup(env: FlowEnv, title: str, c: Client) -> list[str] | None:
     return None
 
 
-def _state_facts(env: FlowEnv, out: Outcome) -> dict[str, Any]:
+def _state_facts(env: FlowEnv, out: Outcome, tool: str) -> dict[str, Any]:
     """The nonce, expiry and candidates of the state in an input_required answer (if any)."""
     res = out.result or {}
-    token = res.get("requestState")
-    if out.type != "ok" or res.get("resultType") != "input_required" or not token:
+    if out.type != "ok" or res.get("resultType") != "input_required":
         return {}
-    try:
-        payload = env.ring.open(token, audience=env.audience)
-    except StateRejected:
-        return {}
-    return {
-        "nonce": payload.nonce,
-        "exp_ms": payload.exp_ms,
-        "tool": payload.tool,
-        "candidates": [[c.note_id, c.version] for c in payload.candidates],
-    }
+    return env.states.facts(tool, res)
 
 
 def _opened(out: Outcome, arguments: dict[str, Any], tool: str = DELETE_TOOL) -> Asked | None:
@@ -274,7 +309,13 @@ async def ask_once(
     ws = workspace or env.inbox
     args = {"workspaceUri": ws, "title": title}
     msg = request("tools/call", {"name": tool, "arguments": args})
-    invoke = {"principal": env.principal, "tenant": env.tenant, "workspace": ws, "title": title}
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": ws,
+        "title": title,
+        "redis_ms": env.redis_now_ms(),
+    }
     return await c.op(
         "ask",
         env.flow,
@@ -283,7 +324,7 @@ async def ask_once(
         node,
         env.principal,
         msg,
-        annotate=lambda o: _state_facts(env, o),
+        annotate=lambda o: _state_facts(env, o, tool),
     )
 
 
@@ -369,7 +410,7 @@ async def confirm(
             request("tools/call", params),
             timeout_s=timeout_s,
             lose_response=lose,
-            annotate=lambda o: _state_facts(env, o),
+            annotate=lambda o: _state_facts(env, o, asked.tool),
         )
         if out.type != "info" or retries == 0:
             env.done = env.done or _executed(out)
@@ -492,7 +533,11 @@ async def flow_answer_changed(env: FlowEnv, asked: Asked, note: str) -> None:
 
 
 async def flow_changed_args(env: FlowEnv, asked: Asked, note: str) -> None:
-    changed = {**asked.arguments, "title": asked.arguments["title"] + " (other)"}
+    # Another title, or the same title in another workspace: the state binds both.
+    if env.rng.random() < 0.5:
+        changed = {**asked.arguments, "title": asked.arguments["title"] + " (other)"}
+    else:
+        changed = {**asked.arguments, "workspaceUri": env.archive}
     altered = {"altered": "arguments"}  # the model: a state that does not bind these arguments
     await confirm(env, asked, note, arguments=changed, expect="no_mutation", extra=altered)
     await confirm(env, asked, note)
@@ -569,6 +614,289 @@ async def flow_silence(env: FlowEnv, asked: Asked, note: str) -> None:
     await confirm(env, _reasked(out, asked) or asked, note)
 
 
+# --- the rest of the surface: reads, setup, misuse, keyed writes -----------------------------
+
+
+async def list_page(
+    env: FlowEnv,
+    listing: int,
+    page: int,
+    *,
+    cursor: str | None = None,
+    principal: str | None = None,
+    workspace: str | None = None,
+    title: str | None = None,
+    misuse: str | None = None,
+) -> Outcome:
+    """One ``notes_list`` page of ``title`` (default: the flow's) in ``workspace`` (default:
+    the inbox); ``listing`` numbers the flow's page sequences, ``page`` the page in it."""
+    ws = workspace or env.inbox
+    args: dict[str, Any] = {"workspaceUri": ws, "title": title or env.title}
+    if cursor is not None:
+        args["cursor"] = cursor
+    who = principal or env.principal
+    invoke: dict[str, Any] = {
+        "principal": who,
+        "tenant": env.tenant,
+        "workspace": ws,
+        "title": args["title"],
+        "listing": listing,
+        "page": page,
+        "cursor": cursor is not None,
+    }
+    if misuse is not None:
+        invoke["misuse"] = misuse
+    msg = request("tools/call", {"name": "notes_list", "arguments": args})
+    c = env.client
+    return await c.op("list", env.flow, env.kind, invoke, c.pick_node(), who, msg)
+
+
+async def _page(env: FlowEnv, listing: int, page: int, cursor: str | None) -> Outcome:
+    """A page, asked again (another node, backoff) while its outcome is unknown: a read."""
+    out = await list_page(env, listing, page, cursor=cursor)
+    for attempt in range(1, SETUP_ATTEMPTS):
+        if out.type != "info":
+            break
+        await trio.sleep(backoff_s(attempt, env.rng))
+        out = await list_page(env, listing, page, cursor=cursor)
+    return out
+
+
+def _cursor(out: Outcome) -> str | None:
+    sc = (out.result or {}).get("structuredContent") or {}
+    cursor = sc.get("nextCursor")
+    return cursor if out.type == "ok" and isinstance(cursor, str) else None
+
+
+async def flow_list_pages(env: FlowEnv, asked: Asked, note: str) -> None:
+    # Page through the flow's notes (four, two per page in simulations); one more is created
+    # after the first page (it may or may not show). Then a cursor is used where it does not
+    # belong, and the delete state is passed as a cursor and a cursor as a delete state.
+    first = await _page(env, 0, 0, None)
+    cursor, page, misused = _cursor(first), 1, _cursor(first)
+    env.leave(env.inbox)
+    await create(env, env.title)
+    while cursor is not None and page < CLEANUP_ROUNDS * 4:
+        out = await _page(env, 0, page, cursor)
+        cursor, page = _cursor(out), page + 1
+    if misused is not None:
+        misuse = env.rng.choice(LIST_MISUSES)
+        kw: dict[str, Any] = {"cursor": misused, "misuse": misuse}
+        if misuse == "principal":
+            kw["principal"] = env.foreigner
+        elif misuse == "workspace":
+            kw["workspace"] = env.archive
+        elif misuse == "title":
+            kw["title"] = env.title + " (other)"
+        elif misuse == "tampered":
+            kw["cursor"] = _tamper(misused, env.rng)
+        else:
+            kw["cursor"] = asked.token
+        await list_page(env, 1, 1, **kw)
+        altered = {"altered": "token"}
+        await confirm(env, asked, note, token=misused, expect="no_mutation", extra=altered)
+    await confirm(env, asked, note)
+
+
+async def search_call(
+    env: FlowEnv,
+    listing: int,
+    *,
+    workspace: str | None,
+    responses: dict[str, Any] | None = None,
+    shows: str = "",
+) -> Outcome:
+    """One ``notes_search`` of the flow's title: in ``workspace``, or (None) in the roots the
+    client gives when asked; ``shows`` names the workspace a complete answer searches."""
+    args: dict[str, Any] = {"title": env.title}
+    if workspace is not None:
+        args["workspaceUri"] = workspace
+    params: dict[str, Any] = {"name": "notes_search", "arguments": args}
+    if responses is not None:
+        params["inputResponses"] = responses
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": workspace or shows,
+        "title": env.title,
+        "listing": listing,
+        "page": 0,
+        "cursor": False,
+        "roots": workspace is None,
+    }
+    msg = request("tools/call", params, capabilities=ROOTS_CAPABILITIES)
+    c = env.client
+    return await c.op("search", env.flow, env.kind, invoke, c.pick_node(), env.principal, msg)
+
+
+async def flow_search(env: FlowEnv, asked: Asked, note: str) -> None:
+    # By workspace, then by roots: the tenant's root covers the inbox and the archive, so the
+    # node asks again for the roots and which workspace; the inbox alone needs no pick.
+    await search_call(env, 0, workspace=env.inbox)
+    asked_roots = await search_call(env, 1, workspace=None)
+    if asked_roots.type == "ok" and asked_roots.value.get("reask"):
+        root = env.rng.choice((env.root, env.inbox)) if env.root else env.inbox
+        roots = {"roots": {"roots": [{"uri": root}]}}
+        out = await search_call(env, 2, workspace=None, responses=roots, shows=env.inbox)
+        if out.type == "ok" and out.value.get("reask"):
+            pick = {"action": "accept", "content": {"workspaceUri": env.inbox}}
+            responses = roots | {"workspace": pick}
+            await search_call(env, 3, workspace=None, responses=responses, shows=env.inbox)
+    await confirm(env, asked, note)
+
+
+async def setup_call(
+    env: FlowEnv,
+    action: str,
+    *,
+    token: str | None = None,
+    tool: str = SETUP_TOOL,
+    misuse: str | None = None,
+) -> Outcome:
+    """One ``notes_setup`` call (round 1 when ``token`` is None; else a retry answering the
+    URL elicitation with ``action``, or ``silence``); ``tool`` other than ``notes_setup``
+    presents a setup state to another tool (``misuse``)."""
+    args: dict[str, Any] = {"workspaceUri": env.inbox}
+    if tool != SETUP_TOOL:
+        args["title"] = env.title
+    params: dict[str, Any] = {"name": tool, "arguments": args}
+    if token is not None:
+        params["requestState"] = token
+        if action not in ("silence", "round1"):
+            params["inputResponses"] = {SETUP_KEY: {"action": action}}
+    invoke: dict[str, Any] = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": env.inbox,
+        "action": action,
+        "tool": tool,
+        "redis_ms": env.redis_now_ms(),
+    }
+    if misuse is not None:
+        invoke["misuse"] = misuse
+    msg = request("tools/call", params, capabilities=URL_CAPABILITIES)
+    c = env.client
+    return await c.op(
+        "setup",
+        env.flow,
+        env.kind,
+        invoke,
+        c.pick_node(),
+        env.principal,
+        msg,
+        annotate=lambda o: _setup_facts(env, o, tool),
+    )
+
+
+def _setup_facts(env: FlowEnv, out: Outcome, tool: str) -> dict[str, Any]:
+    """A setup state's nonce and expiry, under names the confirmation checks do not read."""
+    facts = _state_facts(env, out, tool)
+    if not facts:
+        return {}
+    return {"state_nonce": facts["nonce"], "exp_ms": facts["exp_ms"], "state_tool": facts["tool"]}
+
+
+async def flow_setup(env: FlowEnv, asked: Asked, note: str) -> None:
+    # Up to the URL-mode elicitation (the setup page is not driven: nobody completes it, so
+    # the tool may never say configured). Silence or an accept re-offer the link; decline and
+    # cancel end it unconfigured; the setup state is refused by notes_delete, and the delete
+    # state by notes_setup.
+    first = await setup_call(env, "round1")
+    token = str((first.result or {}).get("requestState") or "")
+    if token:
+        await setup_call(env, env.rng.choice(("silence", "accept")), token=token)
+        await setup_call(env, "accept", token=token, tool=DELETE_TOOL, misuse="setup_state")
+        await setup_call(env, env.rng.choice(("decline", "cancel")), token=token)
+    await setup_call(env, "accept", token=asked.token, misuse="delete_state")
+    await confirm(env, asked, note)
+
+
+async def flow_wrong_tool(env: FlowEnv, asked: Asked, note: str) -> None:
+    # The delete state presented to notes_archive with the same arguments: the fixed refusal
+    # (the state binds its tool), and the state stays usable for the accept that follows.
+    wrong = Asked(
+        asked.token, asked.nonce, asked.exp_ms, asked.candidates, asked.arguments, ARCHIVE_TOOL
+    )
+    altered = {"altered": "tool"}
+    await confirm(env, wrong, note, expect="no_mutation", extra=altered)
+    await confirm(env, asked, note)
+
+
+WRITE_FS = {"notes_create": "create", "notes_update": "update", "notes_move": "move"}
+
+
+async def write(
+    env: FlowEnv,
+    tool: str,
+    args: dict[str, Any],
+    *,
+    key: str | None = None,
+    node: int | None = None,
+    lose: bool = False,
+    expect: str = "apply",
+) -> Outcome:
+    """One write (``notes_create``, ``notes_update``, ``notes_move``) with an idempotency key
+    when given; ``lose`` drops the reply after the node answered (the outcome is unknown to
+    the client). ``expect`` ``key_conflict``: the key was used before with other arguments."""
+    f = WRITE_FS[tool]
+    invoke: dict[str, Any] = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": args["workspaceUri"],
+        "expect": expect,
+    }
+    if f == "create":
+        invoke["title"] = args["title"]
+    else:
+        invoke["noteId"] = args["noteId"]
+    if f == "move":
+        invoke["from"], invoke["to"] = args["workspaceUri"], args["targetWorkspaceUri"]
+    if key is not None:
+        invoke["key"] = key
+    msg = request("tools/call", {"name": tool, "arguments": args}, idempotency_key=key)
+    c = env.client
+    target = c.pick_node() if node is None else node
+    return await c.op(f, env.flow, env.kind, invoke, target, env.principal, msg, lose_response=lose)
+
+
+async def keyed(env: FlowEnv, tool: str, args: dict[str, Any], key: str) -> Outcome:
+    """A write whose first reply is lost, retried with the same key on another node until its
+    outcome is known (the node answers the recorded result, marked as a replay)."""
+    first = env.client.pick_node()
+    out = await write(env, tool, args, key=key, node=first, lose=True)
+    node = first
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        node = env.client.pick_node(avoid=node)
+        out = await write(env, tool, args, key=key, node=node)
+        if out.type != "info":
+            break
+        await trio.sleep(backoff_s(attempt, env.rng))
+    return out
+
+
+async def flow_write_retry(env: FlowEnv, asked: Asked, note: str) -> None:
+    # Every write retried with its idempotency key after a lost reply: a create (one note),
+    # a move of that note (one move), an edit of the flow's note (one version step); the same
+    # key with other arguments is refused. Then the accept, re-asked since the note changed.
+    tag = f"flow.{env.tag}.{env.flow}.{env.rng.getrandbits(64):016x}"  # 16-128 characters
+    args = {"workspaceUri": env.inbox, "title": env.title, "body": f"keyed {env.flow}"}
+    env.leave(env.inbox)
+    made = await keyed(env, "notes_create", args, f"{tag}-create")
+    extra = made.value.get("noteId") if made.type == "ok" else None
+    if isinstance(extra, str):
+        env.leave(env.archive)
+        move = {"workspaceUri": env.inbox, "noteId": extra, "targetWorkspaceUri": env.archive}
+        await keyed(env, "notes_move", move, f"{tag}-move")
+    edit = {"workspaceUri": env.inbox, "noteId": note, "body": f"keyed edit {env.flow}"}
+    await keyed(env, "notes_update", edit, f"{tag}-update")
+    other = {**edit, "body": f"another edit {env.flow}"}
+    await write(env, "notes_update", other, key=f"{tag}-update", expect="key_conflict")
+    out = await confirm(env, asked, note)
+    again = _reasked(out, asked)
+    if again is not None:
+        await confirm(env, again, note)
+
+
 FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "plain": flow_plain,
     "duplicate": flow_duplicate,
@@ -587,6 +915,11 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "edit_between": flow_edit_between,
     "archive": flow_archive,
     "silence": flow_silence,
+    "list_pages": flow_list_pages,
+    "search": flow_search,
+    "setup": flow_setup,
+    "wrong_tool": flow_wrong_tool,
+    "write_retry": flow_write_retry,
 }
 
 

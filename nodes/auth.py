@@ -7,6 +7,7 @@ out working credentials; the demo builds one from its published plain tokens.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import re
@@ -46,7 +47,10 @@ def bearer_token(authorization: str | None) -> str | None:
 class TokenTable:
     """Token hashes (sha256 hex) to principals; answers which principal a header names."""
 
-    def __init__(self, hashes: Mapping[str, str]) -> None:
+    def __init__(self, hashes: Mapping[str, str], *, anonymous: str | None = None) -> None:
+        """``anonymous``: the demo principal a request without ``Authorization`` acts as, on
+        a loopback connection only (the HTTP app decides where it applies; see
+        ``with_anonymous``). None, the default: such a request is 401."""
         entries: list[tuple[bytes, str]] = []
         for digest, principal in hashes.items():
             normalized = digest.lower()
@@ -56,6 +60,20 @@ class TokenTable:
                 raise ValueError("every token hash needs a principal")
             entries.append((bytes.fromhex(normalized), principal))
         self._entries = tuple(entries)
+        if anonymous is not None and anonymous not in {p for _, p in entries}:
+            raise ValueError(f"the anonymous principal {anonymous!r} has no token here")
+        self.anonymous = anonymous
+
+    def with_anonymous(self, principal: str) -> TokenTable:
+        """A copy in which a request that sends no ``Authorization`` header acts as
+        ``principal`` (a principal of this table), where the HTTP app allows it: on loopback
+        connections of the MCP endpoint only. A demo option, for tools that send no token (the
+        MCP conformance suite); a malformed or unknown token is still refused."""
+        if principal not in {p for _, p in self._entries}:
+            raise ValueError(f"the anonymous principal {principal!r} has no token here")
+        table = copy.copy(self)
+        table.anonymous = principal
+        return table
 
     @classmethod
     def from_plain(cls, tokens: Mapping[str, str]) -> TokenTable:
@@ -66,7 +84,8 @@ class TokenTable:
         return len(self._entries)
 
     def __repr__(self) -> str:
-        return f"TokenTable(<{len(self._entries)} token hashes>)"
+        anonymous = "" if self.anonymous is None else f", anonymous={self.anonymous!r}"
+        return f"TokenTable(<{len(self._entries)} token hashes>{anonymous})"
 
     def authenticate(self, authorization_header: str | None) -> str | None:
         """The principal of a well-formed, known bearer token; None otherwise.

@@ -36,6 +36,12 @@ one principal can store and what one listing can walk."""
 DEFAULT_LIST_PAGE_SIZE = 100
 """Notes per ``notes_list`` page; the rest follow through ``nextCursor``."""
 
+DEFAULT_IDEMPOTENCY_WINDOW_MS = 3_600_000
+"""How long a write made with an idempotency key is remembered (one hour): far past any client's
+retries of one request; past it the key is forgotten and a retry with it writes again. A record
+costs a few hundred bytes of Redis memory (no note body), so a principal writing once a second
+keeps about 1 MB of them."""
+
 MAX_LIST_PAGE_SIZE = 1_000
 """Largest page size a configuration may set: a page is read in one Redis script."""
 
@@ -102,5 +108,7 @@ class NodeConfig:
     """Most notes per workspace, checked atomically by the create and move scripts."""
     list_page_size: int = DEFAULT_LIST_PAGE_SIZE
     """Notes per ``notes_list`` page (1..``MAX_LIST_PAGE_SIZE``)."""
+    idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS
+    """How long a write with an idempotency key is remembered (``nodes.idempotency``)."""
     legacy: LegacyCaps = field(default_factory=LegacyCaps)
     """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""

@@ -7,7 +7,8 @@ Layer: node, protocol core. Pure module: no I/O.
      ├── code -32600  invalid request                   HTTP 400
      ├── code -32601  method not found                  HTTP 404
      ├── code -32602  invalid params                    HTTP 400
-     │    └── InvalidState  every rejected requestState (one fixed message)
+     │    ├── InvalidState  every rejected requestState (one fixed message)
+     │    └── an idempotency key reused with other arguments (``idempotency_key_reused``)
      ├── code -32603  internal error / unknown outcome  HTTP 500 (also a full store)
      ├── code -32020  header mismatch                   HTTP 400
      ├── code -32021  missing required capability       HTTP 400
@@ -100,12 +101,28 @@ def invalid_state() -> InvalidState:
     return InvalidState()
 
 
+IDEMPOTENCY_KEY_META = "dev.notes-cluster/idempotencyKey"
+"""The request ``_meta`` key of the idempotency key extension (``nodes.idempotency``)."""
+
+
 def outcome_unknown() -> JsonRpcError:
-    """-32603: the store did not answer; the request may or may not have taken effect."""
+    """-32603: the store did not answer; the request may or may not have taken effect. A retry
+    with the same idempotency key gets the recorded result if it did, and makes it if not."""
     return JsonRpcError(
         INTERNAL_ERROR,
-        "Store unavailable: the outcome is unknown; retry the same request",
+        "Store unavailable: the outcome is unknown; retry the same request with the same "
+        f"_meta[{IDEMPOTENCY_KEY_META!r}] (send one with every write) to get its recorded result",
         {"retryable": True, "reason": "store_unavailable"},
+    )
+
+
+def idempotency_key_reused() -> JsonRpcError:
+    """-32602: the idempotency key was used before with other arguments or another tool."""
+    return JsonRpcError(
+        INVALID_PARAMS,
+        "Idempotency key already used for another request (other arguments or another tool); "
+        "nothing was done: send a new key for a new request",
+        {"reason": "idempotency_key_reused"},
     )
 
 
@@ -123,11 +140,24 @@ def header_mismatch(message: str) -> JsonRpcError:
     return JsonRpcError(HEADER_MISMATCH, message)
 
 
+def _capability_paths(required: dict[str, Any], prefix: str = "") -> list[str]:
+    """``{"elicitation": {"form": {}}}`` -> ``["elicitation.form"]``."""
+    paths: list[str] = []
+    for name, inner in required.items():
+        path = f"{prefix}{name}"
+        if isinstance(inner, dict) and inner:
+            paths.extend(_capability_paths(inner, f"{path}."))
+        else:
+            paths.append(path)
+    return paths
+
+
 def missing_capability(required: dict[str, Any]) -> JsonRpcError:
-    """-32021 with ``data.requiredCapabilities``."""
+    """-32021 with ``data.requiredCapabilities``; the message names the capability too, since
+    many clients show only the message (the MCP Inspector does)."""
     return JsonRpcError(
         MISSING_CAPABILITY,
-        "Missing required client capability",
+        "Missing required client capability: " + ", ".join(_capability_paths(required)),
         # A copy: callers pass module-level constants, which a reply must not share.
         {"requiredCapabilities": copy.deepcopy(required)},
     )

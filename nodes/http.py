@@ -5,7 +5,9 @@ Backend-neutral (anyio): the same app runs on asyncio, where node processes serv
 hypercorn's trio worker for nodes that live inside a trio process (simulations, tests).
 
 Layer: node, transport shell. It decides only what HTTP alone can decide, in this order: path
-(404), method (405, ``Allow: POST``), Origin (403), bearer token (401), Accept (406), Content-Type
+(404), method (405, ``Allow: POST``), Origin (403; a loopback connection also accepts the node's
+own loopback origins, ``nodes.loopback``), bearer token (401; none at all acts as the table's
+anonymous demo principal where one is set, on loopback connections only), Accept (406), Content-Type
 (415), size (413), JSON syntax (-32700), batches and nesting depth (-32600). It then hands the
 decoded object, the principal and the lowercased headers to the core and writes the core's Reply
 back: JSON with the Reply's status, or an empty body when the Reply has none (202).
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import Any, Protocol, cast, runtime_checkable
@@ -46,6 +48,7 @@ from hypercorn.typing import Framework
 
 from nodes import errors, json_strict
 from nodes.auth import TokenTable
+from nodes.loopback import is_own_loopback_origin, loopback_server
 from nodes.protocol import Node, Reply, RequestContext
 from nodes.setup_page import SERVICE_UNAVAILABLE_PAGE, SetupPages
 
@@ -372,13 +375,13 @@ class StreamableHTTPApp:
             if self.legacy is not None and scope["method"] == "DELETE":
                 headers = _header_dict(scope["headers"])
                 if self.legacy.claims("DELETE", headers, None):
-                    principal = self._authenticate(headers)
+                    principal = self._authenticate(headers, scope.get("server"))
                     for name in _CREDENTIAL_HEADERS:
                         headers.pop(name, None)
                     return LegacyRequest("DELETE", principal, headers, None)
             return _METHOD_NOT_ALLOWED
         headers = _header_dict(scope["headers"])
-        principal = self._authenticate(headers)
+        principal = self._authenticate(headers, scope.get("server"))
         if not accepts_json_and_sse(headers.get("accept", "")):
             return _NOT_ACCEPTABLE
         if not is_json_content_type(headers.get("content-type")):
@@ -408,12 +411,20 @@ class StreamableHTTPApp:
             page = SERVICE_UNAVAILABLE_PAGE
         return _Answer(page.status, page.body, page.headers)
 
-    def _authenticate(self, headers: Mapping[str, str]) -> str:
-        """The principal; the Origin check comes first (a browser page must not probe tokens)."""
+    def _authenticate(self, headers: Mapping[str, str], server: Sequence[object] | None) -> str:
+        """The principal; the Origin check comes first (a browser page must not probe tokens).
+        ``server`` is the ASGI scope's ``(host, port)`` the request reached."""
         origin = headers.get("origin")
-        if origin is not None and origin not in self.allowed_origins:
+        if (
+            origin is not None
+            and origin not in self.allowed_origins
+            and not is_own_loopback_origin(origin, server)
+        ):
             raise _Rejected(_FORBIDDEN_ORIGIN)
         authorization = headers.get("authorization")
+        anonymous = self.tokens.anonymous
+        if authorization is None and anonymous is not None and loopback_server(server) is not None:
+            return anonymous
         principal = self.tokens.authenticate(authorization)
         if principal is None:
             raise _Rejected(_UNAUTHENTICATED if authorization is None else _INVALID_TOKEN)

@@ -16,6 +16,7 @@ from typing import Any
 from nodes import errors
 from nodes.config import NodeConfig
 from nodes.headers import check_headers
+from nodes.idempotency import idempotency_key, write_op
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.base import CallContext, NodeCounters, Tool
 from store.api import NoteStoreAPI, StoreFull, StoreUnavailable
@@ -81,6 +82,8 @@ class PreparedCall:
     arguments: Mapping[str, Any]
     principal: str
     capabilities: Mapping[str, Any]
+    idempotency_key: str | None = None
+    """``_meta["dev.notes-cluster/idempotencyKey"]``, if the call carried one."""
 
 
 def _valid_id(value: object) -> bool:
@@ -143,7 +146,8 @@ class Node:
         arguments = params.get("arguments", {})
         if not isinstance(arguments, dict):
             raise errors.invalid_params("arguments must be an object")
-        return PreparedCall(name, arguments, principal, capabilities)
+        key = idempotency_key(params.get("_meta"))
+        return PreparedCall(name, arguments, principal, capabilities, key)
 
     async def run_round(
         self,
@@ -162,6 +166,14 @@ class Node:
             config=self.config,
             store=self.store,
             counters=self._counters,
+            idempotency_key=call.idempotency_key,
+            write_op=write_op(
+                call.principal,
+                call.tool,
+                call.arguments,
+                call.idempotency_key,
+                self.config.idempotency_window_ms,
+            ),
         )
         return await self.tools[call.tool].call(ctx)
 

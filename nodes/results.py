@@ -11,6 +11,9 @@ from typing import Any
 META_REPLAY = "dev.notes-cluster/replay"
 """Result ``_meta`` key set to true when a confirmation's recorded outcome is sent again."""
 
+META_ERROR = "dev.notes-cluster/error"
+"""Result ``_meta`` key of a tool error's machine-readable form: ``{"error": message, ...}``."""
+
 
 def _text(structured: Any) -> list[dict[str, Any]]:
     # The spec asks that structuredContent also appear as a text block for older clients.
@@ -31,13 +34,18 @@ def complete(structured: dict[str, Any], *, replay: bool = False) -> dict[str, A
 
 
 def tool_error(message: str, **details: Any) -> dict[str, Any]:
-    """A complete tool result with ``isError: true``: a business failure, not a protocol error."""
-    structured = {"error": message, **details}
+    """A complete tool result with ``isError: true``: a business failure, not a protocol error.
+
+    It carries no ``structuredContent``: a client validates structured content against the
+    tool's ``outputSchema`` (the TypeScript SDK does, even on errors), which an error does not
+    match, and would show a schema error instead of the message. The message is the one text
+    block; the same facts, for programs, go in ``_meta`` under ``META_ERROR``.
+    """
     return {
         "resultType": "complete",
         "content": [{"type": "text", "text": message}],
-        "structuredContent": structured,
         "isError": True,
+        "_meta": {META_ERROR: {"error": message, **details}},
     }
 
 

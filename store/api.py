@@ -6,7 +6,9 @@ this file while staying free of I/O. ``store.notes.NoteStore`` implements ``Note
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import secrets
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 ConfirmStatus = Literal[
@@ -51,6 +53,54 @@ class Note(NoteHead):
     """One note as stored, body included."""
 
     body: str
+    replayed: bool = field(default=False, compare=False, repr=False)
+    """Set only on the note ``create`` returns: the create was recorded by an earlier request
+    under the same operation id (an idempotency key), so this call wrote nothing and returns
+    that create's note. Not part of the note's value (equality ignores it)."""
+
+
+OP_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+"""Operation ids go into a key name (after the tenant's hash tag): plain tokens only."""
+
+OP_RECORD_TTL_MS = 60_000
+"""How long the record of a write made without an idempotency key is kept. It serves only the
+node's own re-sends of that write after a lost reply, which all happen within a few stream
+timeouts of the first send; a minute is far past that and keeps memory small."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOp:
+    """The operation id a write script records atomically with its write (``<base>:op:<id>``,
+    kept ``ttl_ms``), so running the script again with it writes nothing and returns the first
+    run's result. ``digest`` names what the operation does (a digest of tool and arguments when
+    a client sent an idempotency key, "" otherwise): a record under the same id with another
+    digest is an ``IdempotencyConflict``. ``call`` is fresh per store call, so the store can
+    tell its own re-send (same call) from a later request with the same id (a replay)."""
+
+    op_id: str
+    digest: str = ""
+    ttl_ms: int = OP_RECORD_TTL_MS
+
+    def __post_init__(self) -> None:
+        if not OP_ID_PATTERN.fullmatch(self.op_id):
+            raise ValueError("invalid operation id")
+        if self.ttl_ms <= 0:
+            raise ValueError("an operation record needs a positive TTL")
+
+    @classmethod
+    def fresh(cls) -> WriteOp:
+        """A random operation id for a write no client will name again."""
+        return cls("r" + secrets.token_hex(16))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedWrite:
+    """What a write script recorded under an operation id: its status (``created``,
+    ``updated``, ``moved``), the digest it was recorded with and the note after the write."""
+
+    status: str
+    digest: str
+    note: NoteHead
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +168,9 @@ class WriteOutcome:
     status: str
     note: NoteHead | None
     redis_now_ms: int
+    replayed: bool = False
+    """The write was recorded by an earlier request under the same operation id: nothing was
+    written now, ``note`` is that write's result."""
 
 
 SetupStatus = Literal["completed", "used", "expired"]
@@ -143,6 +196,11 @@ class StoreFull(StoreUnavailable):
     refuses a script at its first write, so nothing was written: a caller that only knows
     ``StoreUnavailable`` still answers safely ("outcome unknown"), one that knows this can say
     more."""
+
+
+class IdempotencyConflict(Exception):
+    """The operation id was recorded for another operation (another digest: other arguments,
+    another tool). Nothing was written."""
 
 
 class WorkspaceFull(Exception):
@@ -172,9 +230,11 @@ class NoteStoreAPI(Protocol):
         created_ms: int = 0,
         *,
         max_notes: int = 0,
+        op: WriteOp | None = None,
     ) -> Note:
         """Create a note; ids are chosen by the store. WorkspaceFull when the workspace holds
-        ``max_notes`` already (0: no limit)."""
+        ``max_notes`` already (0: no limit). ``op``: the operation id recorded with the write
+        (None: a fresh one); IdempotencyConflict when it names another operation."""
         ...
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
@@ -194,9 +254,16 @@ class NoteStoreAPI(Protocol):
         ...
 
     async def update(
-        self, tenant: str, note: Note, title: str, body: str, principal: str
+        self,
+        tenant: str,
+        note: Note,
+        title: str,
+        body: str,
+        principal: str,
+        *,
+        op: WriteOp | None = None,
     ) -> WriteOutcome:
-        """Edit ``note`` if it is unchanged since it was read."""
+        """Edit ``note`` if it is unchanged since it was read (``op`` as for ``create``)."""
         ...
 
     async def move(
@@ -208,9 +275,15 @@ class NoteStoreAPI(Protocol):
         principal: str,
         *,
         max_notes: int = 0,
+        op: WriteOp | None = None,
     ) -> WriteOutcome:
         """Move a note between two workspaces of one tenant (status ``full`` when the target
-        holds ``max_notes`` already; 0: no limit)."""
+        holds ``max_notes`` already; 0: no limit; ``op`` as for ``create``)."""
+        ...
+
+    async def recorded_write(self, tenant: str, op_id: str) -> RecordedWrite | None:
+        """What a create, update or move recorded under ``op_id``, or None (none did, or the
+        record expired)."""
         ...
 
     async def confirm(self, confirmation: Confirmation) -> ConfirmOutcome:

@@ -13,8 +13,10 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
+import anyio
 import coredis
 import coredis.exceptions
+import coredis.retry
 import redis
 import redis.cluster
 from coredis.connection import TCPLocation
@@ -33,6 +35,50 @@ default) unless the operator set them."""
 
 STREAM_TIMEOUT_S = 5.0
 """A Redis reply slower than this is treated as an unknown outcome (see StoreUnavailable)."""
+
+
+def no_resend_policy() -> coredis.retry.RetryPolicy:
+    """The retry policy of every node client: never re-send a command by itself.
+
+    coredis' default re-sends a command up to twice after a ConnectionError or TimeoutError, and
+    either may come after Redis ran it (a lost reply, a stalled server): a script would then run
+    twice. Whether a command may be sent again is the store's decision, made per script
+    (``NoteStore`` re-sends only scripts that are safe to run twice: see ``store/scripts``)."""
+    return coredis.retry.NoRetryPolicy()
+
+
+def cluster_retry_policy() -> coredis.retry.RetryPolicy:
+    """The cluster client's policy: re-send only after ``CLUSTERDOWN``, an error reply that
+    Redis gives instead of running the command (so a re-send cannot run it twice); never after
+    a ConnectionError or TimeoutError. MOVED, ASK and TRYAGAIN, also refusals, are followed by
+    coredis' cluster client itself."""
+    return coredis.retry.ConstantRetryPolicy(
+        (coredis.exceptions.ClusterDownError,), retries=2, delay=0.1
+    )
+
+
+RESEND_PAUSE_S = 0.01
+"""Pause before the store sends a command again after a lost reply (as coredis' own policy did)."""
+
+CLUSTER_RESEND_PAUSE_S = 0.1
+"""The same on a Redis Cluster, where a lost reply often means a master is failing over."""
+
+
+def report_lost_reply(client: NoteClient, exc: Exception) -> None:
+    """Tell a cluster client's slot map about a lost reply (``exc``): enough of them refresh
+    it. coredis' retry policy did this before each re-send; with none, the store must, or the
+    client keeps sending to a dead master after a failover. Nothing to do on one Redis, nor on
+    the store's own cluster client (``RespCluster`` reads its map again after any failed call)."""
+    if isinstance(client, coredis.RedisCluster):
+        client.connection_pool.cluster_layout.report_errors(None, exc)
+
+
+async def before_resend(client: NoteClient, exc: Exception) -> None:
+    """What the store does after a lost reply (``exc``) and before sending again: report it
+    (``report_lost_reply``), then pause briefly."""
+    report_lost_reply(client, exc)
+    cluster = isinstance(client, coredis.RedisCluster | RespCluster)
+    await anyio.sleep(CLUSTER_RESEND_PAUSE_S if cluster else RESEND_PAUSE_S)
 
 
 StoreClient: TypeAlias = "coredis.Redis[str] | coredis.RedisCluster[str]"
@@ -73,6 +119,7 @@ def redis_client(
         connect_timeout=stream_timeout_s,
         max_connections=max_connections,
         client_name=client_name,
+        retry_policy=no_resend_policy(),
     )
 
 
@@ -112,6 +159,7 @@ def cluster_client(
         stream_timeout=stream_timeout_s,
         connect_timeout=stream_timeout_s,
         max_connections=max_connections,
+        retry_policy=cluster_retry_policy(),
     )
     if client_name is not None:
         # The cluster client takes no client_name; its pool hands these to every connection.

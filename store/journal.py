@@ -6,9 +6,13 @@ Redis and on a Redis Cluster (``store.client.sync_client`` picks the client): SC
 on a cluster it targets the master owning a tenant's slot, or every master.
 
 Journal stream fields (``<prefix>:{t:<tenant>}:journal``), all optional but ``op`` and ``at``:
-``op`` (create|update|move|delete|decline), ``note``, ``ws``, ``to``, ``title``, ``version``,
+``op`` (create|update|move|delete|decline|setup), ``note``, ``ws``, ``to``, ``title``, ``version``,
 ``principal``, ``at`` (ms, Redis clock); confirm.lua's entries (its executions and its declines)
-also carry ``nonce``, ``exp`` (ms, Redis clock) and ``tool``.
+also carry ``nonce``, ``exp`` (ms, Redis clock) and ``tool``; the create, update and move
+scripts' entries carry ``opid``, the operation id recorded with the write (an idempotency key's
+``k...``, or a random ``r...``): one operation id journals at most one write. A setup link's
+completion (``setup.lua``) journals ``op`` setup with ``principal``, ``nonce`` (the link's),
+``exp`` and ``tool`` notes_setup.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class JournalEntry:
     exp_ms: int | None
     at_ms: int
     tool: str
+    op_id: str = ""
+    """The operation id of a create, update or move ("" for other entries)."""
 
     @property
     def sort_key(self) -> tuple[int, int, int, str]:
@@ -78,6 +84,7 @@ def _entry(tenant: str, entry_id: object, raw: Mapping[Any, Any] | None) -> Jour
         exp_ms=int(exp) if exp else None,
         at_ms=int(f.get("at") or 0),
         tool=f.get("tool", ""),
+        op_id=f.get("opid", ""),
     )
 
 

@@ -11,6 +11,8 @@ script and pipeline touches exactly one slot and a cluster spreads tenants over 
     <prefix>:{t:<tenant>}:replay:<nonce>   hash    answer digest and recorded outcome of one state
     <prefix>:{t:<tenant>}:journal          stream  every mutation, for the checker
     <prefix>:{t:<tenant>}:setup:<nonce>    string  who completed one setup link (expires)
+    <prefix>:{t:<tenant>}:op:<opId>        hash    what one write recorded under its operation id
+                                                   (expires; see store/scripts/op_record.lua)
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ class TenantKeys:
     def setup(self, nonce: str) -> str:
         """The completion record of one ``notes_setup`` link (keyed by the link's nonce)."""
         return f"{self.base}:setup:{nonce}"
+
+    def op(self, op_id: str) -> str:
+        """The record of one write under its operation id (an idempotency key's, or random)."""
+        return f"{self.base}:op:{op_id}"
 
     @property
     def journal(self) -> str:

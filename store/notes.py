@@ -9,9 +9,10 @@ over TCP), on a real Redis and on a Redis Cluster, because every script touches 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import coredis
 import coredis.exceptions
@@ -20,8 +21,10 @@ from store.api import (
     Confirmation,
     ConfirmOutcome,
     ConfirmStatus,
+    IdempotencyConflict,
     Note,
     NoteHead,
+    RecordedWrite,
     SetupOutcome,
     SetupStatus,
     Snapshot,
@@ -29,13 +32,17 @@ from store.api import (
     StoreOp,
     StoreUnavailable,
     WorkspaceFull,
+    WriteOp,
     WriteOutcome,
 )
+from store.client import before_resend, report_lost_reply
 from store.keys import TenantKeys
-from store.redis_errors import RedisClientError
+from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
 from store.resp import ReplyError
 from store.resp_client import RespRedis
 from store.resp_cluster import RespCluster
+
+T = TypeVar("T")
 
 DEFAULT_PREFIX = "nc"
 REPLAY_GRACE_MS = 60_000
@@ -61,6 +68,31 @@ millisecond; half a second rides out a hiccup without holding clients for long."
 
 WRITE_SCRIPTS = frozenset({"create", "update", "move", "confirm", "setup"})
 """The scripts that change data, so the ones ``wait_replicas`` holds until replicated."""
+
+OP_RECORD_SCRIPTS = frozenset({"create", "update", "move", "setup"})
+"""The scripts that record their write under an operation id (``scripts/op_record.lua`` is
+prepended to each). With ``confirm`` (its replay entry, keyed by the state's nonce, holds the
+store call id) and ``read_notes`` (reads only), every script is safe to run twice."""
+
+RESENDS = 2
+"""How often a script is sent again after its reply was lost (dropped connection, timeout)
+before the call fails with StoreUnavailable (the client picks the connection; a dead one fails
+fast and costs one of these). Safe because every script is safe to run twice
+(``OP_RECORD_SCRIPTS``): the re-send returns what the first run did. The Redis client itself
+never re-sends (``store.client.no_resend_policy``)."""
+
+_LOST_REPLY: tuple[type[Exception], ...] = (
+    coredis.exceptions.ConnectionError,
+    TimeoutError,
+    OSError,
+    ConnectionLost,
+    ReplyTimeout,
+    NotSent,
+)
+"""Errors after which the command may have run but its reply is lost: re-sent (``RESENDS``).
+The store's own client: ``ConnectionLost``, ``ReplyTimeout``, and ``NotSent`` (it did not run).
+A ``WAIT`` that found too few replicas (ReplicationError) is not: the script ran and answered;
+only its durability is unknown, which a re-send would not settle."""
 
 _UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (
     coredis.exceptions.ConnectionError,
@@ -132,7 +164,36 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
 
 
 def _script(name: str) -> str:
-    return resources.files("store").joinpath("scripts", f"{name}.lua").read_text("utf-8")
+    """A script's source; the write scripts get the operation-record functions prepended."""
+    scripts = resources.files("store").joinpath("scripts")
+    source = scripts.joinpath(f"{name}.lua").read_text("utf-8")
+    if name in OP_RECORD_SCRIPTS:
+        return scripts.joinpath("op_record.lua").read_text("utf-8") + "\n" + source
+    return source
+
+
+def _call_id() -> str:
+    """A fresh id for one store call: its re-sends carry it, a later request does not."""
+    return secrets.token_hex(8)
+
+
+WRITE_REPLY_FIELDS = 9
+"""Fields of a note write's reply (``op_note_reply`` in ``scripts/op_record.lua``)."""
+
+
+def parse_write_reply(reply: list[Any]) -> tuple[str, NoteHead | None, int, bool]:
+    """A create, update or move reply as (status, note after the write or None, now_ms,
+    replayed). IdempotencyConflict for ``conflict``."""
+    if len(reply) != WRITE_REPLY_FIELDS:
+        raise StoreUnavailable(f"write: unexpected reply of {len(reply)} fields")
+    status, note_id, title, ws, version, created, updated, now, replayed = reply
+    st = str(status)
+    if st == "conflict":
+        raise IdempotencyConflict("the operation id was recorded for another operation")
+    head = None
+    if note_id:
+        head = NoteHead(str(note_id), str(title), str(ws), int(version), int(created), int(updated))
+    return st, head, int(now), str(replayed) == "1"
 
 
 HEAD_FIELDS = 6
@@ -171,6 +232,8 @@ class StoreStatistics:
     calls: dict[str, int] = field(default_factory=dict)
     confirmations: dict[str, int] = field(default_factory=dict)
     unavailable: int = 0
+    resent: int = 0
+    """Scripts sent again after a lost reply (``RESENDS``)."""
 
 
 class NoteStore:
@@ -215,23 +278,41 @@ class NoteStore:
             self._keys[tenant] = keys
         return keys
 
+    def script_digests(self) -> dict[str, str]:
+        """Script name -> the SHA1 that ``EVALSHA`` names it by: a fault injector picks the
+        commands of one script by it (``cluster.reply_dropping_proxy``)."""
+        return {name: script.sha for name, script in self._scripts.items()}
+
     def statistics(self) -> StoreStatistics:
         """A copy of the counters."""
         s = self._stats
-        return StoreStatistics(dict(s.calls), dict(s.confirmations), s.unavailable)
+        return StoreStatistics(dict(s.calls), dict(s.confirmations), s.unavailable, s.resent)
 
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
+        """Run one script; after a lost reply, send it again (``RESENDS``), which every script
+        is safe for: the re-send gets the first run's result."""
         self._stats.calls[name] = self._stats.calls.get(name, 0) + 1
-        try:
-            if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
-                # coredis sends WAIT on the script's own connection right after its reply and
-                # raises ReplicationError when fewer replicas acknowledged.
-                with self.client.ensure_replication(self.wait_replicas, self.wait_timeout_ms):
-                    reply: Any = await self._scripts[name](keys=keys, args=args)
-            else:
-                reply = await self._scripts[name](keys=keys, args=args)
-        except Exception as exc:
-            raise self._failed(exc, name) from exc
+        for attempt in range(RESENDS + 1):
+            try:
+                return await self._send(name, keys, args)
+            except _LOST_REPLY as exc:
+                if attempt == RESENDS:
+                    report_lost_reply(self.client, exc)
+                    raise self._failed(exc, name) from exc
+                self._stats.resent += 1
+                await before_resend(self.client, exc)
+            except Exception as exc:
+                raise self._failed(exc, name) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def _send(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
+        if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
+            # coredis sends WAIT on the script's own connection right after its reply and
+            # raises ReplicationError when fewer replicas acknowledged.
+            with self.client.ensure_replication(self.wait_replicas, self.wait_timeout_ms):
+                reply: Any = await self._scripts[name](keys=keys, args=args)
+        else:
+            reply = await self._scripts[name](keys=keys, args=args)
         return list(reply)
 
     def _failed(self, exc: Exception, what: str) -> StoreUnavailable:
@@ -244,10 +325,7 @@ class NoteStore:
 
     async def redis_time_ms(self) -> int:
         """The Redis server clock (TIME), in milliseconds since the epoch."""
-        try:
-            reply: Any = await self._time(keys=[], args=[])
-        except Exception as exc:
-            raise self._failed(exc, "time") from exc
+        reply: Any = await self._query("time", lambda: self._time(keys=[], args=[]))
         # Not client.time(): coredis' TIME callback divides the microseconds by 1000, so its
         # datetime keeps whole seconds only. A script reads TIME raw, as every other script does.
         sec, usec = reply
@@ -263,16 +341,27 @@ class NoteStore:
         created_ms: int = 0,
         *,
         max_notes: int = 0,
+        op: WriteOp | None = None,
     ) -> Note:
         """Create a note with a fresh random id (retried on the astronomically rare collision).
         ``created_ms`` backdates it (seeding only); 0 means the Redis clock's now. WorkspaceFull
-        when the workspace already holds ``max_notes`` (0: no limit), checked in the script."""
+        when the workspace already holds ``max_notes`` (0: no limit), checked in the script.
+        ``op`` is recorded with the write (None: a fresh id): a create already recorded under
+        it returns that note (``replayed`` when an earlier call wrote it) and writes nothing."""
         k = self.keys(tenant)
+        op = op or WriteOp.fresh()
+        call = _call_id()
         for _ in range(4):
             note_id = "n" + secrets.token_hex(8)
-            status, version, now = await self._run(
+            reply = await self._run(
                 "create",
-                [k.note(note_id), k.workspace(workspace), k.title(workspace, title), k.journal],
+                [
+                    k.note(note_id),
+                    k.workspace(workspace),
+                    k.title(workspace, title),
+                    k.journal,
+                    k.op(op.op_id),
+                ],
                 [
                     note_id,
                     title,
@@ -282,12 +371,26 @@ class NoteStore:
                     self.journal_maxlen,
                     created_ms,
                     max_notes,
+                    op.op_id,
+                    op.digest,
+                    call,
+                    op.ttl_ms,
                 ],
             )
+            status, head, _, replayed = parse_write_reply(reply)
             if status == "full":
                 raise WorkspaceFull(workspace, max_notes)
-            if status == "created":
-                return Note(note_id, title, workspace, int(version), int(now), int(now), body)
+            if status == "created" and head is not None:
+                return Note(
+                    head.note_id,
+                    head.title,
+                    head.workspace,
+                    head.version,
+                    head.created_ms,
+                    head.updated_ms,
+                    body,
+                    replayed,
+                )
         raise StoreUnavailable("create: could not find a free note id")
 
     async def get(self, tenant: str, note_id: str) -> Note | None:
@@ -302,12 +405,9 @@ class NoteStore:
 
     async def _fields(self, tenant: str, note_id: str, *, with_body: bool) -> list[Any] | None:
         names = ["id", "title", "workspace", "version", "created_ms", "updated_ms"]
-        try:
-            fields = await self.client.hmget(
-                self.keys(tenant).note(note_id), [*names, "body"] if with_body else names
-            )
-        except Exception as exc:
-            raise self._failed(exc, "get") from exc
+        key = self.keys(tenant).note(note_id)
+        wanted = [*names, "body"] if with_body else names
+        fields = await self._query("get", lambda: self.client.hmget(key, wanted))
         return None if fields[0] is None else list(fields)
 
     async def _read(self, tenant: str, index_key: str, limit: int, after: str) -> Snapshot:
@@ -335,17 +435,27 @@ class NoteStore:
         return await self._read(tenant, self.keys(tenant).workspace(workspace), limit, after)
 
     async def update(
-        self, tenant: str, note: Note, title: str, body: str, principal: str
+        self,
+        tenant: str,
+        note: Note,
+        title: str,
+        body: str,
+        principal: str,
+        *,
+        op: WriteOp | None = None,
     ) -> WriteOutcome:
-        """Edit ``note`` unless it changed since it was read (status ``changed``: read again)."""
+        """Edit ``note`` unless it changed since it was read (status ``changed``: read again).
+        ``op`` as for ``create``: an update already recorded under it is returned, not redone."""
         k = self.keys(tenant)
-        status, version, now = await self._run(
+        op = op or WriteOp.fresh()
+        reply = await self._run(
             "update",
             [
                 k.note(note.note_id),
                 k.title(note.workspace, note.title),
                 k.title(note.workspace, title),
                 k.journal,
+                k.op(op.op_id),
             ],
             [
                 note.note_id,
@@ -355,14 +465,16 @@ class NoteStore:
                 body,
                 principal,
                 self.journal_maxlen,
+                op.op_id,
+                op.digest,
+                _call_id(),
+                op.ttl_ms,
             ],
         )
+        status, head, now, replayed = parse_write_reply(reply)
         if status != "updated":
-            return WriteOutcome(str(status), None, int(now))
-        new = Note(
-            note.note_id, title, note.workspace, int(version), note.created_ms, int(now), body
-        )
-        return WriteOutcome("updated", new, int(now))
+            return WriteOutcome(status, None, now)
+        return WriteOutcome("updated", head, now, replayed)
 
     async def move(
         self,
@@ -373,18 +485,26 @@ class NoteStore:
         principal: str,
         *,
         max_notes: int = 0,
+        op: WriteOp | None = None,
     ) -> WriteOutcome:
         """Move a note from ``source`` to ``target`` (same tenant). Reads the title first to find
         the index entries; a concurrent edit makes the script refuse and this call retry. Status
-        ``full`` when ``target`` already holds ``max_notes`` (0: no limit)."""
+        ``full`` when ``target`` already holds ``max_notes`` (0: no limit). ``op`` as for
+        ``create``: a move already recorded under it is returned, not redone; it is looked up
+        first, since the note it moved is no longer in ``source``."""
         k = self.keys(tenant)
+        op = op or WriteOp.fresh()
+        call = _call_id()
         for _ in range(8):
             note = await self.head(tenant, note_id)
-            if note is None:
-                return WriteOutcome("gone", None, 0)
-            if note.workspace != source:
-                return WriteOutcome("elsewhere", None, 0)
-            status, version, now = await self._run(
+            if note is None or note.workspace != source:
+                # The script decides only for a note it can name the index entries of; a note
+                # gone or elsewhere may be one this operation moved: its record says so.
+                recorded = await self._recorded_outcome(tenant, op, call)
+                if recorded is not None:
+                    return recorded
+                return WriteOutcome("gone" if note is None else "elsewhere", None, 0)
+            reply = await self._run(
                 "move",
                 [
                     k.note(note_id),
@@ -393,17 +513,76 @@ class NoteStore:
                     k.title(source, note.title),
                     k.title(target, note.title),
                     k.journal,
+                    k.op(op.op_id),
                 ],
-                [note_id, source, target, principal, self.journal_maxlen, max_notes],
+                [
+                    note_id,
+                    source,
+                    target,
+                    principal,
+                    self.journal_maxlen,
+                    max_notes,
+                    op.op_id,
+                    op.digest,
+                    call,
+                    op.ttl_ms,
+                ],
             )
+            status, head, now, replayed = parse_write_reply(reply)
             if status == "moved":
-                moved = NoteHead(
-                    note_id, note.title, target, int(version), note.created_ms, int(now)
-                )
-                return WriteOutcome("moved", moved, int(now))
+                return WriteOutcome("moved", head, now, replayed)
             if status != "elsewhere":
-                return WriteOutcome(str(status), None, int(now))
+                return WriteOutcome(status, None, now)
         return WriteOutcome("changed", None, 0)
+
+    async def _recorded_outcome(self, tenant: str, op: WriteOp, call: str) -> WriteOutcome | None:
+        """The outcome recorded under ``op`` (replayed unless this ``call`` wrote it), or None;
+        IdempotencyConflict when it was recorded with another digest."""
+        found = await self._record(tenant, op.op_id)
+        if found is None:
+            return None
+        recorded, by_call = found
+        if recorded.digest != op.digest:
+            raise IdempotencyConflict("the operation id was recorded for another operation")
+        return WriteOutcome(recorded.status, recorded.note, 0, replayed=by_call != call)
+
+    async def recorded_write(self, tenant: str, op_id: str) -> RecordedWrite | None:
+        """What a create, update or move recorded under ``op_id``, or None."""
+        found = await self._record(tenant, op_id)
+        return None if found is None else found[0]
+
+    async def _record(self, tenant: str, op_id: str) -> tuple[RecordedWrite, str] | None:
+        """The record under ``op_id`` and the store call that wrote it, or None."""
+        names = ["status", "digest", "note", "title", "ws", "version", "created", "updated"]
+        key = self.keys(tenant).op(op_id)
+        f = await self._query("recorded write", lambda: self.client.hmget(key, [*names, "call"]))
+        status, digest, note_id, title, ws, version, created, updated, call = f
+        if status is None or not note_id:
+            return None
+        head = NoteHead(
+            str(note_id),
+            str(title),
+            str(ws),
+            int(version or 0),
+            int(created or 0),
+            int(updated or 0),
+        )
+        return RecordedWrite(str(status), str(digest or ""), head), str(call or "")
+
+    async def _query(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
+        """Run a read-only command, sent again after a lost reply like a script (``RESENDS``)."""
+        for attempt in range(RESENDS + 1):
+            try:
+                return await command()
+            except _LOST_REPLY as exc:
+                if attempt == RESENDS:
+                    report_lost_reply(self.client, exc)
+                    raise self._failed(exc, what) from exc
+                self._stats.resent += 1
+                await before_resend(self.client, exc)
+            except Exception as exc:
+                raise self._failed(exc, what) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def confirm(self, c: Confirmation) -> ConfirmOutcome:
         """Decide one confirmation answer in one atomic script (see scripts/confirm.lua)."""
@@ -438,6 +617,7 @@ class NoteStore:
                 # expiry, a write whose offset covers the recorded outcome it returns.
                 1 if self.wait_replicas > 0 else 0,
                 c.max_notes,
+                _call_id(),
             ],
         )
         out = parse_confirm_reply(reply)
@@ -445,13 +625,24 @@ class NoteStore:
         return out
 
     async def complete_setup(
-        self, tenant: str, nonce: str, principal: str, exp_ms: int
+        self, tenant: str, nonce: str, principal: str, exp_ms: int, *, op: WriteOp | None = None
     ) -> SetupOutcome:
-        """Record one setup link's completion at most once (see scripts/setup.lua)."""
-        status, who, now = await self._run(
+        """Record one setup link's completion at most once (see scripts/setup.lua); ``op``
+        (None: a fresh id) makes a re-send after a lost reply answer ``completed`` again."""
+        op = op or WriteOp.fresh()
+        k = self.keys(tenant)
+        status, who, now, _ = await self._run(
             "setup",
-            [self.keys(tenant).setup(nonce)],
-            [principal, exp_ms, self.replay_grace_ms],
+            [k.setup(nonce), k.op(op.op_id), k.journal],
+            [
+                principal,
+                exp_ms,
+                self.replay_grace_ms,
+                _call_id(),
+                op.ttl_ms,
+                nonce,
+                self.journal_maxlen,
+            ],
         )
         st = str(status)
         if st not in _SETUP_STATUSES:  # pragma: no cover - the script returns only these
@@ -461,10 +652,8 @@ class NoteStore:
 
     async def setup_completed_by(self, tenant: str, nonce: str) -> str | None:
         """Who completed setup link ``nonce``, or None."""
-        try:
-            who = await self.client.get(self.keys(tenant).setup(nonce))
-        except Exception as exc:
-            raise self._failed(exc, "setup status") from exc
+        key = self.keys(tenant).setup(nonce)
+        who = await self._query("setup status", lambda: self.client.get(key))
         return None if who is None else str(who)
 
     async def check_ready(self) -> None:

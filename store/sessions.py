@@ -17,6 +17,23 @@ Cluster slot.
                                           cap; ``digest`` is of the principal's name)
     <prefix>:{w:<reader>}:wake    stream  a node's inbox reader is woken through it (one Redis)
 
+Exactly once (issue 18): the Redis client never re-sends a command by itself. Each script below is
+either safe to run twice, and then sent again after a lost reply (``RESENDABLE``), or never sent
+again, and a lost reply is ``StoreUnavailable`` (the outcome is unknown, the client is told so):
+
+    create        safe: the same session id and fields written again
+    load          safe: reads, and pushes the same expiry back
+    set_fields    safe: the same values written again
+    deliver       safe: a second run finds the request answered (``duplicate``), which the adapter
+                  accepts (202) as it accepts a client's own copy; the inbox holds the answer once
+    open_request  safe: the same marker set again
+    end           safe: a second run finds no session (False), and the session is gone
+    wake          safe: a second wake of a reader only ends one more blocking read early
+    event         never re-sent: a second run would append the event twice
+    track         never re-sent: a second run would not return the sessions the first evicted
+    begin_call    never re-sent: a second run could count the call against its own limit
+    reads, end_call (ZREM)  safe: sent once more after a lost reply
+
 Any node appends to a session's inbox; the nodes holding the SSE streams of its pending calls read
 it. The stream orders what the client sent, whichever node took it: a roots change the client saw
 acknowledged before it answered is read before the answer. Reading is multiplexed per node (see
@@ -29,15 +46,18 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 import anyio
 import coredis
 import coredis.exceptions
 
 from store.api import StoreFull, StoreUnavailable
+from store.client import before_resend, report_lost_reply
+
+T = TypeVar("T")
 
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 """Session ids we mint are 32 url-safe characters; anything else names no session (and could not
@@ -297,6 +317,13 @@ def _failure(what: str, exc: Exception) -> StoreUnavailable:
 
 _REDIS_FAILURES = (coredis.exceptions.RedisError, TimeoutError, OSError)
 
+RESENDABLE = frozenset({"create", "load", "set_fields", "deliver", "open_request", "end", "wake"})
+"""The session scripts that are safe to run twice (see the module docstring): sent once more
+after a lost reply. The others are never re-sent."""
+
+_LOST_REPLY = (coredis.exceptions.ConnectionError, TimeoutError, OSError)
+"""A dropped connection or a timeout: the script may have run, its reply is lost."""
+
 
 def _stream_entries(entries: Any, after: str) -> tuple[str, list[InboxEntry]]:
     out: list[InboxEntry] = []
@@ -355,11 +382,34 @@ class SessionStore:
         """The wake stream of one inbox reader (``reader``: url-safe, brace-free)."""
         return f"{self.prefix}:{{w:{reader}}}:wake"
 
+    async def _query(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
+        """Run a command that is safe to run twice (a read, or a removal), sent once more after
+        a lost reply."""
+        for attempt in range(2):
+            try:
+                return await command()
+            except _LOST_REPLY as exc:
+                if attempt == 1:
+                    report_lost_reply(self.client, exc)
+                    raise _failure(what, exc) from exc
+                await before_resend(self.client, exc)
+            except _REDIS_FAILURES as exc:
+                raise _failure(what, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> Any:
-        try:
-            return await self._scripts[name](keys=keys, args=args)
-        except _REDIS_FAILURES as exc:
-            raise _failure(name, exc) from exc
+        attempts = 2 if name in RESENDABLE else 1
+        for attempt in range(attempts):
+            try:
+                return await self._scripts[name](keys=keys, args=args)
+            except _LOST_REPLY as exc:
+                if attempt + 1 == attempts:
+                    report_lost_reply(self.client, exc)
+                    raise _failure(name, exc) from exc
+                await before_resend(self.client, exc)
+            except _REDIS_FAILURES as exc:
+                raise _failure(name, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def create(
         self,
@@ -444,10 +494,8 @@ class SessionStore:
 
     async def end_call(self, session_id: str, call_id: str) -> None:
         """The call is no longer pending."""
-        try:
-            await self.client.zrem(self.keys(session_id).calls, [call_id])
-        except _REDIS_FAILURES as exc:
-            raise _failure("end_call", exc) from exc
+        key = self.keys(session_id).calls
+        await self._query("end_call", lambda: self.client.zrem(key, [call_id]))
 
     async def open_request(self, session_id: str, request_id: str, ttl_ms: int) -> bool:
         """Accept answers to ``request_id`` for ``ttl_ms``; False if the session is gone."""
@@ -490,10 +538,7 @@ class SessionStore:
     async def inbox_position(self, session_id: str) -> str:
         """The id of the newest inbox entry ("0-0" if none): read after it to miss nothing new."""
         k = self.keys(session_id)
-        try:
-            newest = await self.client.xrevrange(k.inbox, count=1)
-        except _REDIS_FAILURES as exc:
-            raise _failure("inbox", exc) from exc
+        newest = await self._query("inbox", lambda: self.client.xrevrange(k.inbox, count=1))
         return str(newest[0].identifier) if newest else "0-0"
 
     async def read_inbox(
@@ -503,10 +548,10 @@ class SessionStore:
         after next time (``after`` itself when nothing came). Holds a connection while it
         blocks: nodes read through ``read_inboxes`` instead."""
         k = self.keys(session_id)
-        try:
-            reply = await self.client.xread({k.inbox: after}, count=count, block=max(1, block_ms))
-        except _REDIS_FAILURES as exc:
-            raise _failure("inbox", exc) from exc
+        reply = await self._query(
+            "inbox",
+            lambda: self.client.xread({k.inbox: after}, count=count, block=max(1, block_ms)),
+        )
         entries = next(iter((reply or {}).values()), ())
         return _stream_entries(entries, after)
 
@@ -538,12 +583,10 @@ class SessionStore:
         if wake is not None:
             wake_key = self.wake_key(wake[0])
             streams[wake_key] = wake[1]
-        try:
-            reply = await self.client.xread(
-                streams, count=count, block=None if block_ms is None else max(1, block_ms)
-            )
-        except _REDIS_FAILURES as exc:
-            raise _failure("inbox", exc) from exc
+        block = None if block_ms is None else max(1, block_ms)
+        reply = await self._query(
+            "inbox", lambda: self.client.xread(streams, count=count, block=block)
+        )
         batch = InboxBatch(wake_position=None if wake is None else wake[1])
         for key, entries in (reply or {}).items():
             if key == wake_key:
@@ -558,11 +601,14 @@ class SessionStore:
         failures: list[StoreUnavailable] = []
 
         async def one(sid: str, pos: str) -> None:
+            inbox = self.keys(sid).inbox
             try:
-                reply = await self.client.xread({self.keys(sid).inbox: pos}, count=count)
-            except _REDIS_FAILURES as exc:
+                reply = await self._query(
+                    "inbox", lambda: self.client.xread({inbox: pos}, count=count)
+                )
+            except StoreUnavailable as exc:
                 # Kept, not raised: raised in a task it would reach the caller as a group.
-                failures.append(_failure("inbox", exc))
+                failures.append(exc)
                 return
             entries = next(iter((reply or {}).values()), ())
             if entries:

@@ -299,7 +299,7 @@ async def test_archive_without_form_elicitation_is_missing_capability(store: Not
         assert reply.status == 400
         assert error(reply) == {
             "code": -32021,
-            "message": "Missing required client capability",
+            "message": "Missing required client capability: elicitation.form",
             "data": {"requiredCapabilities": {"elicitation": {"form": {}}}},
         }
 

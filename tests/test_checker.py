@@ -42,6 +42,13 @@ NAMES = {
     "replay_entries_expire",
     "no_lost_note",
     "before_expiry_honoured",
+    "creates_exactly_once",
+    "updates_one_step",
+    "moves_land",
+    "reads_show_every_note_once",
+    "setup_answers",
+    "bounds_respected",
+    "unknown_outcomes_explained",
     "answers_conform_to_model",
     "answers_make_progress",
 }
@@ -522,6 +529,7 @@ async def test_the_journal_reader_sees_every_mutation_note_and_replay_entry(
         exp,
         delete_e.at_ms,
         "notes_delete",
+        "",  # a confirmation's entry carries no write operation id
     )
     assert delete_e.at_ms < exp
     assert (decline_e.nonce, decline_e.note, decline_e.exp_ms) == (K2, "", exp)

@@ -194,3 +194,15 @@ def test_a_wrong_durability_mode_is_named_in_the_error(
 ) -> None:
     with pytest.raises(ConfigError, match="wait_replicas"):
         load_settings(write(tmp_path, config_text(key_file, line)))
+
+
+def test_the_idempotency_window_is_an_hour_by_default_and_loads_from_the_file(
+    tmp_path: Path, key_file: Path
+) -> None:
+    default = load_settings(write(tmp_path, config_text(key_file))).node
+    assert default.idempotency_window_ms == 3_600_000
+    extra = "idempotency_window_seconds = 120\n"
+    node = load_settings(write(tmp_path, config_text(key_file, extra))).node
+    assert node.idempotency_window_ms == 120_000
+    with pytest.raises(ConfigError, match="idempotency_window_seconds"):
+        load_settings(write(tmp_path, config_text(key_file, "idempotency_window_seconds = 0\n")))

@@ -26,7 +26,7 @@ from cluster.demo import (
 from nodes.config import wall_clock_ms
 from nodes.errors import INVALID_STATE_DATA, INVALID_STATE_MESSAGE
 from nodes.protocol import Node, Reply
-from nodes.results import META_REPLAY
+from nodes.results import META_ERROR, META_REPLAY
 from store.api import Confirmation, ConfirmOutcome
 from store.notes import NoteStore
 from tests.harness import accept, call_tool, demo_config, error, make_nodes, result, rpc
@@ -158,14 +158,17 @@ def deleted(reply: Reply) -> tuple[dict[str, Any], bool]:
 
 
 def tool_failed(reply: Reply) -> dict[str, Any]:
-    """The structured content of an isError result."""
+    """The machine-readable form of an isError result (its ``_meta``): an error carries no
+    ``structuredContent`` (it would not match the tool's outputSchema), its text is the message."""
     assert reply.status == 200
     res = result(reply)
     assert res["resultType"] == "complete", res
     assert res["isError"] is True, res
     assert "requestState" not in res
-    structured: dict[str, Any] = res["structuredContent"]
-    return structured
+    assert "structuredContent" not in res, res
+    details: dict[str, Any] = res["_meta"][META_ERROR]
+    assert res["content"] == [{"type": "text", "text": details["error"]}], res
+    return details
 
 
 class GatedStore:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -39,6 +40,7 @@ from tests.test_sdk_interop import (
     ALICE_TOKEN,
     CREATED_2024,
     DELETE_ARGS,
+    OUR_TOOLS,
     Elicitations,
     Hop,
     RoundRobinTransport,
@@ -526,7 +528,7 @@ async def test_delete_ends_the_session_and_its_pending_call(cluster: Cluster) ->
     assert await tps_reports(cluster.store) == before
 
 
-async def test_initialize_counter_offers_our_version_and_other_versions_get_400(
+async def test_initialize_counter_offers_our_version_and_a_session_takes_any_handshake_version(
     cluster: Cluster,
 ) -> None:
     params = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {}}
@@ -537,14 +539,19 @@ async def test_initialize_counter_offers_our_version_and_other_versions_get_400(
     assert result["capabilities"] == {"tools": {"listChanged": False}}
     assert result["serverInfo"]["name"] == demo_settings().node.server_name
     session = response.headers["mcp-session-id"]
-    headers = legacy_headers(session) | {"mcp-protocol-version": "2025-06-18"}
+    # The header SHOULD name the negotiated version; any handshake-era one is taken (as the
+    # TypeScript SDK's server does, and the conformance suite sends 2025-03-26 on our session).
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    wrong = await cluster.http.post(cluster.urls[1], json=ping, headers=headers)
-    assert wrong.status_code == 400
-    assert wrong.json()["error"]["data"] == {
-        "supported": [LEGACY_VERSION],
-        "requested": "2025-06-18",
-    }
+    for version in ("2025-06-18", "2025-03-26"):
+        headers = legacy_headers(session) | {"mcp-protocol-version": version}
+        taken = await cluster.http.post(cluster.urls[1], json=ping, headers=headers)
+        assert taken.status_code == 200, taken.text
+        assert taken.json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    # A version no era knows is not the adapter's: the modern path answers (it has no ping).
+    headers = legacy_headers(session) | {"mcp-protocol-version": "2099-01-01"}
+    unknown = await cluster.http.post(cluster.urls[1], json=ping, headers=headers)
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == -32601, unknown.text
     # A legacy client without the elicitation capability: -32602, not the modern -32021.
     call = {
         "jsonrpc": "2.0",
@@ -584,7 +591,11 @@ async def test_a_roots_change_that_moves_a_pending_target_out_of_scope_refuses_t
         final = await events.next()
     result = final["result"]
     assert result["isError"] is True
-    assert "roots changed" in result["content"][0]["text"]
+    assert "structuredContent" not in result
+    assert result["content"][0]["text"].startswith(
+        f"The workspace {ALICE_NOTES} is outside this client's roots: the roots it listed "
+        f"({TEAM}) changed and no longer include it; nothing was changed."
+    )
     assert await tps_reports(cluster.store) == before
     record = await cluster.sessions.load(session)
     assert record is not None
@@ -629,9 +640,85 @@ async def test_legacy_roots_never_widen_what_the_principal_may_touch(cluster: Cl
         await accepted(cluster, 2, answer(listing["id"], roots(ALICE_DOCS)), session)
         final = await ev.next()
     assert final["result"]["isError"] is True
-    assert "outside the roots" in final["result"]["content"][0]["text"]
+    assert final["result"]["content"][0]["text"].startswith(
+        f"The workspace {TEAM} is outside this client's roots: the roots it listed ({ALICE_DOCS}) "
+        "do not include it; nothing was changed."
+    )
     snap = await cluster.store.find(DEMO_TENANT, TEAM, "Standup", 10)
     assert len(snap.notes) == 1
+
+
+async def test_a_client_that_lists_no_roots_is_told_so_and_how_to_declare_one(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The MCP Inspector's default: the roots capability declared, `roots/list` answered with
+    # an empty list. Roots only narrow, so nothing is open; the refusal says why and what to do,
+    # as plain text (no structuredContent a client would hold to the tool's outputSchema).
+    caplog.set_level(logging.INFO, logger="nodes.legacy")
+    before = await tps_reports(cluster.store)
+    session = await initialize(cluster, capabilities=ROOTS_CAPS)
+    async with open_call(cluster, 0, session, DELETE_ARGS) as events:
+        listing = await events.next()
+        assert listing["method"] == "roots/list"
+        await accepted(cluster, 1, answer(listing["id"], {"roots": []}), session)
+        final = await events.next()
+    result = final["result"]
+    assert result["isError"] is True
+    assert "structuredContent" not in result
+    assert result["content"] == [
+        {
+            "type": "text",
+            "text": f"The workspace {ALICE_NOTES} is outside this client's roots: the client "
+            "declared the roots capability but listed no roots, so no workspace is open to it; "
+            "nothing was changed. To use it, add it (or a folder above it) to the client's "
+            "roots, or connect without the roots capability (the server's grants alone then "
+            "decide)",
+        }
+    ]
+    assert await tps_reports(cluster.store) == before
+    # The log names the reason, not the client's own text.
+    refusals = [r.getMessage() for r in caplog.records if "legacy call refused" in r.getMessage()]
+    assert refusals == [
+        "legacy call refused: The client listed no roots; nothing was changed (tool=notes_delete)"
+    ]
+
+
+async def test_every_tools_error_result_carries_no_structured_content_on_either_path(
+    cluster: Cluster,
+) -> None:
+    # Clients hold structuredContent to the tool's outputSchema, even on errors (the TypeScript
+    # SDK does): an error result has none, its message is its one text block, on both paths.
+    caps = {"elicitation": {"form": {}, "url": {}}}
+    session = await initialize(cluster, capabilities=caps)
+    modern = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    }
+    for i, tool in enumerate(sorted(OUR_TOOLS)):
+        call = {"name": tool, "arguments": {"workspaceUri": ALICE_NOTES, "bogus": 1}}
+        old = {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": call}
+        new = {**old, "params": {**call, "_meta": modern}}
+        headers = {
+            "authorization": f"Bearer {ALICE_TOKEN}",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": tool,
+        }
+        replies = [
+            (await post(cluster, i % NODES, old, session)).json()["result"],
+            (await cluster.http.post(cluster.urls[i % NODES], json=new, headers=headers)).json()[
+                "result"
+            ],
+        ]
+        for result in replies:
+            assert result["isError"] is True, (tool, result)
+            assert "structuredContent" not in result, (tool, result)
+            (block,) = result["content"]
+            assert block["type"] == "text"
+            assert block["text"].startswith("Invalid arguments: "), block
+            assert "bogus: Extra inputs are not permitted" in block["text"], block
+            assert result["_meta"]["dev.notes-cluster/error"] == {"error": block["text"]}
 
 
 # --- URL mode, cancellation, timeouts --------------------------------------------------------

@@ -182,7 +182,8 @@ async def test_an_oversized_answer_is_refused_and_ends_its_call_with_nothing_cha
             assert "Answer too large (limit 1000 bytes)" in response.json()["error"]["message"]
             final = await events.next()
             assert final["result"]["isError"] is True
-            assert "did not answer" in final["result"]["structuredContent"]["error"]
+            assert "structuredContent" not in final["result"]
+            assert "did not answer" in final["result"]["content"][0]["text"]
         # Nothing of the large answer was stored.
         entries = await served.sessions.client.xrange(served.sessions.keys(session).inbox)
         assert all(len(json.dumps(e.field_values)) < 1_000 for e in entries)

@@ -50,7 +50,7 @@ REASONS = (
     "legacy initialize refused: capabilities and clientInfo must be objects",
     "legacy request refused: Method not found",
     "legacy request refused: Unknown tool",
-    "legacy call refused: Missing required client capability (tool=notes_delete)",
+    "legacy call refused: Missing required client capability: elicitation.form (tool=notes_delete)",
     "legacy request refused: No open request has this id",
     "legacy call refused: its session has the most pending calls allowed",
     "legacy call refused: No answer from the client in time",

@@ -20,7 +20,7 @@ from nodes.lifecycle import (
     decide,
     observed,
 )
-from nodes.results import META_REPLAY
+from nodes.results import META_ERROR, META_REPLAY
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.confirming import ConfirmingTool
 from nodes.tools.confirming_table import ARCHIVE, CONFIRMING_TOOLS, DELETE, ConfirmingKind
@@ -195,14 +195,14 @@ async def test_each_row_answers_the_client_as_documented(
         assert set(res["inputRequests"]) == {kind.form_key}
         return
     assert res["resultType"] == "complete"
-    content = res["structuredContent"]
     if what.startswith("isError: "):
         assert res["isError"] is True
-        assert content == {
-            "error": f"{what.removeprefix('isError: ')}; nothing was {kind.result_key}",
-            kind.result_key: False,
-        }
+        message = f"{what.removeprefix('isError: ')}; nothing was {kind.result_key}"
+        assert "structuredContent" not in res
+        assert res["content"] == [{"type": "text", "text": message}]
+        assert res["_meta"][META_ERROR] == {"error": message, kind.result_key: False}
         return
     assert res["isError"] is False
+    content = res["structuredContent"]
     assert content == (done_content(kind) if done else {kind.result_key: False})
     assert node_b.statistics().executions == int(done is True and not replay)

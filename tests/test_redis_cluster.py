@@ -49,6 +49,22 @@ from tests.test_delete_flow import (  # noqa: F401
     test_two_states_racing_to_delete_the_same_note_delete_it_once,
 )
 
+# Every write script is safe to run twice on the cluster too (its operation record shares the
+# tenant's slot), and the idempotency key works there: the same tests, on this module's store.
+from tests.test_idempotency_key import (  # noqa: F401
+    test_a_create_retried_with_its_key_on_another_node_is_the_recorded_result,
+    test_a_key_reused_with_other_arguments_or_another_tool_is_refused_and_writes_nothing,
+    test_a_keyed_move_retry_racing_its_first_request_reports_the_move,
+)
+from tests.test_write_ops import (  # noqa: F401
+    test_a_confirmation_run_twice_by_one_call_is_executed_twice_and_deletes_once,
+    test_create_with_one_operation_twice_is_one_note_and_the_second_is_a_replay,
+    test_move_with_one_operation_twice_reports_the_move_once,
+    test_one_operation_id_with_another_digest_is_refused_and_writes_nothing,
+    test_setup_completion_run_twice_by_one_call_answers_completed_both_times,
+    test_update_with_one_operation_twice_is_one_version_step,
+)
+
 WS = "file:///load/t0/inbox"
 ARCHIVE = "file:///load/t0/archive"
 TENANTS = [f"tenant{i}" for i in range(12)]
@@ -207,8 +223,9 @@ async def test_every_script_stays_in_its_tenants_slot_and_tenants_spread_over_ma
     assert len(final) == 12 * 2
     assert len(replay) == 12 * 3  # executed delete, executed move, decline
     print(f"\nkeys per master after {len(TENANTS)} tenants: {spread}")
-    # Per tenant: 2 notes, 1 workspace set, 2 title entries, 1 journal, 3 replay entries.
-    assert sum(spread.values()) == 12 * 9
+    # Per tenant: 2 notes, 1 workspace set, 2 title entries, 1 journal, 3 replay entries, and
+    # 5 operation records (3 creates, an update, a move: each kept a minute for re-sends).
+    assert sum(spread.values()) == 12 * 14
     assert len(spread) == 3
     assert sum(1 for n in spread.values() if n > 0) > 1
 

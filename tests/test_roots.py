@@ -117,7 +117,7 @@ async def test_without_workspace_and_without_roots_capability_the_answer_is_miss
         assert reply.status == 400
         assert error(reply) == {
             "code": -32021,
-            "message": "Missing required client capability",
+            "message": "Missing required client capability: roots",
             "data": {"requiredCapabilities": {"roots": {}}},
         }
 
@@ -177,7 +177,14 @@ async def test_roots_covering_no_authorized_workspace_are_a_tool_error(store: No
     (node,) = make_nodes(store, 1)
     res = result(await search(node, roots(BOB_NOTES, ALICE_EVIL, "file:///etc")))
     assert res["isError"] is True
-    assert res["structuredContent"]["notes"] == []
+    assert "structuredContent" not in res
+    assert res["content"] == [
+        {
+            "type": "text",
+            "text": "None of your roots contains a workspace you are authorized for; "
+            "pass workspaceUri",
+        }
+    ]
     # Bob's roots never reach alice's notes either.
     res = result(await search(node, roots(ALICE_NOTES, ALICE_ARCHIVE), principal="bob"))
     assert res["isError"] is True

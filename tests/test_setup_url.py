@@ -22,6 +22,7 @@ from cluster.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT, DEMO_TOKENS, TEAM
 from nodes import http
 from nodes.auth import TokenTable
 from nodes.protocol import Node, Reply
+from nodes.results import META_ERROR
 from nodes.setup_links import SETUP_PATH_PREFIX
 from nodes.setup_page import SetupPages
 from store.notes import NoteStore
@@ -125,7 +126,7 @@ async def test_url_mode_is_refused_without_the_url_capability_with_the_exact_dat
     assert reply.status == 400
     assert error(reply) == {
         "code": -32021,
-        "message": "Missing required client capability",
+        "message": "Missing required client capability: elicitation.url",
         "data": {"requiredCapabilities": {"elicitation": {"url": {}}}},
     }
     assert node.statistics().rounds == 0
@@ -152,7 +153,11 @@ async def test_a_node_with_no_public_url_cannot_offer_a_link(store: NoteStore) -
     (node,) = make_nodes(store, 1)
     res = result(await call_tool(node, SETUP, ARGS, caps=URL_CAPS))
     assert res["isError"] is True
-    assert res["structuredContent"]["configured"] is False
+    assert "structuredContent" not in res
+    assert res["content"] == [
+        {"type": "text", "text": "This node serves no setup page (no public URL)"}
+    ]
+    assert res["_meta"][META_ERROR]["configured"] is False
 
 
 async def test_setup_of_a_workspace_outside_the_grants_is_a_tool_error(store: NoteStore) -> None:

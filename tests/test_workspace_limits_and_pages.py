@@ -17,6 +17,7 @@ import trio
 
 from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT, TEAM
 from nodes.protocol import Node
+from nodes.results import META_ERROR
 from store.notes import NoteStore
 from tests.harness import accept, call_tool, make_nodes, result
 
@@ -101,10 +102,10 @@ async def test_moves_and_archives_into_a_full_workspace_are_refused_and_change_n
         )
     )
     assert out["isError"] is True
-    assert out["structuredContent"] == {
-        "error": "The target workspace holds 2 notes, its limit; nothing was archived",
-        "archived": False,
-    }
+    assert "structuredContent" not in out
+    message = "The target workspace holds 2 notes, its limit; nothing was archived"
+    assert out["content"] == [{"type": "text", "text": message}]
+    assert out["_meta"][META_ERROR] == {"error": message, "archived": False}
     assert (await store.get(DEMO_TENANT, note.note_id)) == note
     assert await count(store, ALICE_ARCHIVE) == 2
 

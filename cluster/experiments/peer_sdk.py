@@ -86,7 +86,7 @@ class StaticTokens:
         return AccessToken(token=token, client_id=principal, scopes=[], subject=principal)
 
 
-def _form(notes: tuple[NoteHead, ...]) -> ElicitRequest:
+def pick_form(notes: tuple[NoteHead, ...]) -> ElicitRequest:
     options = [{"const": n.note_id, "title": f"{n.title} ({n.uri})"} for n in notes]
     pick: dict[str, Any] = {"type": "string", "title": "Note", "oneOf": options}
     if len(notes) == 1:
@@ -148,7 +148,7 @@ def build_server(store: PeerStore, scope: Scope, tokens: dict[str, str], key: by
             "candidates": {n.note_id: n.version for n in notes},
         }
         return InputRequiredResult(
-            input_requests={FORM_KEY: _form(notes)}, request_state=json.dumps(state)
+            input_requests={FORM_KEY: pick_form(notes)}, request_state=json.dumps(state)
         )
 
     @mcp.tool(name="notes_delete")
@@ -207,7 +207,7 @@ def build_server(store: PeerStore, scope: Scope, tokens: dict[str, str], key: by
     return mcp
 
 
-class _AnnouncingServer(uvicorn.Server):
+class AnnouncingServer(uvicorn.Server):
     """uvicorn's server, printing the endpoint URL once it listens (port 0: the bound port)."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -243,7 +243,7 @@ async def serve_peer(options: argparse.Namespace) -> None:
             access_log=False,
             workers=1,
         )
-        await _AnnouncingServer(config).serve()
+        await AnnouncingServer(config).serve()
 
 
 def main(argv: list[str] | None = None) -> None:

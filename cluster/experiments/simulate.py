@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.cluster
 import trio
@@ -27,18 +28,23 @@ from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORK
 from cluster.experiments.legacy_nodes import serve_legacy_nodes
 from cluster.faults import (
     FAULT_STREAM_TIMEOUT_S,
+    SHORT_TIMEOUT_KINDS,
     CustomFault,
     FaultInjector,
     FaultKind,
     FaultRecord,
+    FaultUsageError,
     open_injector,
     write_faults,
 )
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
+from cluster.reply_dropping_proxy import ReplyDroppingProxy, open_reply_dropping_proxy
+from cluster.store_faults import StoreFaults
 from loadgen.checker import CheckResult, Verdict, check
 from loadgen.history import History, close_history, open_history
 from loadgen.legacy_clients import LegacyHttp
+from loadgen.limits import FaultWindow, Limits
 from loadgen.partition import check_folders
 from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
@@ -48,7 +54,7 @@ from loadgen.transport import Transport
 from nodes.config import NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
-from store.client import sync_client
+from store.client import is_cluster, sync_client
 from store.journal import (
     keys_per_master,
     list_replay_entries,
@@ -56,6 +62,7 @@ from store.journal import (
     read_journal,
     scan_keys,
 )
+from store.notes import NoteStore
 
 KEEP_OPS_MAX = 50_000
 """Runs of up to this many flows also keep their history in memory (tests read it); longer
@@ -68,6 +75,17 @@ LATENCY_FILE = "latency.hdr"
 
 SIM_REPLAY_GRACE_MS = 1_000
 """Replay grace in simulations: short, so the run can show replay entries really expire."""
+
+STORE_SEAM_KINDS = frozenset({"lost-reply", "stall"})
+"""Fault kinds played at the in-process nodes' store seam on the embedded store."""
+
+SIM_LIST_PAGE_SIZE = 2
+"""``notes_list`` page size in simulations: small, so a ``list_pages`` flow's few notes take
+several pages (the checker holds every page to it)."""
+
+SIM_PUBLIC_URL = "http://127.0.0.1:9"
+"""Base of the setup links in simulations (``notes_setup`` round 1 needs one; nothing opens it:
+the in-process run drives the tool up to its URL-mode elicitation, not the page)."""
 
 EXPIRY_SETTLE_S = 0.5
 """Extra wait past the last expiry plus grace before looking for leftover replay entries."""
@@ -84,7 +102,8 @@ class SimulateOptions:
     run_dir: Path | None = None
     keep_keys: bool = False
     faults: frozenset[FaultKind] = frozenset()
-    """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client."""
+    """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client,
+    lost-reply, stall."""
     fault_seed: int | None = None
     """Seed of the fault schedule; None: the run's seed."""
     injected: frozenset[FaultKind] | None = None
@@ -210,7 +229,14 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
         key_ring=KeyRing.generate(),
         state_ttl_ms=int(state_ttl_s * 1000),
         archives={**DEMO_ARCHIVES, **load_archives(tenants)},
+        list_page_size=SIM_LIST_PAGE_SIZE,
+        public_url=SIM_PUBLIC_URL,
     )
+
+
+def sim_limits(options: SimulateOptions) -> Limits:
+    """The bounds a simulation's nodes are configured with (``simulation_config``)."""
+    return Limits(SIM_LIST_PAGE_SIZE, int(options.state_ttl_s * 1000))
 
 
 def races(tally: Tally) -> dict[str, int]:
@@ -286,26 +312,38 @@ async def simulate(
     history = open_history(options.run_dir, keep=keep, first_index=first_index)
     dist: dict[str, int] | None = None
     try:
-        async with open_local_cluster(
-            config,
-            options.nodes,
-            redis_url=options.redis_url,
-            prefix=prefix,
-            seed=not options.worker,
-            replay_grace_ms=SIM_REPLAY_GRACE_MS,
-            store_options=store_options(options, prefix),
-        ) as cluster:
+        async with (
+            store_nemeses(options) as nemeses,
+            open_local_cluster(
+                config,
+                options.nodes,
+                redis_url=options.redis_url,
+                prefix=prefix,
+                seed=not options.worker,
+                replay_grace_ms=SIM_REPLAY_GRACE_MS,
+                store_options=store_options(options, prefix, nemeses),
+            ) as cluster,
+        ):
             url = cluster.redis_url
             offset = await trio.to_thread.run_sync(redis_offset_ms, url)
+            await scripts_loaded(cluster)
             async with legacy_nodes(options, cluster) as legacy:
                 stats, faults = await _load(
-                    options, cluster, config, history, offset, on_flow, legacy
+                    options, cluster, config, history, offset, on_flow, legacy, nemeses
                 )
             close_history(history)
             if options.worker is not None:
                 return _recorded(options, stats, history, faults)
             result = await check_run(
-                history, url, prefix, tenants, offset, SIM_REPLAY_GRACE_MS, options.run_dir
+                history,
+                url,
+                prefix,
+                tenants,
+                offset,
+                SIM_REPLAY_GRACE_MS,
+                options.run_dir,
+                limits=sim_limits(options),
+                faults=faults,
             )
             if options.redis_url is not None:
                 dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
@@ -321,6 +359,15 @@ async def simulate(
         result, stats, history, races(stats.tally), options.run_dir, options, store, dist, faults
     )
     return finish(sim)
+
+
+async def scripts_loaded(cluster: LocalCluster) -> None:
+    """Load the store's scripts into Redis before the load, as a served node's readiness probe
+    does (``NoteStore.check_ready``) before a load balancer sends it anything: a run starts on
+    a ready store, so its faults meet the store's handling of lost replies, not a cold cache."""
+    first = cluster.nodes[0] if cluster.nodes else None
+    if first is not None and isinstance(first.store, NoteStore):
+        await first.store.check_ready()
 
 
 def new_prefix() -> str:
@@ -342,18 +389,63 @@ def _recorded(
     return Simulation(result, stats, history, races(stats.tally), options.run_dir, options, "")
 
 
-def store_options(options: SimulateOptions, prefix: str) -> StoreOptions:
+def stream_timeout(options: SimulateOptions) -> float:
+    """The nodes' Redis timeout: as set, else the short fault-run one under ``redis`` and
+    ``stall`` faults (so a pause outlasts it), else the default."""
+    if options.stream_timeout_s is not None:
+        return options.stream_timeout_s
+    short = bool(options.faults & SHORT_TIMEOUT_KINDS)
+    return FAULT_STREAM_TIMEOUT_S if short else StoreOptions.stream_timeout_s
+
+
+@dataclass(frozen=True)
+class StoreNemeses:
+    """What stands between a run's nodes and Redis for ``lost-reply`` and ``stall``: the store
+    seam (embedded store) or a reply-dropping proxy (a real Redis)."""
+
+    seam: StoreFaults | None = None
+    proxy: ReplyDroppingProxy | None = None
+    proxy_url: str | None = None
+
+
+@asynccontextmanager
+async def store_nemeses(options: SimulateOptions) -> AsyncIterator[StoreNemeses]:
+    """The seam or the proxy the run's fault kinds need (nothing for the others)."""
+    kinds = options.faults if options.injected is None else options.injected
+    seed = options.settings.seed if options.fault_seed is None else options.fault_seed
+    if options.redis_url is None:
+        seam = StoreFaults(seed, stream_timeout(options)) if kinds & STORE_SEAM_KINDS else None
+        yield StoreNemeses(seam=seam)
+        return
+    if "lost-reply" not in kinds:
+        yield StoreNemeses()
+        return
+    if await is_cluster(options.redis_url):
+        raise FaultUsageError(
+            "--faults lost-reply needs the embedded store or a single Redis: a Redis Cluster's "
+            "clients follow the cluster's own node addresses past any proxy"
+        )
+    parts = urlsplit(options.redis_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    async with open_reply_dropping_proxy(host, port) as proxy:
+        db = int(parts.path.strip("/") or 0)
+        yield StoreNemeses(proxy=proxy, proxy_url=proxy.url(db))
+
+
+def store_options(
+    options: SimulateOptions, prefix: str, nemeses: StoreNemeses | None = None
+) -> StoreOptions:
     """How the run's nodes open the store: named connections when faults are injected (so
-    ``CLIENT KILL`` finds exactly them), a short Redis timeout under ``redis`` faults."""
+    ``CLIENT KILL`` finds exactly them), a short Redis timeout under ``redis`` and ``stall``
+    faults, through the store nemeses' seam or proxy."""
     faulty = bool(options.faults or options.custom_faults)
-    timeout = options.stream_timeout_s
-    if timeout is None:
-        short = "redis" in options.faults
-        timeout = FAULT_STREAM_TIMEOUT_S if short else StoreOptions.stream_timeout_s
+    nemeses = nemeses or StoreNemeses()
     return StoreOptions(
         wait_replicas=options.wait_replicas,
-        stream_timeout_s=timeout,
+        stream_timeout_s=stream_timeout(options),
         client_name=prefix if faulty else None,
+        connect_url=nemeses.proxy_url,
+        store_faults=nemeses.seam,
     )
 
 
@@ -365,6 +457,7 @@ async def _load(
     offset_ms: int,
     on_flow: Callable[[FlowSample], None] | None,
     legacy: LegacyHttp | None = None,
+    nemeses: StoreNemeses | None = None,
 ) -> tuple[RunStats, list[FaultRecord]]:
     """Run the load, with the fault injector alongside when faults were asked for."""
     settings = options.settings
@@ -394,6 +487,8 @@ async def _load(
         horizon_s=settings.duration_s,
         client_name_prefix=f"{cluster.prefix}-node-",
         custom=options.custom_faults,
+        store_faults=nemeses.seam if nemeses else None,
+        proxy=nemeses.proxy if nemeses else None,
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(injector.run)
@@ -431,18 +526,46 @@ async def check_run(
     offset_ms: int,
     grace_ms: int,
     run_dir: Path | None = None,
+    *,
+    limits: Limits | None = None,
+    faults: Sequence[FaultRecord] | None = None,
 ) -> CheckResult:
     """Wait until every state of the run expired plus grace, read the store, check the history.
-    With a run folder, the store facts are written into it first and the check streams the
-    folder tenant by tenant (``loadgen.partition``); without one, it runs in memory."""
+    With a run folder, the store facts are written into it first (with ``limits`` and the fault
+    windows) and the check streams the folder tenant by tenant (``loadgen.partition``); without
+    one, it runs in memory. ``faults`` None: no fault record, unknown outcomes not held to it."""
     await wait_for_expiry(history.max_exp_ms, offset_ms, grace_ms)
     if run_dir is not None:
-        await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace_ms)
+        if faults is not None:
+            write_faults(run_dir, faults)
+        bounds = None if limits is None else limits.to_json()
+        await trio.to_thread.run_sync(
+            dump_store_facts, run_dir, url, prefix, tenants, grace_ms, bounds
+        )
         return await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
     journal, final, replay, redis_end_ms = await trio.to_thread.run_sync(
         _read_store, url, prefix, tenants
     )
-    return check(history.ops, journal, final, replay, redis_end_ms=redis_end_ms, grace_ms=grace_ms)
+    windows = None if faults is None else [FaultWindow.from_record(_row(r)) for r in faults]
+    return check(
+        history.ops,
+        journal,
+        final,
+        replay,
+        redis_end_ms=redis_end_ms,
+        grace_ms=grace_ms,
+        limits=limits,
+        faults=windows,
+    )
+
+
+def _row(record: FaultRecord) -> dict[str, Any]:
+    return {
+        "kind": record.kind,
+        "action": record.action,
+        "start_wall": record.start_wall,
+        "end_wall": record.end_wall,
+    }
 
 
 async def wait_for_expiry(last_exp_ms: int, offset_ms: int, grace_ms: int) -> None:

@@ -38,6 +38,7 @@ from cluster.experiments.simulate import (
     key_distribution,
     new_prefix,
     races,
+    sim_limits,
     simulate,
 )
 from cluster.faults import read_faults
@@ -96,7 +97,7 @@ def worker_options(options: SimulateOptions, k: int, prefix: str) -> SimulateOpt
         run_dir=options.run_dir / f"worker-{k}",
         keep_keys=True,
         fault_seed=seed + k,
-        injected=options.faults if k == 0 else options.faults - {"redis"},
+        injected=options.faults if k == 0 else options.faults - {"redis", "stall"},
         transport_hook=None,
         settings=replace(s, flows=share, first_flow=k * FLOW_STRIDE),
     )
@@ -287,7 +288,8 @@ async def _check_merged(
     await trio.sleep(options.state_ttl_s + SIM_REPLAY_GRACE_MS / 1000 + EXPIRY_SETTLE_S)
     tenants = tenant_names(options.settings.tenants)
     grace = SIM_REPLAY_GRACE_MS
-    await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace)
+    limits = sim_limits(options).to_json()
+    await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace, limits)
     result = await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
     s = options.settings
     result = judge(result, stats.tally, s.legacy_share, options.exercise, s.weights)

@@ -16,9 +16,9 @@ JSON), and it answers them through ASGI ``send``:
                                   something (``nodes.legacy.bridge``)
 
 A missing ``Mcp-Session-Id`` is 400; an unknown, expired or ended one, or one of another
-principal, is 404 (the client then initializes again); an ``MCP-Protocol-Version`` other than the
-session's is 400. JSON-RPC errors of requests go with HTTP 200: to a legacy client a 404 means
-"session gone".
+principal, is 404 (the client then initializes again); any handshake-era ``MCP-Protocol-Version``
+is taken on a session (see ``_session``). JSON-RPC errors of requests go with HTTP 200: to a
+legacy client a 404 means "session gone".
 
 Nothing of a session lives in a node's memory: a node can die between any two requests and the
 next one, on any node, finds the session in the store. Only a call's open stream is tied to its
@@ -238,7 +238,14 @@ class LegacyAdapter:
             await self._request(request, session, message, receive, send)
 
     async def _session(self, request: LegacyRequest) -> SessionRecord:
-        """The caller's session, its version header checked (400 / 404 otherwise)."""
+        """The caller's session (400 without a session id, 404 for an unknown one).
+
+        Its requests may name any handshake-era version in ``MCP-Protocol-Version`` (the only
+        ones ``wire.claims`` routes here): the spec asks for the negotiated one with a SHOULD,
+        the answers are 2025-11-25's whichever is named, and the TypeScript SDK's server (and
+        the conformance suite's ``server-sse-multiple-streams`` scenario, which sends
+        2025-03-26 on a 2025-11-25 session) accept them all. An unknown version is not routed
+        here: the modern path answers it."""
         session_id = request.headers.get(wire.SESSION_HEADER)
         if session_id is None:
             raise _http_error(*_NO_SESSION_ID)
@@ -246,10 +253,6 @@ class LegacyAdapter:
         if session is None or session.principal != request.principal:
             # Another principal's session answers exactly as a missing one.
             raise _http_error(*_SESSION_NOT_FOUND)
-        version = request.headers.get(wire.VERSION_HEADER)
-        if version is not None and version != session.version:
-            data = {"supported": [session.version], "requested": version}
-            raise _http_error(400, errors.INVALID_PARAMS, "Unsupported protocol version", data)
         return session
 
     async def _initialize(

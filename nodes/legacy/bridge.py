@@ -89,11 +89,13 @@ class _Stop(Exception):
 
 
 class _Refused(_Stop):
-    """Nothing was changed; the client gets an ``isError`` result saying why."""
+    """Nothing was changed; the client gets an ``isError`` result saying why. ``reason`` is what
+    the log says (the message itself when it echoes nothing the client sent)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.reason = message if reason is None else reason
 
 
 class _TimedOut(_Refused):
@@ -111,6 +113,9 @@ class _Cancelled(_Stop):
 
 OUT_OF_ROOTS = "The workspace is outside the roots this client listed; nothing was changed"
 ROOTS_LEFT = "The client's roots changed and no longer include the workspace; nothing was changed"
+EMPTY_ROOTS = "The client listed no roots; nothing was changed"
+"""Log reasons of the roots refusals (the client's message names its workspace and roots:
+``wire.roots_refusal``)."""
 NO_ROOTS = "The client did not list its roots; nothing was changed"
 NO_ANSWER = "The client did not answer the request; nothing was changed"
 EXPIRED = "The request expired before it completed; nothing more was changed"
@@ -185,7 +190,7 @@ class LegacyCall:
             log.info("legacy call ended: its session ended (tool=%s)", self.call.tool)
             return wire.error_response(self.request_id, errors.invalid_request("Session ended"))
         except _Refused as refused:
-            log.info("legacy call refused: %s (tool=%s)", refused.message, self.call.tool)
+            log.info("legacy call refused: %s (tool=%s)", refused.reason, self.call.tool)
             await self._cancel_outstanding(refused.message)
             return wire.response(self.request_id, wire.tool_refusal(refused.message))
         except Drained:
@@ -365,9 +370,11 @@ class LegacyCall:
         self.roots = roots[: self.caps.roots_max]
         await self.sessions.set_roots(self.sid, self.roots, epoch)
 
-    def _check_roots(self, message: str) -> None:
+    def _check_roots(self, reason: str) -> None:
         if self.guarded and not wire.within_roots(self.targets, self.roots):
-            raise _Refused(message)
+            changed = reason == ROOTS_LEFT
+            message = wire.roots_refusal(self.targets, self.roots, changed=changed)
+            raise _Refused(message, EMPTY_ROOTS if not self.roots else reason)
 
     async def _pump(self, deadline: float) -> None:
         """Take what the node's reader brought for this call (waiting for it, but no longer

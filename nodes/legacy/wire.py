@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodes import errors
+from nodes.results import tool_error
 from nodes.scope import ScopeError, contains, normalize_uri
 
 LEGACY_VERSION = "2025-11-25"
@@ -150,12 +151,9 @@ def legacy_result(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tool_refusal(message: str) -> dict[str, Any]:
-    """A legacy ``isError`` tool result for a call the adapter stopped (nothing was changed)."""
-    return {
-        "content": [{"type": "text", "text": message}],
-        "structuredContent": {"error": message},
-        "isError": True,
-    }
+    """A legacy ``isError`` tool result for a call the adapter stopped (nothing was changed):
+    as ``nodes.results.tool_error``, no ``structuredContent`` (see there why)."""
+    return legacy_result(tool_error(message))
 
 
 def notification(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,6 +200,35 @@ def parse_roots(answer: Mapping[str, Any]) -> tuple[str, ...] | None:
         if canonical not in out:
             out.append(canonical)
     return tuple(out)
+
+
+ROOTS_SHOWN = 3
+"""How many of the client's roots a refusal names (a client may list up to ``roots_max``)."""
+
+
+def roots_refusal(targets: tuple[str, ...], roots: tuple[str, ...], *, changed: bool) -> str:
+    """What a call refused by the client's roots tells the user: which workspace, which roots,
+    and how to make the call pass (roots only narrow what the principal may touch, so an empty
+    list admits nothing)."""
+    outside = next((t for t in targets if not within_roots((t,), roots)), targets[0])
+    fix = (
+        "add it (or a folder above it) to the client's roots, or connect without the roots "
+        "capability (the server's grants alone then decide)"
+    )
+    if not roots:
+        return (
+            f"The workspace {outside} is outside this client's roots: the client declared the "
+            f"roots capability but listed no roots, so no workspace is open to it; nothing was "
+            f"changed. To use it, {fix}"
+        )
+    shown = ", ".join(roots[:ROOTS_SHOWN]) + (
+        f" and {len(roots) - ROOTS_SHOWN} more" if len(roots) > ROOTS_SHOWN else ""
+    )
+    when = "changed and no longer include" if changed else "do not include"
+    return (
+        f"The workspace {outside} is outside this client's roots: the roots it listed ({shown}) "
+        f"{when} it; nothing was changed. To use it, {fix}"
+    )
 
 
 def within_roots(targets: tuple[str, ...], roots: tuple[str, ...]) -> bool:

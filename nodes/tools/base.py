@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from nodes.config import NodeConfig
 from nodes.results import tool_error
 from nodes.scope import ScopeError, Workspace
-from store.api import NoteStoreAPI
+from store.api import NoteStoreAPI, WriteOp
 
 TITLE_MAX = 200
 URI_MAX = 2048
@@ -61,6 +61,10 @@ class CallContext:
     config: NodeConfig
     store: NoteStoreAPI
     counters: NodeCounters
+    idempotency_key: str | None = None
+    """The client's idempotency key for this call (``nodes.idempotency``), if it sent one."""
+    write_op: WriteOp = field(default_factory=WriteOp.fresh)
+    """The store operation a write of this call records (stable over retries with a key)."""
 
     def authorize(self, raw_uri: str) -> Workspace:
         """The workspace, if this principal may use it (raises ScopeError otherwise)."""

@@ -26,6 +26,7 @@ from nodes.tools.cursors import (
     make_cursor,
     open_cursor,
 )
+from nodes.tools.idempotent import IdempotentTool
 from nodes.tools.text_rules import body_problem, normalize_title
 from store.api import NoteHead, WorkspaceFull
 from store.keys import NOTE_ID_PATTERN
@@ -64,7 +65,7 @@ class CreateArgs(Arguments):
     body: BodyArg = ""
 
 
-class CreateTool(Tool[CreateArgs]):
+class CreateTool(IdempotentTool[CreateArgs]):
     name = "notes_create"
     title = "Create note"
     description = "Create a note titled `title` in the workspace `workspaceUri`."
@@ -80,19 +81,33 @@ class CreateTool(Tool[CreateArgs]):
         "required": ["noteId", "uri", "title"],
     }
 
+    def tenant(self, ctx: CallContext, args: CreateArgs) -> str:
+        return ctx.authorize(args.workspace_uri).tenant
+
+    def written(self, note: NoteHead, *, replay: bool) -> dict[str, Any]:
+        return complete(
+            {"noteId": note.note_id, "uri": note.uri, "title": note.title}, replay=replay
+        )
+
     async def run(self, ctx: CallContext, args: CreateArgs) -> dict[str, Any]:
         check_body(ctx, args.body)
         ws = ctx.authorize(args.workspace_uri)
         limit = ctx.config.max_notes_per_workspace
         try:
             note = await ctx.store.create(
-                ws.tenant, ws.uri, args.title, args.body, ctx.principal, max_notes=limit
+                ws.tenant,
+                ws.uri,
+                args.title,
+                args.body,
+                ctx.principal,
+                max_notes=limit,
+                op=ctx.write_op,
             )
         except WorkspaceFull:
             raise ToolFailure(
                 f"{ws.uri} holds {limit} notes, its limit; nothing was created"
             ) from None
-        return complete({"noteId": note.note_id, "uri": note.uri, "title": note.title})
+        return self.written(note, replay=note.replayed)
 
 
 class ListArgs(Arguments):
@@ -155,7 +170,7 @@ class MoveArgs(Arguments):
     ]
 
 
-class MoveTool(Tool[MoveArgs]):
+class MoveTool(IdempotentTool[MoveArgs]):
     name = "notes_move"
     title = "Move note"
     description = (
@@ -164,6 +179,12 @@ class MoveTool(Tool[MoveArgs]):
     )
     args_model = MoveArgs
     annotations = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False}
+
+    def tenant(self, ctx: CallContext, args: MoveArgs) -> str:
+        return ctx.authorize(args.workspace_uri).tenant
+
+    def written(self, note: NoteHead, *, replay: bool) -> dict[str, Any]:
+        return complete(note_summary(note), replay=replay)
 
     async def run(self, ctx: CallContext, args: MoveArgs) -> dict[str, Any]:
         src = ctx.authorize(args.workspace_uri)
@@ -174,13 +195,19 @@ class MoveTool(Tool[MoveArgs]):
             raise ToolFailure("The note is already in that workspace")
         limit = ctx.config.max_notes_per_workspace
         out = await ctx.store.move(
-            src.tenant, args.note_id, src.uri, dst.uri, ctx.principal, max_notes=limit
+            src.tenant,
+            args.note_id,
+            src.uri,
+            dst.uri,
+            ctx.principal,
+            max_notes=limit,
+            op=ctx.write_op,
         )
         if out.status == "full":
             raise ToolFailure(f"{dst.uri} holds {limit} notes, its limit; nothing was moved")
         if out.note is None:
             raise ToolFailure(f"No note {args.note_id} in {src.uri}", noteId=args.note_id)
-        return complete(note_summary(out.note))
+        return self.written(out.note, replay=out.replayed)
 
 
 class UpdateArgs(Arguments):
@@ -194,12 +221,18 @@ UPDATE_RETRIES = 8
 """Optimistic retries when the note changes between our read and our write."""
 
 
-class UpdateTool(Tool[UpdateArgs]):
+class UpdateTool(IdempotentTool[UpdateArgs]):
     name = "notes_update"
     title = "Update note"
     description = "Edit the title and/or body of note `noteId` in `workspaceUri`."
     args_model = UpdateArgs
     annotations = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True}
+
+    def tenant(self, ctx: CallContext, args: UpdateArgs) -> str:
+        return ctx.authorize(args.workspace_uri).tenant
+
+    def written(self, note: NoteHead, *, replay: bool) -> dict[str, Any]:
+        return complete(note_summary(note), replay=replay)
 
     async def run(self, ctx: CallContext, args: UpdateArgs) -> dict[str, Any]:
         if args.title is None and args.body is None:
@@ -212,9 +245,11 @@ class UpdateTool(Tool[UpdateArgs]):
                 raise ToolFailure(f"No note {args.note_id} in {ws.uri}", noteId=args.note_id)
             title = note.title if args.title is None else args.title
             body = note.body if args.body is None else args.body
-            out = await ctx.store.update(ws.tenant, note, title, body, ctx.principal)
+            out = await ctx.store.update(
+                ws.tenant, note, title, body, ctx.principal, op=ctx.write_op
+            )
             if out.note is not None:
-                return complete(note_summary(out.note))
+                return self.written(out.note, replay=out.replayed)
             if out.status != "changed":
                 raise ToolFailure(f"No note {args.note_id} in {ws.uri}", noteId=args.note_id)
         raise ToolFailure("The note is being edited concurrently; try again")

@@ -161,8 +161,7 @@ class SearchTool(Tool[SearchArgs]):
         offered = workspaces_in_roots(ctx, parse_roots(responses[ROOTS_KEY]))
         if not offered:
             raise ToolFailure(
-                "None of your roots contains a workspace you are authorized for; pass workspaceUri",
-                notes=[],
+                "None of your roots contains a workspace you are authorized for; pass workspaceUri"
             )
         if len(offered) == 1:
             return await self.search(ctx, args.title, offered)

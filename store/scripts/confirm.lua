@@ -8,6 +8,9 @@
 --       14 '1' when the node waits for replicas (WAIT) before answering: a replay then rewrites
 --          the entry's expiry (same value), so the WAIT that follows covers the recorded outcome
 --       15 most notes the target workspace may hold, for op 'move' (0: no limit)
+--       16 store call id: a run with the call id recorded under the nonce is the node's own
+--          re-send after a lost reply, and gets the first run's status back (executed or
+--          declined), not 'replay'. So the script is safe to run twice.
 -- Returns {status, recorded outcome, now_ms}; the recorded outcome ('deleted:<id>', 'moved:<id>',
 -- 'declined' or '') is read in one place, store/notes.py's parse_confirm_reply. status:
 --   replay    same answer seen before: recorded outcome returned again, nothing changes
@@ -20,11 +23,15 @@
 --   executed  the mutation happened and its outcome is recorded under the nonce
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rec = redis.call('HMGET', KEYS[1], 'answer', 'outcome')
+local rec = redis.call('HMGET', KEYS[1], 'answer', 'outcome', 'call')
 if rec[1] then
   if rec[1] == ARGV[2] then
     if ARGV[14] == '1' then
       redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[3]) + tonumber(ARGV[4]))
+    end
+    if ARGV[16] and ARGV[16] ~= '' and rec[3] == ARGV[16] then
+      if rec[2] == 'declined' then return {'declined', rec[2], now} end
+      return {'executed', rec[2], now}
     end
     return {'replay', rec[2], now}
   end
@@ -35,7 +42,8 @@ if now >= exp then return {'expired', '', now} end
 if ARGV[1] == 'cancel' then return {'cancelled', '', now} end
 local keep_until = exp + tonumber(ARGV[4])
 if ARGV[1] == 'decline' then
-  redis.call('HSET', KEYS[1], 'answer', ARGV[2], 'outcome', 'declined', 'at', now)
+  redis.call('HSET', KEYS[1], 'answer', ARGV[2], 'outcome', 'declined', 'at', now,
+    'call', ARGV[16] or '')
   redis.call('PEXPIREAT', KEYS[1], keep_until)
   redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[12], '*', 'op', 'decline', 'note', '',
     'ws', ARGV[7], 'principal', ARGV[8], 'nonce', ARGV[9], 'exp', exp, 'tool', ARGV[13],
@@ -63,7 +71,8 @@ else
   redis.call('SREM', KEYS[4], ARGV[5])
   outcome = 'deleted:' .. ARGV[5]
 end
-redis.call('HSET', KEYS[1], 'answer', ARGV[2], 'outcome', outcome, 'at', now)
+redis.call('HSET', KEYS[1], 'answer', ARGV[2], 'outcome', outcome, 'at', now,
+  'call', ARGV[16] or '')
 redis.call('PEXPIREAT', KEYS[1], keep_until)
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[12], '*', 'op', ARGV[10], 'note', ARGV[5],
   'ws', ARGV[7], 'to', ARGV[11], 'title', cur[3], 'version', cur[2], 'principal', ARGV[8],

@@ -1,0 +1,69 @@
+"""The idempotency key extension: ``params._meta["dev.notes-cluster/idempotencyKey"]``.
+
+Layer: node, protocol core. Pure module: no I/O. MCP has no idempotency key (SEP-3182 was
+closed), so this is an extension. A client sends a key it made up (a UUID, say) with a write
+(``notes_create``, ``notes_update``, ``notes_move``) and sends the same key when it retries that
+write, on any node. The key names one operation of one principal: this module turns it into the
+store's operation id (a digest of principal and key, so no principal can reach another's
+records) and a digest of the tool and its arguments, which the store records atomically with the
+write for ``window_ms`` (``NodeConfig.idempotency_window_ms``). The write tools
+(``nodes.tools.idempotent``) then answer a retry with the recorded result, marked as a replay,
+and refuse the key with other arguments or another tool (``errors.idempotency_key_reused``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from nodes import errors
+from store.api import WriteOp
+
+META_IDEMPOTENCY_KEY = errors.IDEMPOTENCY_KEY_META
+"""The request ``_meta`` key that carries an idempotency key."""
+
+KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]{16,128}")
+"""16 to 128 characters from letters, digits and ``. _ : -``: a UUID (36) fits, and the lower
+bound keeps keys from colliding by accident among one principal's writes."""
+
+
+def idempotency_key(meta: object) -> str | None:
+    """The idempotency key of a request's ``_meta`` (None: none sent); -32602 if malformed."""
+    if not isinstance(meta, Mapping) or META_IDEMPOTENCY_KEY not in meta:
+        return None
+    key = meta[META_IDEMPOTENCY_KEY]
+    if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+        raise errors.invalid_params(
+            f"Invalid _meta[{META_IDEMPOTENCY_KEY!r}]: a string of 16 to 128 characters "
+            "from letters, digits and . _ : -",
+            {"reason": "invalid_idempotency_key"},
+        )
+    return key
+
+
+def _sha(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8")
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def operation_digest(tool: str, arguments: Mapping[str, Any]) -> str:
+    """What one write does: its tool and its arguments, canonically (key order ignored)."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _sha(tool, canonical)[:32]
+
+
+def write_op(
+    principal: str, tool: str, arguments: Mapping[str, Any], key: str | None, window_ms: int
+) -> WriteOp:
+    """The store operation of one write: keyed (stable over retries, kept ``window_ms``) when
+    the client sent ``key``, else a fresh random one (kept only for the node's own re-sends)."""
+    if key is None:
+        return WriteOp.fresh()
+    return WriteOp("k" + _sha(principal, key)[:40], operation_digest(tool, arguments), window_ms)

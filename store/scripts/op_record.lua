@@ -1,0 +1,49 @@
+-- Operation records: what makes a write script safe to run twice. Prepended by store/notes.py to
+-- every script that writes notes or setup completions (create, update, move, setup); not a
+-- script of its own. A write is recorded under its operation id in the same atomic step as the
+-- write itself, so a second run with that id (the node re-sending after a lost reply, or a
+-- client retrying with the same idempotency key) writes nothing and returns the first run's
+-- result.
+-- The record <base>:op:<opId> is a hash: 'digest' (what the operation does: a digest of tool and
+-- arguments for an idempotency key, '' otherwise), 'call' (the store call that wrote it), 'until'
+-- (its expiry, ms on the Redis clock) and the script's own result fields.
+
+-- The record under KEYS 'key' as a field table, or nil. 'status' is 'conflict' when it was
+-- recorded with another digest. Otherwise its expiry is written again (the same value): a write,
+-- so a WAIT that follows this script covers the record it answers from. 'replayed' is '1' when
+-- another store call wrote it (a later request), '0' for this call's own re-send.
+local function op_recorded(key, digest, call)
+  local r = redis.call('HGETALL', key)
+  if #r == 0 then return nil end
+  local f = {}
+  for i = 1, #r, 2 do f[r[i]] = r[i + 1] end
+  if f['digest'] ~= digest then
+    f['status'] = 'conflict'
+    return f
+  end
+  redis.call('PEXPIREAT', key, f['until'])
+  if f['call'] == call then f['replayed'] = '0' else f['replayed'] = '1' end
+  return f
+end
+
+-- Record a write under 'key' for 'ttl' ms from 'now' (Redis clock). 'f' holds the script's
+-- result fields by name.
+local function op_record(key, digest, call, ttl, now, f)
+  local until_ms = now + tonumber(ttl)
+  local flat = {'digest', digest, 'call', call, 'until', until_ms}
+  for name, value in pairs(f) do
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
+  end
+  redis.call('HSET', key, unpack(flat))
+  redis.call('PEXPIREAT', key, until_ms)
+end
+
+-- The reply of a note write: {status, note id, title, workspace, version, created_ms,
+-- updated_ms, now_ms, replayed}, the numbers as integers whether they come from this run or
+-- from a record; store/notes.py's parse_write_reply reads it.
+local function op_note_reply(f, now)
+  return {f['status'], f['note'] or '', f['title'] or '', f['ws'] or '',
+    tonumber(f['version'] or 0), tonumber(f['created'] or 0), tonumber(f['updated'] or 0), now,
+    f['replayed'] or '0'}
+end

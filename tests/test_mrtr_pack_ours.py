@@ -1,0 +1,114 @@
+"""The MRTR conformance pack against our own nodes: three HTTP nodes, every check SUCCESS.
+
+Layer: tests. The nodes run as trio tasks of the test process over the store under test (the
+embedded one, then the real Redis), with a short state lifetime so the expiry checks run; the
+pack is told our tool contract by ``cluster.mrtr_conformance.demo_contract`` (the defaults of
+``notes-cluster conformance`` without ``--tool``). The CLI test runs the console script for
+its exit codes: 0 when no check fails, 1 on a failure, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from cluster.config import demo_settings
+from cluster.demo import ALICE_NOTES
+from cluster.mrtr_conformance import demo_contract, run_conformance
+from cluster.serve import start_http_nodes
+from loadgen.mrtr_pack.scenarios import CONTROL, SCENARIOS
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+STATE_TTL_S = 8.0
+"""Long enough that every round of a slow target lands well inside it."""
+EXPIRY_MARGIN_S = 2.0
+"""How far before and after the expiry the expiry checks answer: room for a loaded machine."""
+
+
+async def test_every_check_succeeds_against_a_three_node_demo_cluster(
+    redis_url: str, embedded_url: str, key_prefix: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    settings = demo_settings().with_state_ttl(STATE_TTL_S)
+    urls = await start_http_nodes(
+        nursery,
+        settings,
+        redis_url,
+        count=3,
+        embedded=redis_url == embedded_url,
+        prefix=key_prefix,
+    )
+    checks = await run_conformance(
+        urls, demo_contract(STATE_TTL_S, expiry_margin_s=EXPIRY_MARGIN_S), tmp_path
+    )
+    statuses = {c.id: c.status for c in checks}
+    assert statuses == dict.fromkeys([CONTROL.id, *(s.id for s in SCENARIOS)], "SUCCESS"), [
+        (c.id, c.error_message) for c in checks if c.status != "SUCCESS"
+    ]
+    records = json.loads((tmp_path / "checks.json").read_text(encoding="utf-8"))
+    assert [r["id"] for r in records] == list(statuses)
+    for r in records:
+        assert set(r) >= {"id", "name", "description", "status", "timestamp", "specReferences"}
+        assert r["details"]["requests"], r["id"]
+    assert "| `mrtr-concurrent-duplicates`" in (tmp_path / "checks.md").read_text("utf-8")
+
+
+def test_bad_arguments_are_a_usage_error_exit_2() -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    cli = [sys.executable, "-c", "from cluster.cli import main; main()"]
+    cmd = [*cli, "conformance", "--target", "http://127.0.0.1:9/mcp", "--tool", "t"]
+    cmd += ["--arguments", "[1]"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "--arguments: not a JSON object" in out.stderr
+    remote = [*cli, "conformance", "--target", "http://192.0.2.1/mcp"]
+    out = subprocess.run(remote, capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert out.returncode == 2
+    assert "only loopback" in out.stderr
+
+
+async def test_the_command_exits_0_when_no_check_fails_and_1_on_a_failure(
+    embedded_url: str, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    settings = demo_settings()
+    prefix = "nct" + secrets.token_hex(5)
+    urls = await start_http_nodes(
+        nursery, settings, embedded_url, count=2, embedded=True, prefix=prefix
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    cli = [sys.executable, "-c", "from cluster.cli import main; main()", "conformance"]
+    base = [*cli, "--target", ",".join(urls)]
+    ok = await trio.run_process(
+        [*base, "--out", str(tmp_path)],
+        capture_stdout=True,
+        capture_stderr=True,
+        env=env,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    records = json.loads(await trio.Path(tmp_path / "checks.json").read_text(encoding="utf-8"))
+    skipped = {r["id"] for r in records if r["status"] == "SKIPPED"}
+    assert skipped == {"mrtr-before-expiry", "mrtr-after-expiry"}  # no --state-ttl given
+    assert {r["status"] for r in records} == {"SUCCESS", "SKIPPED"}
+    # A tool that never asks is no confirm-before-act tool: every check fails its setup.
+    wrong = [
+        *base,
+        "--tool",
+        "notes_list",
+        "--arguments",
+        json.dumps({"workspaceUri": ALICE_NOTES}),
+    ]
+    bad = await trio.run_process(
+        [*wrong, "--token", "alice-demo-token"],
+        capture_stdout=True,
+        capture_stderr=True,
+        env=env,
+        check=False,
+    )
+    assert bad.returncode == 1, bad.stderr
+    assert b"did not ask for a form" in bad.stdout
