@@ -192,26 +192,23 @@ class RespRedis:
                     best = conn
         if best is not None and (best.pending == 0 or alive >= self.max_connections):
             return best
-        return await self._connect(best)
+        return await self._connect()
 
-    async def _connect(self, fallback: Connection | None) -> Connection:
+    async def _connect(self) -> Connection:
         if not self._open or self._connecting is None:
             raise NotSent("the client is closed")
         async with self._connecting:
             self._connections = [c for c in self._connections if c.alive]
             if len(self._connections) >= self.max_connections:
                 return min(self._connections, key=lambda c: c.pending)
-            try:
-                conn: Connection
-                if self._asyncio:
-                    conn = await AsyncioConnection.open(self.endpoint)
-                else:
-                    assert self._task_group is not None
-                    conn = await AnyioConnection.open(self.endpoint, self._task_group)
-            except NotSent:
-                if fallback is not None and fallback.alive:
-                    return fallback
-                raise
+            # A failed connect raises NotSent, with no fallback to a busy connection: a call
+            # waits one timeout at most, so a stalled server is an unknown outcome in time.
+            conn: Connection
+            if self._asyncio:
+                conn = await AsyncioConnection.open(self.endpoint)
+            else:
+                assert self._task_group is not None
+                conn = await AnyioConnection.open(self.endpoint, self._task_group)
             self._connections.append(conn)
             return conn
 

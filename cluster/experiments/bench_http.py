@@ -5,7 +5,8 @@ wrk and a Lua script, pinned off the servers' core) and reads CPU per completed 
 servers, Redis and the client separately. The peer comparison alternates four servers in short
 slots, so a burst of background load on the shared machine hits them alike:
 
-- ours: one node process (uvicorn, httptools, uvloop) over the real Redis;
+- ours: one node process (uvicorn, httptools, uvloop) over the real Redis, on the store's own
+  Redis client (``NOTES_CLUSTER_REDIS_CLIENT=resp``);
 - ours with its metrics on (a metrics port, every request and store call counted);
 - ours on coredis (``NOTES_CLUSTER_REDIS_CLIENT=coredis``): what the store's own client saves;
 - the SDK peer with its notes in memory, as it is deployed on one node;
@@ -143,9 +144,17 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
         in_redis = ["--store", "redis", "--redis", bench.url, "--prefix", DEFAULT_PREFIX]
         async with AsyncExitStack() as stack:
             procs = {
-                "ours": await stack.enter_async_context(open_http_cluster(settings, 1, bench.url)),
+                "ours": await stack.enter_async_context(
+                    open_http_cluster(settings, 1, bench.url, env={CLIENT_ENV: "resp"})
+                ),
                 "ours_metrics": await stack.enter_async_context(
-                    open_http_cluster(settings, 1, bench.url, ops=OpsOptions(metrics_port=0))
+                    open_http_cluster(
+                        settings,
+                        1,
+                        bench.url,
+                        ops=OpsOptions(metrics_port=0),
+                        env={CLIENT_ENV: "resp"},
+                    )
                 ),
                 "ours_coredis": await stack.enter_async_context(
                     open_http_cluster(settings, 1, bench.url, env={CLIENT_ENV: "coredis"})
@@ -212,7 +221,7 @@ def peer_summary(block: dict[str, Any]) -> dict[str, Any]:
     return {
         **block,
         "servers": {
-            "ours": "1 node process: uvicorn (httptools, uvloop), the real Redis",
+            "ours": "1 node process: uvicorn (httptools, uvloop), the real Redis, own client",
             "ours_metrics": "the same with its metrics on (--metrics-port)",
             "ours_coredis": "the same on coredis (NOTES_CLUSTER_REDIS_CLIENT=coredis)",
             "peer_memory": "mcp 2.3.0 MCPServer, streamable_http_app(json_response=True, "
