@@ -35,7 +35,7 @@ from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.logging_setup import configure_logging
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
-from store.client import open_redis
+from store.client import open_note_client, open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
@@ -128,11 +128,15 @@ class NodeApp:
         client = await stack.enter_async_context(
             open_redis(o.redis_url, embedded=o.embedded, client_name=o.node_id)
         )
+        # The hot path's own client (store.resp_client); coredis keeps the legacy sessions.
+        notes_client = await stack.enter_async_context(
+            open_note_client(o.redis_url, embedded=o.embedded, client_name=o.node_id, shared=client)
+        )
         store = NoteStore(
-            client,
+            notes_client,
             prefix=o.prefix,
             replay_grace_ms=s.replay_grace_ms,
-            wait_replicas=await resolve_wait_replicas(client, s.wait_replicas),
+            wait_replicas=await resolve_wait_replicas(notes_client, s.wait_replicas),
         )
         metrics = None if o.ops.metrics_port is None else NodeMetrics()
         served = store if metrics is None else metered(store, metrics)

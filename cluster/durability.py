@@ -22,7 +22,10 @@ from typing import Any, Literal
 import coredis
 import coredis.exceptions
 
-from store.client import StoreClient
+from store.client import NoteClient
+from store.resp import ReplyError
+from store.resp_client import RespRedis
+from store.resp_cluster import RespCluster
 
 log = logging.getLogger("cluster.durability")
 
@@ -41,7 +44,7 @@ def parse_wait_replicas(text: str) -> WaitReplicas:
     return value
 
 
-async def _replicas(node: coredis.Redis[str]) -> int | None:
+async def _replicas(node: coredis.Redis[str] | RespRedis) -> int | None:
     """Connected replicas of ``node`` if it is a master; None if it is a replica."""
     info: dict[str, Any] = dict(await node.info("replication"))
     if str(info.get("role", "master")) != "master":
@@ -49,10 +52,13 @@ async def _replicas(node: coredis.Redis[str]) -> int | None:
     return int(info.get("connected_slaves", 0))
 
 
-async def fewest_replicas(client: StoreClient) -> int:
+async def fewest_replicas(client: NoteClient) -> int:
     """The fewest connected replicas any master of the store has (0 for the embedded store,
     which refuses ``INFO``)."""
     try:
+        if isinstance(client, RespCluster):
+            found = [await _replicas(master) for master in client.masters()]
+            return min((n for n in found if n is not None), default=0)
         if isinstance(client, coredis.RedisCluster):
             counts: list[int] = []
             for node in client.all_nodes:
@@ -62,11 +68,11 @@ async def fewest_replicas(client: StoreClient) -> int:
                     counts.append(replicas)
             return min(counts, default=0)
         return await _replicas(client) or 0
-    except coredis.exceptions.ResponseError:
+    except (coredis.exceptions.ResponseError, ReplyError):
         return 0
 
 
-async def resolve_wait_replicas(client: StoreClient, setting: WaitReplicas) -> int:
+async def resolve_wait_replicas(client: NoteClient, setting: WaitReplicas) -> int:
     """The number of replicas every write of a node on ``client`` waits for; logs the mode."""
     if setting != AUTO:
         if setting == 0:

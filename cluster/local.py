@@ -23,7 +23,7 @@ from loadgen.transport import NodeDown, Reply, request_headers
 from nodes.config import NodeConfig
 from nodes.protocol import Node, RequestContext
 from store.api import NoteStoreAPI
-from store.client import STREAM_TIMEOUT_S, open_redis
+from store.client import STREAM_TIMEOUT_S, open_note_client
 from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteStore
 
 
@@ -64,7 +64,7 @@ async def serve_inprocess_node(
     """Run one in-process node until cancelled; report the Node once its store is open."""
     options = options or StoreOptions()
     name = None if options.client_name is None else f"{options.client_name}-{config.node_id}"
-    async with open_redis(
+    async with open_note_client(
         options.connect_url or redis_url,
         embedded=embedded,
         client_name=name,

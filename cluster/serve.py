@@ -35,7 +35,7 @@ from nodes.loopback import is_loopback_host
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.sealing import KeyRing
-from store.client import open_redis
+from store.client import open_note_client, open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
@@ -86,12 +86,15 @@ async def _serve_http_node(
     sockets: list[socket.socket],
     task_status: anyio.abc.TaskStatus[str],
 ) -> None:
-    async with open_redis(redis_url, embedded=embedded) as client:
+    async with (
+        open_redis(redis_url, embedded=embedded) as client,
+        open_note_client(redis_url, embedded=embedded, shared=client) as notes_client,
+    ):
         store = NoteStore(
-            client,
+            notes_client,
             prefix=prefix,
             replay_grace_ms=settings.replay_grace_ms,
-            wait_replicas=await resolve_wait_replicas(client, settings.wait_replicas),
+            wait_replicas=await resolve_wait_replicas(notes_client, settings.wait_replicas),
         )
         metrics = None if ops.metrics_port is None else NodeMetrics()
         served = store if metrics is None else metered(store, metrics)

@@ -118,6 +118,11 @@ class NodeMetrics:
         self.in_flight = Gauge(
             f"{PREFIX}_requests_in_flight", "HTTP requests being answered.", registry=r
         )
+        # A plain count read at scrape time: a Gauge's inc and dec each take a lock.
+        self.in_flight_now = 0
+        self.in_flight.set_function(lambda: self.in_flight_now)
+        self._request_children: dict[tuple[str, str, str], Any] = {}
+        self._decision_children: dict[tuple[str, str], Any] = {}
         self.confirmations = Counter(
             f"{PREFIX}_confirmations", "Confirmation decisions by status.", ["status"], registry=r
         )
@@ -139,6 +144,25 @@ class NodeMetrics:
         )
         self._callbacks = _Callbacks()
         r.register(self._callbacks)
+
+    def count_request(self, method: str, tool: str, status: str) -> None:
+        """One answered request: its label child is bound once and kept (``labels()`` costs
+        more than the increment; the label values are a bounded set, see ``labels_for``)."""
+        key = (method, tool, status)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(method, tool, status)
+        child.inc()
+
+    def count_decision(self, call: str, status: str) -> None:
+        """One confirmation (``call`` ``confirm``) or setup completion decided as ``status``."""
+        key = (call, status)
+        child = self._decision_children.get(key)
+        if child is None:
+            family = self.confirmations if call == "confirm" else self.setups
+            # status is the store's word from a fixed set (ConfirmStatus, SetupStatus)
+            child = self._decision_children[key] = family.labels(status)
+        child.inc()
 
     def watch_node(self, node: Node) -> None:
         """Label requests with ``node``'s tool names; expose its own counters at scrape time."""
@@ -185,12 +209,12 @@ def with_metrics(app: ASGIApp, metrics: NodeMetrics) -> ASGIApp:
                 status = int(message["status"])
             await send(message)
 
-        metrics.in_flight.inc()
+        metrics.in_flight_now += 1
         try:
             await app(scope, receive, tracked)
         finally:
-            metrics.in_flight.dec()
-            metrics.requests.labels(method, tool, str(status) if status else "none").inc()
+            metrics.in_flight_now -= 1
+            metrics.count_request(method, tool, str(status) if status else "none")
 
     return metered_app
 
@@ -221,7 +245,7 @@ class MeteredStore:
         m = self._metrics
         seconds = m.store_seconds.labels(name)
         errors = m.store_errors.labels(name)
-        decisions = {"confirm": m.confirmations, "complete_setup": m.setups}.get(name)
+        decides = name in ("confirm", "complete_setup")
 
         async def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
@@ -232,8 +256,8 @@ class MeteredStore:
                 raise
             finally:
                 seconds.observe(time.perf_counter() - start)
-            if decisions is not None:
-                decisions.labels(str(out.status)).inc()
+            if decides:
+                m.count_decision(name, str(out.status))
             return out
 
         return timed

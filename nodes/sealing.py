@@ -39,6 +39,7 @@ from typing import Literal
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import from_json, to_json
 
 FORMAT_VERSION = "ns1"
 """Format version; first dot-separated part of every token and part of the associated data."""
@@ -260,7 +261,33 @@ def _decode_body(body: str) -> bytes:
 
 
 def _parse_payload(plaintext: bytes) -> StatePayload:
-    """Turn authenticated plaintext into a `StatePayload`, refusing anything not strictly valid."""
+    """Turn authenticated plaintext into a `StatePayload`, refusing anything not strictly valid.
+
+    Fast path: plaintext as our sealer writes it is canonical, i.e. decoding it and encoding the
+    result again gives the same bytes (`_canonical`). Such a document has no duplicate key (a
+    decoded object keeps one value per key, so its encoding would be shorter) and nothing but
+    plain JSON, so it passes every check of the strict path below, and one pydantic parse is all
+    it needs (about a third of the strict path's cost). Anything else takes the strict path.
+    """
+    if _canonical(plaintext):
+        try:
+            return StatePayload.model_validate_json(plaintext)
+        except ValidationError:
+            raise StateRejected("payload failed validation") from None
+    return _parse_payload_strictly(plaintext)
+
+
+def _canonical(plaintext: bytes) -> bool:
+    """True when ``plaintext`` is a JSON object that encodes back to exactly these bytes."""
+    try:
+        document = from_json(plaintext, allow_inf_nan=False)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and to_json(document) == plaintext
+
+
+def _parse_payload_strictly(plaintext: bytes) -> StatePayload:
+    """The strict path: stdlib JSON with a duplicate-key refusal, then pydantic."""
     try:
         text = plaintext.decode("utf-8")
     except UnicodeDecodeError:

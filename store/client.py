@@ -21,6 +21,9 @@ import redis
 import redis.cluster
 from coredis.connection import TCPLocation
 
+from store.resp_client import RespRedis
+from store.resp_cluster import RespCluster
+
 SAFE_EVICTION_POLICIES = frozenset({"noeviction"})
 """Only ``noeviction`` is safe: replay entries carry a TTL, so even the ``volatile-*`` policies
 may evict one early, and a forgotten replay entry lets a confirmation execute twice."""
@@ -61,24 +64,36 @@ CLUSTER_RESEND_PAUSE_S = 0.1
 """The same on a Redis Cluster, where a lost reply often means a master is failing over."""
 
 
-def report_lost_reply(client: StoreClient, exc: Exception) -> None:
+def report_lost_reply(client: NoteClient, exc: Exception) -> None:
     """Tell a cluster client's slot map about a lost reply (``exc``): enough of them refresh
     it. coredis' retry policy did this before each re-send; with none, the store must, or the
-    client keeps sending to a dead master after a failover. Nothing to do on one Redis."""
+    client keeps sending to a dead master after a failover. Nothing to do on one Redis, nor on
+    the store's own cluster client (``RespCluster`` reads its map again after any failed call)."""
     if isinstance(client, coredis.RedisCluster):
         client.connection_pool.cluster_layout.report_errors(None, exc)
 
 
-async def before_resend(client: StoreClient, exc: Exception) -> None:
+async def before_resend(client: NoteClient, exc: Exception) -> None:
     """What the store does after a lost reply (``exc``) and before sending again: report it
     (``report_lost_reply``), then pause briefly."""
     report_lost_reply(client, exc)
-    cluster = isinstance(client, coredis.RedisCluster)
+    cluster = isinstance(client, coredis.RedisCluster | RespCluster)
     await anyio.sleep(CLUSTER_RESEND_PAUSE_S if cluster else RESEND_PAUSE_S)
 
 
 StoreClient: TypeAlias = "coredis.Redis[str] | coredis.RedisCluster[str]"
 """What the nodes talk to: one Redis, or a Redis Cluster."""
+
+NoteClient: TypeAlias = "StoreClient | RespRedis | RespCluster"
+"""What a ``NoteStore`` talks to: the store's own client (``store.resp_client``) or coredis."""
+
+CLIENT_ENV = "NOTES_CLUSTER_REDIS_CLIENT"
+"""Which client a node's note store uses: ``coredis`` (the default, for now) or ``resp`` (the
+store's own; on a Redis Cluster its slot-routing ``RespCluster``). The default stays coredis
+until the fault tests' exercise checks pass on ``resp`` (see the README)."""
+
+CLIENT_KINDS = ("resp", "coredis")
+DEFAULT_CLIENT_KIND = "coredis"
 
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 """What the sync tooling (journal readers, load generator) talks to."""
@@ -283,3 +298,64 @@ def sync_client(url: str, *, decode_responses: bool = False, timeout_s: float = 
             _cluster_url(url), decode_responses=decode_responses, **timeouts
         )
     return redis.Redis.from_url(url, decode_responses=decode_responses, **timeouts)
+
+
+def client_kind(kind: str | None = None) -> str:
+    """``kind``, or the one ``NOTES_CLUSTER_REDIS_CLIENT`` names, or the default; ValueError for
+    a name that is none of ``CLIENT_KINDS``."""
+    chosen = (kind or os.environ.get(CLIENT_ENV) or DEFAULT_CLIENT_KIND).strip().lower()
+    if chosen not in CLIENT_KINDS:
+        raise ValueError(f"{CLIENT_ENV}={chosen!r}: expected one of {', '.join(CLIENT_KINDS)}")
+    return chosen
+
+
+async def resp_eviction_problem(client: RespRedis | RespCluster) -> str | None:
+    """``eviction_problem`` for the store's own client: on a cluster, every master and replica
+    ``CLUSTER SLOTS`` lists."""
+    servers = client.every_server() if isinstance(client, RespCluster) else [client]
+    for server in servers:
+        policy = (await server.config_get(["maxmemory-policy"])).get("maxmemory-policy", "")
+        if policy not in SAFE_EVICTION_POLICIES:
+            where = f"{server.endpoint.host}:{server.endpoint.port}"
+            return (
+                f"Redis maxmemory-policy is {policy!r} on {where}: it could evict replay "
+                "entries and let a confirmation execute twice; set it to 'noeviction'"
+            )
+    return None
+
+
+@asynccontextmanager
+async def open_note_client(
+    url: str,
+    *,
+    embedded: bool = False,
+    client_name: str | None = None,
+    stream_timeout_s: float = STREAM_TIMEOUT_S,
+    kind: str | None = None,
+    shared: StoreClient | None = None,
+) -> AsyncIterator[NoteClient]:
+    """The client a ``NoteStore`` should use on ``url``, checked like ``open_redis``: the
+    store's own (``RespRedis``, or ``RespCluster`` when ``url`` is a cluster node), unless
+    ``client_kind`` says coredis. A coredis client the caller already opened on ``url`` is
+    passed as ``shared`` and yielded as it is where coredis is the answer."""
+    if client_kind(kind) == "resp":
+        opts: dict[str, Any] = {"client_name": client_name, "timeout_s": stream_timeout_s}
+        cluster = not embedded and await is_cluster(url)
+        client: RespRedis | RespCluster = (
+            RespCluster.from_url(_cluster_url(url), **opts)
+            if cluster
+            else RespRedis.from_url(url, **opts)
+        )
+        async with client:
+            problem = None if embedded else await resp_eviction_problem(client)
+            if problem is None:
+                yield client
+                return
+        raise UnsafeStore(problem)
+    if shared is not None:
+        yield shared
+        return
+    async with open_redis(
+        url, embedded=embedded, client_name=client_name, stream_timeout_s=stream_timeout_s
+    ) as opened:
+        yield opened

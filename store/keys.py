@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """Tenant names are plain tokens: they go inside a hash tag, where ``{`` or ``}`` would break it."""
@@ -34,6 +35,12 @@ TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 NOTE_ID_PATTERN = re.compile(r"n[0-9a-f]{16}")
 
 
+DIGEST_CACHE_SIZE = 4096
+"""Workspace and title digests remembered (sha256 each time cost ~5% of a node's CPU per flow;
+a flow's workspace and title repeat). Bounded, so hostile variety costs memory no more."""
+
+
+@lru_cache(maxsize=DIGEST_CACHE_SIZE)
 def _digest(*parts: str) -> str:
     h = hashlib.sha256()
     for part in parts:

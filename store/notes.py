@@ -1,6 +1,7 @@
 """The note store and replay store over Redis: an async API around the Lua scripts.
 
-Layer: store. Knows Redis (through coredis, which runs natively on trio) and the key layout; knows
+Layer: store. Knows Redis (through the store's own client, ``store.resp_client``, or coredis on a
+Redis Cluster; both run on trio and asyncio) and the key layout; knows
 nothing of MCP, sealing or HTTP. The same scripts run unchanged on the embedded store (fakeredis
 over TCP), on a real Redis and on a Redis Cluster, because every script touches one tenant's slot.
 """
@@ -40,6 +41,10 @@ from store.api import (
 )
 from store.client import before_resend, report_lost_reply
 from store.keys import TenantKeys
+from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
+from store.resp import ReplyError
+from store.resp_client import RespRedis
+from store.resp_cluster import RespCluster
 
 T = TypeVar("T")
 
@@ -50,6 +55,9 @@ the entry only serves late retries of an answer that did; a minute covers any sa
 
 JOURNAL_MAXLEN = 1_000_000
 """Approximate cap of each tenant's journal stream, so memory stays bounded on long runs."""
+
+TENANT_KEYS_CACHE = 1024
+"""Tenants whose ``TenantKeys`` a store keeps (cleared when full: a bound, not an LRU)."""
 
 READ_LIMIT = 1000
 """Most notes one read returns; a title with more matches than this is not a pickable list."""
@@ -81,8 +89,12 @@ _LOST_REPLY: tuple[type[Exception], ...] = (
     coredis.exceptions.ConnectionError,
     TimeoutError,
     OSError,
+    ConnectionLost,
+    ReplyTimeout,
+    NotSent,
 )
 """Errors after which the command may have run but its reply is lost: re-sent (``RESENDS``).
+The store's own client: ``ConnectionLost``, ``ReplyTimeout``, and ``NotSent`` (it did not run).
 A ``WAIT`` that found too few replicas (ReplicationError) is not: the script ran and answered;
 only its durability is unknown, which a re-send would not settle."""
 
@@ -98,11 +110,17 @@ _UNKNOWN_OUTCOME: tuple[type[BaseException], ...] = (
     coredis.exceptions.UnblockedError,
     TimeoutError,
     OSError,
+    RedisClientError,
 )
 """Errors after which a call may or may not have taken effect: a dropped connection or a
 timeout (the script may have run), too few replicas acknowledged (it ran, but may be lost),
 a cluster between masters (failover), a ``WAIT`` unblocked by a failover (``UNBLOCKED``: the
-script ran, its replication is unknown). The node must answer "outcome unknown", never "no"."""
+script ran, its replication is unknown). The node must answer "outcome unknown", never "no".
+The store's own client raises ``RedisClientError`` for all of these (``store.redis_errors``);
+its ``NotSent`` (the command never left) is answered the same way: safe, if pessimistic."""
+
+_REPLY_ERRORS = (coredis.exceptions.ResponseError, ReplyError)
+"""A server's error reply, as coredis and as the store's own client raise it."""
 
 _UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUSTERDOWN", "OOM")
 """Error replies of a server that is starting, busy, failing over or full: transient, like the
@@ -125,15 +143,13 @@ def outcome_unknown(exc: BaseException) -> bool:
     """True when ``exc`` leaves a store call's outcome unknown (see ``_UNKNOWN_OUTCOME``)."""
     if isinstance(exc, _UNKNOWN_OUTCOME):
         return True
-    return isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith(
-        _UNKNOWN_REPLY_PREFIXES
-    )
+    return isinstance(exc, _REPLY_ERRORS) and str(exc).startswith(_UNKNOWN_REPLY_PREFIXES)
 
 
 def store_error(exc: BaseException, what: str) -> StoreUnavailable | None:
     """The store error ``exc`` amounts to (``StoreFull`` for a Redis out of memory, which wrote
     nothing; ``StoreUnavailable`` when the outcome is unknown), or None for any other error."""
-    if isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith("OOM"):
+    if isinstance(exc, _REPLY_ERRORS) and str(exc).startswith("OOM"):
         return StoreFull(f"{what}: Redis is out of memory (maxmemory, noeviction)")
     if outcome_unknown(exc):
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {exc}")
@@ -245,7 +261,7 @@ class NoteStore:
 
     def __init__(
         self,
-        client: coredis.Redis[str] | coredis.RedisCluster[str],
+        client: coredis.Redis[str] | coredis.RedisCluster[str] | RespRedis | RespCluster,
         *,
         prefix: str = DEFAULT_PREFIX,
         replay_grace_ms: int = REPLAY_GRACE_MS,
@@ -263,6 +279,7 @@ class NoteStore:
         write ran on the master but may be lost in a failover). 0: asynchronous replication."""
         self.wait_timeout_ms = wait_timeout_ms
         self._stats = StoreStatistics()
+        self._keys: dict[str, TenantKeys] = {}
         # coredis' Script sends EVALSHA and loads the script on NOSCRIPT, so a restarted or
         # failed-over Redis that forgot its script cache is handled transparently.
         self._scripts = {
@@ -272,8 +289,14 @@ class NoteStore:
         self._time = client.register_script(_TIME_SCRIPT)
 
     def keys(self, tenant: str) -> TenantKeys:
-        """The key layout of one tenant."""
-        return TenantKeys(self.prefix, tenant)
+        """The key layout of one tenant (made once per tenant: its checks cost a regex)."""
+        keys = self._keys.get(tenant)
+        if keys is None:
+            keys = TenantKeys(self.prefix, tenant)
+            if len(self._keys) >= TENANT_KEYS_CACHE:
+                self._keys.clear()
+            self._keys[tenant] = keys
+        return keys
 
     def script_digests(self) -> dict[str, str]:
         """Script name -> the SHA1 that ``EVALSHA`` names it by: a fault injector picks the
@@ -687,8 +710,10 @@ class NoteStore:
             present = await self.client.script_exists([s.sha for s in scripts])
             for script, loaded in zip(scripts, present, strict=True):
                 if not loaded:
-                    await self.client.script_load(script.script)
+                    await self.client.script_load(str(script.script))
         except Exception as exc:
-            if not (outcome_unknown(exc) or isinstance(exc, coredis.exceptions.RedisError)):
+            if not (
+                outcome_unknown(exc) or isinstance(exc, coredis.exceptions.RedisError | ReplyError)
+            ):
                 raise
             raise StoreUnavailable(f"ready: {type(exc).__name__}: {exc}") from exc

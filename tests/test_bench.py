@@ -111,6 +111,13 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     for ratio in ("throughput_ratio_vs_peer_memory", "cpu_ratio_vs_peer_memory"):
         assert peer[ratio] > 0
     assert peer["http_server_share_of_node"] > 0
+    assert peer["metrics_on_over_off"] > 0
+    assert peer["own_client_over_coredis"] > 0
+
+    clients = result["scenarios"]["clients"]
+    measured = {(r["client"], r["backend"]) for r in clients}
+    assert measured >= {(c, b) for c in ("coredis", "resp") for b in ("uvloop", "trio")}
+    assert all(r["cpu_us_per_call"] > 0 for r in clients)
 
     sizes = result["scenarios"]["sizes"]
     assert [p["stored_notes"] for p in sizes["points"]] == [100, 300]
@@ -140,13 +147,14 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
         "peer_throughput_at_least_2",
         "peer_cpu_at_most_one_third",
         "http_server_at_most_0.2_of_node",
+        "metrics_on_at_most_1.03_of_off",
         "steady_last_tenth_at_least_0.8_of_first",
     }
     assert all(isinstance(v, bool) for v in result["targets"].values())
 
     md = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert f"Command: `{result['command']}`" in md
-    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## Targets"):
+    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## Targets"):
         assert heading in md
     assert "ours flows/s ÷ peer in memory" in md
     assert "| HTTP (node processes) | redis | 1 | 2 |" in md

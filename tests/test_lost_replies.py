@@ -32,9 +32,10 @@ from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node, Reply
 from nodes.results import META_REPLAY
 from store.api import StoreUnavailable
-from store.client import redis_client, sync_client
+from store.client import CLIENT_ENV, client_kind, redis_client, sync_client
 from store.journal import JournalEntry, read_journal, scan_keys
 from store.notes import RESENDS, NoteStore
+from store.resp_client import RespRedis
 from store.sessions import SessionStore
 from tests.asgi_driver import Exchange, request
 from tests.harness import call_tool, make_nodes, meta, rpc
@@ -58,6 +59,14 @@ def server() -> Iterator[OwnRedis]:
         yield r
 
 
+@pytest.fixture(autouse=True, params=["resp", "coredis"])
+def note_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test on the store's own Redis client, then on coredis (``NOTES_CLUSTER_REDIS_CLIENT``):
+    neither may turn a lost reply into a second write."""
+    monkeypatch.setenv(CLIENT_ENV, request.param)
+    return str(request.param)
+
+
 @pytest.fixture(params=["own-redis", "embedded"])
 def upstream(request: pytest.FixtureRequest, server: OwnRedis, embedded_url: str) -> str:
     """The Redis behind the proxy: this module's own, and the embedded store."""
@@ -73,6 +82,8 @@ class Rig:
     proxy: ReplyDroppingProxy
     url: str
     prefix: str
+    coredis: Any
+    """A coredis client through the same proxy (the legacy sessions still use coredis)."""
 
     def drop_script(self, name: str, n: int = 1, mode: DropMode = "close") -> None:
         """Lose the replies of the next ``n`` runs of script ``name``."""
@@ -95,11 +106,12 @@ async def rig(upstream: str, **overrides: Any) -> AsyncIterator[Rig]:
     try:
         async with open_reply_dropping_proxy(parts.host, int(parts.port or 6379)) as proxy:
             client = redis_client(proxy.url(0), stream_timeout_s=SHORT_TIMEOUT_S)
-            async with client:
-                store = NoteStore(client, prefix=prefix)
+            own = RespRedis.from_url(proxy.url(0), timeout_s=SHORT_TIMEOUT_S)
+            async with client, own:
+                store = NoteStore(own if client_kind() == "resp" else client, prefix=prefix)
                 await store.check_ready()  # scripts loaded: a dropped EVALSHA is one that ran
                 node = make_nodes(store, 1, public_url=PUBLIC, **overrides)[0]
-                yield Rig(node, store, proxy, upstream, prefix)
+                yield Rig(node, store, proxy, upstream, prefix, client)
     finally:
         sync = sync_client(upstream)
         keys = list(scan_keys(sync, f"{prefix}:*"))
@@ -358,12 +370,12 @@ async def test_legacy_inbox_writes_are_resent_only_when_safe_and_never_written_t
     upstream: str,
 ) -> None:
     async with rig(upstream) as r:
-        sessions = SessionStore(r.store.client, prefix=r.prefix)
+        sessions = SessionStore(r.coredis, prefix=r.prefix)
         sid, _ = await sessions.create("alice", "2025-11-25", {}, {}, 0, 4)
         assert await sessions.open_request(sid, "nc-" + "a" * 16, 60_000)
         shas = {name: script.sha.encode() for name, script in sessions._scripts.items()}
         for script in sessions._scripts.values():  # loaded: a dropped EVALSHA is one that ran
-            await r.store.client.script_load(script.script)
+            await r.coredis.script_load(script.script)
 
         def drop(name: str) -> None:
             r.proxy.drop_next(1, matching=lambda args: len(args) > 1 and args[1] == shas[name])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import random
 import secrets
 import subprocess
 import sys
@@ -524,3 +526,63 @@ def test_the_sealing_module_imports_no_trio_http_or_redis() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the one-parse fast path agrees with the strict path --------------------------------------
+
+
+def compact(document: object) -> bytes:
+    """JSON as the sealer writes it (no spaces, UTF-8): what takes the fast path."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def test_a_sealed_plaintext_is_canonical_so_it_takes_the_one_parse_path(ring: KeyRing) -> None:
+    payload = make_payload(extra={"target": 'é\u2028\n"\\/'})
+    assert sealing._canonical(payload.model_dump_json().encode())
+    assert ring.open(ring.seal(payload), audience=AUDIENCE) == payload
+
+
+def test_a_duplicate_key_in_compact_plaintext_is_refused_as_not_json() -> None:
+    raw = compact(valid_document()).replace(b'"tenant":', b'"tenant":"evil","tenant":', 1)
+    assert not sealing._canonical(raw)
+    assert forged_reason(raw) == "plaintext is not json"
+    nested = compact(valid_document()).replace(b'"version":', b'"version":9,"version":', 1)
+    assert forged_reason(nested) == "plaintext is not json"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("v", 2), ("exp_ms", True), ("exp_ms", 1.5), ("principal", None), ("extra", {"t": 1})],
+)
+def test_compact_plaintext_with_a_wrong_type_is_refused_on_the_fast_path(
+    name: str, value: object
+) -> None:
+    raw = compact({**valid_document(), name: value})
+    assert forged_reason(raw) == "payload failed validation"
+
+
+@pytest.mark.parametrize("document", [[1, 2], "state", 33, None, True])
+def test_compact_json_that_is_not_an_object_keeps_its_reason(document: object) -> None:
+    assert forged_reason(compact(document)) == "plaintext is not a json object"
+
+
+def test_the_fast_and_strict_paths_agree_on_mutated_documents() -> None:
+    seed = int(os.environ.get("NOTES_CLUSTER_TEST_SEED", secrets.randbelow(2**32)))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    values: list[object] = [0, -1, 2**70, 1.0, True, None, "", "x", [], {}, {"a": "b"}, [1]]
+    for _ in range(300):
+        document = valid_document()
+        for _ in range(rng.randint(1, 3)):
+            name = rng.choice([*document, "extra_key"])
+            document[name] = rng.choice(values)
+        raw = compact(document)
+        try:
+            fast: object = sealing._parse_payload(raw)
+        except StateRejected as exc:
+            fast = exc.reason
+        try:
+            strict: object = sealing._parse_payload_strictly(raw)
+        except StateRejected as exc:
+            strict = exc.reason
+        assert fast == strict, (seed, raw)

@@ -14,7 +14,9 @@ Scenarios:
            (1 node) in short slots at concurrency 8: flows/s ratio and server CPU per flow;
 4. sizes   flows/s and p50 with 1k .. 1M other notes stored;
 5. steady  the race workload (``simulate``, 3 in-process nodes on the same Redis, c64): flows/s
-           in the last tenth of the run against the first tenth.
+           in the last tenth of the run against the first tenth;
+6. clients the Redis client alone: CPU µs per EVALSHA of coredis, the store's own client (and
+           valkey-glide when installed), on uvloop and on trio (``bench_client``).
 
 Only ratios measured in this one run mean anything: the machine is shared and noisy. The bench
 runs on a ``redis-server`` of its own (``bench_redis``), emptied before, between and after points;
@@ -45,6 +47,7 @@ from hdrh.histogram import HdrHistogram
 
 from cluster.config import ClusterSettings
 from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.experiments.bench_client import compare_clients
 from cluster.experiments.bench_flows import FlowFn, PointStats, Target, run_flows
 from cluster.experiments.bench_flows import transport_flow as mcp_flow
 from cluster.experiments.bench_http import (
@@ -108,6 +111,8 @@ TARGET_PEER_THROUGHPUT = 2.0
 TARGET_PEER_CPU = 1 / 3
 TARGET_HTTP_SERVER_SHARE = 0.2
 TARGET_STEADY_RATIO = 0.8
+TARGET_METRICS_COST = 1.03
+"""A node with its metrics on costs at most 3% more CPU per flow than without (issue 21)."""
 
 
 @dataclass(frozen=True)
@@ -455,10 +460,32 @@ async def _run(options: BenchOptions, plan: Plan, log: Log, where: BenchRedis) -
             if plan.steady_flows:
                 log("5. steady state: the race workload, first tenth against last tenth")
                 steady = await _steady(bench)
+            log("6. the Redis client alone: CPU per EVALSHA")
+            clients = await _clients(bench)
         finally:
             with trio.CancelScope(shield=True):
                 await bench.clear()
-    return _report(options, plan, info, flows, ceiling, evalsha, peer, sizes, steady)
+    report = _report(options, plan, info, flows, ceiling, evalsha, peer, sizes, steady)
+    report["scenarios"]["clients"] = clients
+    return report
+
+
+CLIENT_CALLS_PER_S = 1_000
+"""Calls per client, per point-second of the plan (quick: 3,000; full: 8,000; at least 300)."""
+CLIENT_CONCURRENCY = 16
+
+
+async def _clients(bench: Bench) -> list[dict[str, Any]]:
+    """Scenario 6, in a thread of its own (each candidate runs its own event loop)."""
+    calls = max(300, int(bench.plan.seconds * CLIENT_CALLS_PER_S))
+    run = partial(compare_clients, bench.url, calls=calls, concurrency=CLIENT_CONCURRENCY)
+    rows = await trio.to_thread.run_sync(run)
+    for row in rows:
+        bench.log(
+            f"   {row['client']:8} {row['backend']:6} {row['cpu_us_per_call']:8.1f} µs/call "
+            f"({row['vs_coredis']}x coredis)"
+        )
+    return rows
 
 
 async def _peer_scenario(bench: Bench, settings: ClusterSettings) -> dict[str, Any] | None:
@@ -560,6 +587,9 @@ def _targets(
         "http_server_at_most_0.2_of_node": None
         if peer is None
         else (peer["http_server_share_of_node"] or 99) <= TARGET_HTTP_SERVER_SHARE,
+        "metrics_on_at_most_1.03_of_off": None
+        if peer is None
+        else (peer["metrics_on_over_off"] or 99) <= TARGET_METRICS_COST,
         "steady_last_tenth_at_least_0.8_of_first": None
         if steady is None
         else (steady["last_over_first"] or 0) >= TARGET_STEADY_RATIO,

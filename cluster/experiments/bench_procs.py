@@ -11,8 +11,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import coredis
 import trio
 
 from cluster.config import ClusterSettings
+from cluster.operations import OpsOptions
 from cluster.serve import start_process_nodes
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -117,17 +118,39 @@ class ServerProcs:
     pids: list[int]
 
 
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` set in this process while the block runs (children started in it inherit it)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @asynccontextmanager
 async def open_http_cluster(
-    settings: ClusterSettings, nodes: int, redis_url: str, prefix: str
+    settings: ClusterSettings,
+    nodes: int,
+    redis_url: str,
+    prefix: str,
+    *,
+    ops: OpsOptions | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[ServerProcs]:
     """``nodes`` node processes on free loopback ports over ``redis_url``, their keys under
     ``prefix``; stopped on exit (``start_process_nodes`` stops each child by its pid when
-    cancelled)."""
+    cancelled). ``ops`` turns their metrics on; ``env`` is added to their environment (e.g. the
+    Redis client they use)."""
     async with trio.open_nursery() as nursery:
-        with trio.fail_after(START_TIMEOUT_S * nodes):
+        with _environment(env or {}), trio.fail_after(START_TIMEOUT_S * nodes):
             urls = await start_process_nodes(
-                nursery, settings, redis_url, count=nodes, embedded=False, prefix=prefix
+                nursery, settings, redis_url, count=nodes, embedded=False, prefix=prefix, ops=ops
             )
         try:
             yield ServerProcs(urls, child_pids(NODE_MARKER))

@@ -99,6 +99,8 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
 
 _SIDES = {
     "ours": "**ours, all rounds**",
+    "ours_metrics": "**ours with metrics on, all rounds**",
+    "ours_coredis": "**ours on coredis, all rounds**",
     "peer_memory": "**SDK peer in memory, all rounds**",
     "peer_redis": "**SDK peer on Redis, all rounds**",
     "fixed": "**fixed replies, all rounds**",
@@ -135,14 +137,16 @@ def _peer(peer: dict[str, Any] | None) -> list[str]:
         ("CPU/flow, ours node + redis ÷ peer in memory", "cpu_ratio_vs_peer_memory", "≤ 1/3", 0),
         ("CPU/flow, ours ÷ peer on Redis (both + redis)", "cpu_ratio_vs_peer_redis", "≤ 1/3", 0),
         ("CPU/flow, HTTP server alone ÷ our node", "http_server_share_of_node", "≤ 0.2", 0),
+        ("CPU/flow, ours metrics on ÷ off (node + redis)", "metrics_on_over_off", "≤ 1.03", 0),
+        ("CPU/flow, ours ÷ ours on coredis (node + redis)", "own_client_over_coredis", "< 1", 0),
     ]
-    bounds = {"≤ 1/3": 1 / 3, "≤ 0.2": 0.2}
+    bounds = {"≤ 1/3": 1 / 3, "≤ 0.2": 0.2, "≤ 1.03": 1.03, "< 1": 0.999}
     table = [
         [
             name,
-            _num(peer[key], 3),
+            _num(peer.get(key), 3),
             target,
-            _verdict(_ge(peer[key], low) if low else _le(peer[key], bounds[target])),
+            _verdict(_ge(peer.get(key), low) if low else _le(peer.get(key), bounds[target])),
         ]
         for name, key, target, low in ratios
     ]
@@ -228,6 +232,25 @@ def _steady(section: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _clients(rows: list[dict[str, Any]] | None) -> list[str]:
+    if not rows:
+        return []
+    first = rows[0]
+    table = [
+        [r["client"], r["backend"], _num(r["cpu_us_per_call"]), _num(r["vs_coredis"], 3)]
+        for r in rows
+    ]
+    return [
+        "## 6. The Redis client alone: CPU µs per EVALSHA",
+        "",
+        f"{first['calls']} calls of one script (5 keys, 15 arguments) from {first['concurrency']} "
+        f"tasks, median of {first['rounds']} alternated rounds; CPU of the calling process, every "
+        "thread (cluster/experiments/bench_client.py).",
+        "",
+        *_table(["client", "event loop", "CPU µs/call", "÷ coredis"], table),
+    ]
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The whole ``bench.md``."""
     m, s = result["machine"], result["settings"]
@@ -245,6 +268,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         *_flows(sc["flows"]["points"]),
         *_ceiling(sc["ceiling"]),
         *_peer(sc["peer"]),
+        *_clients(sc.get("clients")),
         *_sizes(sc["sizes"]),
         *_steady(sc.get("steady")),
         "## Targets",

@@ -1,0 +1,287 @@
+"""One multiplexed Redis connection on each backend: asyncio (production) and anyio (trio).
+
+Layer: store. Thin shells around ``store.resp.RespCore``: they write its bytes, feed it what
+they read and wake the caller whose replies are complete. Many calls share one connection
+(pipelined, answered in order); nothing here ever writes a command twice. Any doubt about the
+connection (dropped, garbage, a reply too slow) closes it and fails every call still waiting
+with an ``UnknownOutcome``: a late reply can then never be taken for another call's.
+
+- ``AsyncioConnection``: an ``asyncio.Protocol``; a call waits on a future; writes made in one
+  loop iteration go out in one ``write`` (coalesced with ``call_soon``). This is the production
+  path under uvicorn (uvloop).
+- ``AnyioConnection``: an anyio byte stream with a reader and a writer task in the owner's task
+  group; callers queue their bytes and wake the writer, which sends everything queued in one
+  write (a cancelled caller cannot leave half a command on the wire, and no caller waits behind
+  other callers' writes). Runs on trio (simulations, tests) and on asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+import anyio.abc
+
+from store.redis_errors import ConnectionLost, NotSent, ReplyTimeout, UnknownOutcome
+from store.resp import ProtocolError, ReplyError, RespCore, pack
+
+READ_SIZE = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to connect: address, TLS, and the handshake (AUTH, SELECT, CLIENT SETNAME)
+    sent before the first command."""
+
+    host: str
+    port: int
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    client_name: str | None = None
+    ssl_context: ssl.SSLContext | None = None
+    timeout_s: float = 5.0
+    """Connect timeout, and how long a reply may take before its connection is closed."""
+
+    def handshake(self) -> tuple[bytes, ...]:
+        """The commands that set a new connection up (maybe none)."""
+        commands: list[bytes] = []
+        if self.password is not None:
+            user = self.username or "default"
+            commands.append(pack("AUTH", user, self.password))
+        if self.db:
+            commands.append(pack("SELECT", self.db))
+        if self.client_name:
+            commands.append(pack("CLIENT", "SETNAME", self.client_name))
+        return tuple(commands)
+
+
+class AsyncioConnection(asyncio.Protocol):
+    """One connection on asyncio; see the module docstring."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.core: RespCore[asyncio.Future[list[Any]]] = RespCore()
+        self.timeout_s = timeout_s
+        self.alive = False
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+
+    @classmethod
+    async def open(cls, endpoint: Endpoint) -> AsyncioConnection:
+        """Connect and run the handshake; NotSent when the server cannot be reached in time."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(endpoint.timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: cls(endpoint.timeout_s),
+                    endpoint.host,
+                    endpoint.port,
+                    ssl=endpoint.ssl_context,
+                    server_hostname=endpoint.host if endpoint.ssl_context else None,
+                )
+        except (OSError, TimeoutError) as exc:
+            raise NotSent(f"connect {endpoint.host}:{endpoint.port}: {exc!r}") from exc
+        await _handshake(conn, endpoint)
+        return conn
+
+    @property
+    def pending(self) -> int:
+        """Calls written and not yet answered."""
+        return self.core.pending
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.alive = True
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            done = self.core.receive(data)
+        except ProtocolError as exc:
+            self.close(ConnectionLost(f"protocol error: {exc}"))
+            return
+        for future, replies in done:
+            if not future.done():
+                future.set_result(replies)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close(ConnectionLost(f"connection lost: {exc!r}" if exc else "connection closed"))
+
+    async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
+        """Write ``commands`` (together, in order) and return their replies."""
+        if not self.alive:
+            raise NotSent("connection closed")
+        future: asyncio.Future[list[Any]] = self._loop.create_future()
+        self._out.append(self.core.request(future, commands))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        timer = self._loop.call_later(self.timeout_s, self._expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and self.alive and self._transport is not None:
+            data = b"".join(self._out)
+            self._out.clear()
+            self._transport.write(data)
+
+    def _expire(self, future: asyncio.Future[list[Any]]) -> None:
+        if not future.done():
+            self.close(ReplyTimeout(f"no reply within {self.timeout_s} s"), first=future)
+
+    def close(self, error: UnknownOutcome, first: asyncio.Future[list[Any]] | None = None) -> None:
+        """Close the connection; every call still waiting fails with ``error`` (an unknown
+        outcome; ``first``, the call that timed out, gets it, the others ConnectionLost)."""
+        was_alive, self.alive = self.alive, False
+        for future in self.core.abandon():
+            if not future.done():
+                lost = error if (first is None or future is first) else ConnectionLost(str(error))
+                future.set_exception(lost)
+        self._out.clear()
+        if was_alive and self._transport is not None:
+            self._transport.abort()
+
+
+class _Waiter:
+    __slots__ = ("error", "event", "replies")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.replies: list[Any] = []
+        self.error: UnknownOutcome | None = None
+
+
+class AnyioConnection:
+    """One connection on any anyio backend; see the module docstring. ``run`` (its reader and
+    writer) must run in a task group for as long as the connection is used."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, timeout_s: float) -> None:
+        self.core: RespCore[_Waiter] = RespCore()
+        self.timeout_s = timeout_s
+        self.alive = True
+        self._stream = stream
+        self._out: list[bytes] = []
+        self._wake: anyio.Event | None = None
+        self._scope = anyio.CancelScope()
+
+    @classmethod
+    async def open(cls, endpoint: Endpoint, group: anyio.abc.TaskGroup) -> AnyioConnection:
+        """Connect, start the reader and writer in ``group`` and run the handshake; NotSent
+        when the server cannot be reached in time."""
+        try:
+            with anyio.fail_after(endpoint.timeout_s):
+                if endpoint.ssl_context is not None:
+                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                        endpoint.host,
+                        endpoint.port,
+                        ssl_context=endpoint.ssl_context,
+                        tls_hostname=endpoint.host,
+                        tls_standard_compatible=False,
+                    )
+                else:
+                    stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
+        except (OSError, TimeoutError) as exc:
+            raise NotSent(f"connect {endpoint.host}:{endpoint.port}: {exc!r}") from exc
+        conn = cls(stream, endpoint.timeout_s)
+        group.start_soon(conn.run)
+        await _handshake(conn, endpoint)
+        return conn
+
+    @property
+    def pending(self) -> int:
+        """Calls written and not yet answered."""
+        return self.core.pending
+
+    async def run(self) -> None:
+        """Read replies and write queued commands until the connection closes; then fail
+        whoever still waits. Writing is this task's job, never a caller's: a cancelled caller
+        cannot cut a command in half, and no caller waits behind others' writes."""
+        with self._scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._write_loop)
+                await self._read_loop()
+        with anyio.CancelScope(shield=True):
+            await anyio.aclose_forcefully(self._stream)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._stream.receive(READ_SIZE)
+                for waiter, replies in self.core.receive(data):
+                    waiter.replies = replies
+                    waiter.event.set()
+        except anyio.EndOfStream:
+            self.close(ConnectionLost("connection closed by the server"))
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self.close(ConnectionLost(f"connection lost: {exc!r}"))
+        except ProtocolError as exc:
+            self.close(ConnectionLost(f"protocol error: {exc}"))
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                if not self._out:
+                    self._wake = anyio.Event()
+                    await self._wake.wait()
+                    continue
+                data = b"".join(self._out)
+                self._out.clear()
+                with anyio.fail_after(self.timeout_s):
+                    await self._stream.send(data)
+        except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
+            self.close(ConnectionLost(f"write failed: {e!r}"))
+
+    async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
+        """Queue ``commands`` (written together, in order) and return their replies."""
+        if not self.alive:
+            raise NotSent("connection closed")
+        waiter = _Waiter()
+        self._out.append(self.core.request(waiter, commands))
+        if self._wake is not None:
+            self._wake.set()
+        try:
+            with anyio.fail_after(self.timeout_s):
+                await waiter.event.wait()
+        except TimeoutError:
+            if not waiter.event.is_set():
+                self.close(ReplyTimeout(f"no reply within {self.timeout_s} s"), first=waiter)
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.replies
+
+    def close(self, error: UnknownOutcome, first: _Waiter | None = None) -> None:
+        """Close the connection; every call still waiting fails with ``error`` (see
+        ``AsyncioConnection.close``)."""
+        self.alive = False
+        for waiter in self.core.abandon():
+            if not waiter.event.is_set():
+                lost = error if (first is None or waiter is first) else ConnectionLost(str(error))
+                waiter.error = lost
+                waiter.event.set()
+        self._out.clear()
+        self._scope.cancel()
+
+
+Connection = AsyncioConnection | AnyioConnection
+
+
+async def _handshake(conn: AsyncioConnection | AnyioConnection, endpoint: Endpoint) -> None:
+    commands = endpoint.handshake()
+    if not commands:
+        return
+    try:
+        replies = await conn.request(commands)
+    except UnknownOutcome as exc:
+        raise NotSent(f"handshake with {endpoint.host}:{endpoint.port}: {exc}") from exc
+    for reply in replies:
+        if isinstance(reply, ReplyError):
+            conn.close(ConnectionLost("handshake refused"))
+            raise reply

@@ -1,0 +1,308 @@
+"""The store's own Redis client: a few multiplexed connections, scripts, and our semantics.
+
+Layer: store. Built on ``store.resp`` (sans-IO) and ``store.redis_conn`` (transports). It speaks
+the commands the note store needs, not all of Redis; the rest of the project may keep coredis.
+Semantics, where general-purpose clients differ (see ``store.redis_errors``):
+
+- **Never a second send.** No retry, no re-send after a reconnect: a call that was written and
+  not answered fails with ``UnknownOutcome``; the next call opens a fresh connection.
+- **EVALSHA with the NOSCRIPT fallback**: a ``NOSCRIPT`` reply means the script did not run, so
+  sending it once as ``EVAL`` (which also caches it) is not a second send.
+- **WAIT on the write's own connection**: inside ``ensure_replication(n, ms)`` a script goes out
+  with ``WAIT n ms`` behind it in the same write, on the same connection; fewer replicas is
+  ``ReplicationError``.
+- AUTH, SELECT and ``CLIENT SETNAME`` on every new connection (a fault injector finds the
+  node's connections by name); TLS for ``rediss://``.
+
+The same code runs on asyncio (a native protocol: the production path) and on trio (an anyio
+stream); which one is decided when the client is entered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ssl
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import anyio
+import anyio.abc
+import sniffio
+
+from store.redis_conn import AnyioConnection, AsyncioConnection, Connection, Endpoint
+from store.redis_errors import ConnectionLost, NotSent, ReplicationError
+from store.resp import ReplyError, pack
+
+DEFAULT_MAX_CONNECTIONS = 2
+"""Connections per client. One carries any number of concurrent calls (pipelined); a second
+keeps reads moving while a ``WAIT`` holds the first. More only add system calls."""
+
+_REPLICATION: ContextVar[tuple[int, int] | None] = ContextVar("resp_replication", default=None)
+
+Arg = str | bytes | int | float
+
+_ASKING = pack("ASKING")
+
+
+@contextlib.contextmanager
+def ensure_replication(replicas: int, timeout_ms: int) -> Iterator[None]:
+    """Scripts run inside this block (by any of these clients) send ``WAIT replicas
+    timeout_ms`` right behind them on their connection; fewer is ``ReplicationError``."""
+    token = _REPLICATION.set((replicas, timeout_ms))
+    try:
+        yield
+    finally:
+        _REPLICATION.reset(token)
+
+
+def endpoint_from_url(
+    url: str, *, client_name: str | None = None, timeout_s: float = 5.0
+) -> Endpoint:
+    """The ``Endpoint`` of ``redis://[user:password@]host:port/db`` (``rediss://``: TLS with
+    the system's trust store; ``?ssl_cert_reqs=none`` skips verification, for test servers)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(f"{url}: the store's client speaks redis:// and rediss:// only")
+    path = parts.path.strip("/")
+    context: ssl.SSLContext | None = None
+    if parts.scheme == "rediss":
+        context = ssl.create_default_context()
+        if parse_qs(parts.query).get("ssl_cert_reqs", [""])[0].lower() == "none":
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    return Endpoint(
+        host=parts.hostname or "localhost",
+        port=parts.port or 6379,
+        db=int(path) if path else 0,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        client_name=client_name,
+        ssl_context=context,
+        timeout_s=timeout_s,
+    )
+
+
+class ScriptRunner(Protocol):
+    """What runs a ``Script``: one server's client, or a cluster's."""
+
+    async def evalsha(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
+        """Run ``script`` once (see ``RespRedis.evalsha``)."""
+        ...
+
+
+class Script:
+    """A Lua script bound to a client: ``await script(keys=[...], args=[...])``."""
+
+    __slots__ = ("_client", "script", "sha")
+
+    def __init__(self, client: ScriptRunner, script: str) -> None:
+        self._client = client
+        self.script = script
+        self.sha = hashlib.sha1(script.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+    async def __call__(self, keys: Sequence[Arg] = (), args: Sequence[Arg] = ()) -> Any:
+        """The script's reply (an error reply raised as ``ReplyError``)."""
+        return await self._client.evalsha(self, keys, args)
+
+
+class RespRedis:
+    """A client of one Redis server; enter it (``async with``) before use."""
+
+    def __init__(self, endpoint: Endpoint, *, max_connections: int = DEFAULT_MAX_CONNECTIONS):
+        self.endpoint = endpoint
+        self.max_connections = max(1, max_connections)
+        self._connections: list[Connection] = []
+        self._connecting: anyio.Lock | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._asyncio = False
+        self._owns_group = False
+        self._open = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        client_name: str | None = None,
+        timeout_s: float = 5.0,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> RespRedis:
+        """A client for ``url`` (see ``endpoint_from_url``)."""
+        endpoint = endpoint_from_url(url, client_name=client_name, timeout_s=timeout_s)
+        return cls(endpoint, max_connections=max_connections)
+
+    async def __aenter__(self) -> RespRedis:
+        group = None
+        if sniffio.current_async_library() != "asyncio":
+            group = anyio.create_task_group()
+            await group.__aenter__()
+        self.start(group, owned=True)
+        return self
+
+    def start(self, group: anyio.abc.TaskGroup | None, *, owned: bool = False) -> None:
+        """Make the client usable without entering it: its readers (on trio) run in ``group``,
+        which someone else owns (a cluster client's node clients share its group)."""
+        self._asyncio = group is None
+        self._task_group = group
+        self._owns_group = owned
+        self._connecting = anyio.Lock()
+        self._open = True
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every connection (calls still waiting fail with ConnectionLost)."""
+        self._open = False
+        self._close_connections()
+        group, self._task_group = self._task_group, None
+        if group is not None and self._owns_group:
+            await group.__aexit__(None, None, None)
+
+    def _close_connections(self) -> None:
+        for conn in self._connections:
+            conn.close(ConnectionLost("client closed"))
+        self._connections.clear()
+
+    def statistics(self) -> dict[str, int]:
+        """Open connections and calls waiting on them."""
+        alive = [c for c in self._connections if c.alive]
+        return {"connections": len(alive), "pending": sum(c.pending for c in alive)}
+
+    # -- connections -------------------------------------------------------------------------
+
+    async def _connection(self) -> Connection:
+        """The least busy open connection; a new one while there are fewer than the most
+        allowed and every open one is busy."""
+        best: Connection | None = None
+        alive = 0
+        for conn in self._connections:
+            if conn.alive:
+                alive += 1
+                if best is None or conn.pending < best.pending:
+                    best = conn
+        if best is not None and (best.pending == 0 or alive >= self.max_connections):
+            return best
+        return await self._connect()
+
+    async def _connect(self) -> Connection:
+        if not self._open or self._connecting is None:
+            raise NotSent("the client is closed")
+        async with self._connecting:
+            self._connections = [c for c in self._connections if c.alive]
+            if len(self._connections) >= self.max_connections:
+                return min(self._connections, key=lambda c: c.pending)
+            # A failed connect raises NotSent, with no fallback to a busy connection: a call
+            # waits one timeout at most, so a stalled server is an unknown outcome in time.
+            conn: Connection
+            if self._asyncio:
+                conn = await AsyncioConnection.open(self.endpoint)
+            else:
+                assert self._task_group is not None
+                conn = await AnyioConnection.open(self.endpoint, self._task_group)
+            self._connections.append(conn)
+            return conn
+
+    async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
+        """Write ``commands`` together on one connection; their replies, error replies as
+        ``ReplyError`` values. Raises only the client's own errors (``store.redis_errors``)."""
+        conn = await self._connection()
+        return await conn.request(commands)
+
+    async def execute(self, *args: Arg, asking: bool = False) -> Any:
+        """One command's reply; an error reply is raised as ``ReplyError``. ``asking``: sent
+        behind ``ASKING`` (a Redis Cluster's ASK redirection), on the same connection."""
+        if asking:
+            _, reply = await self.request((_ASKING, pack(*args)))
+        else:
+            (reply,) = await self.request((pack(*args),))
+        if isinstance(reply, ReplyError):
+            raise reply
+        return reply
+
+    # -- scripts -----------------------------------------------------------------------------
+
+    def register_script(self, script: str) -> Script:
+        """``script`` bound to this client (sent by its SHA1, loaded on NOSCRIPT)."""
+        return Script(self, script)
+
+    def ensure_replication(
+        self, replicas: int = 1, timeout_ms: int = 100
+    ) -> contextlib.AbstractContextManager[None]:
+        """Scripts run inside this block wait (``WAIT``, same connection) for ``replicas``."""
+        return ensure_replication(replicas, timeout_ms)
+
+    async def evalsha(
+        self, script: Script, keys: Sequence[Arg], args: Sequence[Arg], *, asking: bool = False
+    ) -> Any:
+        """Run ``script`` by SHA1; on NOSCRIPT (it did not run) send it once in full. With
+        ``asking``, behind ``ASKING`` (see ``execute``)."""
+        wait = _REPLICATION.get()
+        head = (_ASKING,) if asking else ()
+        tail = () if wait is None else (pack("WAIT", wait[0], wait[1]),)
+        first = len(head)
+        replies = await self.request(
+            (*head, pack("EVALSHA", script.sha, len(keys), *keys, *args), *tail)
+        )
+        reply = replies[first]
+        if isinstance(reply, ReplyError) and reply.code == "NOSCRIPT":
+            replies = await self.request(
+                (*head, pack("EVAL", script.script, len(keys), *keys, *args), *tail)
+            )
+            reply = replies[first]
+        if isinstance(reply, ReplyError):
+            raise reply
+        if wait is not None:
+            acknowledged = replies[first + 1]
+            if isinstance(acknowledged, ReplyError):
+                raise ReplicationError(wait[0], str(acknowledged))
+            if int(acknowledged) < wait[0]:
+                raise ReplicationError(wait[0], int(acknowledged))
+        return reply
+
+    async def script_exists(self, shas: Sequence[str]) -> tuple[bool, ...]:
+        """Whether the server's script cache holds each SHA1."""
+        reply = await self.execute("SCRIPT", "EXISTS", *shas)
+        return tuple(bool(x) for x in reply)
+
+    async def script_load(self, script: str) -> str:
+        """Load ``script`` into the server's script cache; its SHA1."""
+        return str(await self.execute("SCRIPT", "LOAD", script))
+
+    # -- the few plain commands the store and its checks use ---------------------------------
+
+    async def ping(self) -> str:
+        """``PONG``."""
+        return str(await self.execute("PING"))
+
+    async def get(self, key: str) -> str | None:
+        """GET."""
+        reply = await self.execute("GET", key)
+        return None if reply is None else str(reply)
+
+    async def hmget(self, key: str, fields: Sequence[str]) -> list[str | None]:
+        """HMGET."""
+        return list(await self.execute("HMGET", key, *fields))
+
+    async def config_get(self, names: Sequence[str]) -> dict[str, str]:
+        """CONFIG GET of each name (a pattern each), as a dict."""
+        result: dict[str, str] = {}
+        for name in names:
+            flat = await self.execute("CONFIG", "GET", name)
+            result.update(zip(flat[::2], flat[1::2], strict=True))
+        return result
+
+    async def info(self, section: str = "default") -> dict[str, str]:
+        """INFO ``section`` as a dict of its ``key:value`` lines."""
+        text = str(await self.execute("INFO", section))
+        pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+        return {k: v for k, v in pairs if not k.startswith("#")}
