@@ -711,7 +711,7 @@ def check(
         writes.check_creates(ctx),
         writes.check_updates(ctx),
         writes.check_moves(ctx),
-        reads.check_reads(ctx),
+        reads.check_reads(ctx, faults),
         reads.check_setup(ctx),
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
