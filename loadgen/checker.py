@@ -716,7 +716,7 @@ def check(
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
     )
-    report = check_answers(ctx)  # the sequential model of each state: loadgen.conformance
+    report = check_answers(ctx, faults)  # the sequential model of each state: loadgen.conformance
     counts |= report.counts
     return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
 

@@ -40,7 +40,7 @@ from loadgen.checker import (
     Verdict,
     verdict,
 )
-from loadgen.timeline import precedes
+from loadgen.timeline import forgettable_creates, precedes
 
 if TYPE_CHECKING:
     from loadgen.checker import Context
@@ -140,28 +140,12 @@ class _Index:
         return out
 
 
-def _lost_creates(
-    ctx: Context, faults: Sequence[FaultWindow] | None
-) -> dict[tuple[str, str, str], list[Call]]:
-    """(tenant, workspace, title) -> creates of unknown outcome sent before a failover ended:
-    each may have made a note that a read saw on the old master and the failover forgot."""
-    failovers = [f.end_ms for f in faults or () if f.kind == "failover"]
-    out: dict[tuple[str, str, str], list[Call]] = defaultdict(list)
-    if not failovers:
-        return out
-    for c in ctx.calls:
-        if c.invoke.f == "create" and c.outcome == "info" and c.invoke.time_ms <= max(failovers):
-            where = (str(c.v.get("tenant", "")), str(c.v.get("workspace", "")))
-            out[(*where, str(c.v.get("title", "")))].append(c)
-    return out
-
-
 def check_reads(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> Verdict:
     """``reads_show_every_note_once``; see the module. ``faults``: the run's fault windows
     (None: not recorded, so no note shown is explained by a failover)."""
     placed = _placed(list(ctx.journal))
     journaled = {(e.tenant, e.note) for e in ctx.journal if e.note}
-    lost = _lost_creates(ctx, faults)
+    lost = forgettable_creates(ctx.calls, faults)
     index = _Index.build(ctx)
     bad: list[Finding] = []
     complete = 0
@@ -182,7 +166,7 @@ def check_reads(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> Ve
             bad.append(Finding(f"listing of {title!r} in {ws} showed {twice} twice", ops))
         stray = sorted({n for n in shown if (tenant, ws, title, n) not in placed})
         forgotten = [n for n in stray if (tenant, n) not in journaled]
-        maybe = [c for c in lost.get((tenant, ws, str(title)), []) if c.invoke.time_ms <= last_ms]
+        maybe = [t for t in lost.get((tenant, ws, str(title)), []) if t <= last_ms]
         if forgotten and len(forgotten) <= len(maybe):
             stray = [n for n in stray if n not in forgotten]
         if stray:

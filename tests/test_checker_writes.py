@@ -7,7 +7,9 @@ from typing import Any
 from loadgen.checker import Call, build_context
 from loadgen.history import Op
 from loadgen.limits import AFTERMATH_MS, PAUSE_AFTERMATH_MS, FaultIndex, FaultWindow
+from loadgen.model import ERROR_RESULT, REASK
 from loadgen.reads import check_reads
+from loadgen.timeline import Bounds, Titles, forgettable_creates
 from loadgen.writes import landing, requests, version_steps
 from store.journal import JournalEntry
 
@@ -103,3 +105,19 @@ def test_a_listing_may_show_a_note_of_an_unknown_create_that_a_failover_then_for
     assert summary(["n1", "n3"], 2, failover) == ""
     assert "showed ['n2'], never there" in summary(["n2"], 1, failover)
     assert "showed ['n1'], never there" in summary(["n1"], 0, failover)
+
+
+def test_a_re_ask_may_find_a_note_of_an_unknown_create_that_a_failover_then_forgot() -> None:
+    # The same forgotten note seen by a re-ask (a confirm's lookup): the journal holds no note of
+    # the title, so only "no note" (error_result) is legal, unless a create of unknown outcome
+    # of that title was sent before a failover ended; then the lookup may have found its note.
+    history = listing_after_unknown_creates(["n1"], 1)
+    calls = build_context(history, [], {}, {}, 0, 0).calls
+    assert forgettable_creates(calls, None) == {}
+    assert forgettable_creates(calls, [FaultWindow("client", "lose", 0, 9000)]) == {}
+    assert forgettable_creates(calls, [FaultWindow("failover", "kill_master", 0, 999)]) == {}
+    failover = [FaultWindow("failover", "kill_master", 1200, 3000)]
+    assert forgettable_creates(calls, failover) == {("t", "ws", "T"): [1000]}
+    titles = Titles.build([])
+    assert titles.reask("t", "ws", "T", Bounds()) == {ERROR_RESULT}
+    assert titles.reask("t", "ws", "T", Bounds(), forgotten=1) == {ERROR_RESULT, REASK}
