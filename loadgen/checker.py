@@ -711,12 +711,12 @@ def check(
         writes.check_creates(ctx),
         writes.check_updates(ctx),
         writes.check_moves(ctx),
-        reads.check_reads(ctx),
+        reads.check_reads(ctx, faults),
         reads.check_setup(ctx),
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
     )
-    report = check_answers(ctx)  # the sequential model of each state: loadgen.conformance
+    report = check_answers(ctx, faults)  # the sequential model of each state: loadgen.conformance
     counts |= report.counts
     return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
 

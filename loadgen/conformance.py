@@ -32,6 +32,7 @@ execution missing from the journal, a decision no answer explains, replays that 
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -66,11 +67,12 @@ from loadgen.model import (
     forget,
     step,
 )
-from loadgen.timeline import Clock, Titles, anchors, note_after
+from loadgen.timeline import LATEST, Clock, Titles, anchors, forgettable_creates, note_after
 
 if TYPE_CHECKING:
     from loadgen.checker import Context
     from loadgen.checker import State as Shown
+    from loadgen.limits import FaultWindow
     from store.journal import JournalEntry
 
 MAX_LEAVES = 4096
@@ -377,8 +379,15 @@ class Group:
 # --- the whole check ------------------------------------------------------------------------
 
 
-def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> list[Answered]:
+def _ops(
+    ctx: Context,
+    clock: Clock,
+    titles: Titles,
+    report: ModelReport,
+    faults: Sequence[FaultWindow] | None = None,
+) -> list[Answered]:
     seen_titles = titles_of(ctx.calls)
+    forgettable = forgettable_creates(ctx.calls, faults)
     out: list[Answered] = []
     for nonce, calls in ctx.confirms.items():
         shown = ctx.states.get(nonce)
@@ -386,9 +395,12 @@ def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> lis
             report.counts["model_unchecked"] = report.counts.get("model_unchecked", 0) + len(calls)
             continue
         ws, title = seen_titles.get(nonce, (shown.workspace, ""))
+        sent = forgettable.get((shown.tenant, ws, title), [])
         for c in calls:
             a = answer_of(c, shown)
             b = clock.bounds(c)
+            answered = c.done.time_ms if c.done is not None else LATEST
+            forgotten = bisect.bisect_right(sent, answered)
             out.append(
                 Answered(
                     c,
@@ -398,7 +410,7 @@ def _ops(ctx: Context, clock: Clock, titles: Titles, report: ModelReport) -> lis
                     b,
                     shown.workspace,
                     shown.candidates.get(a.note),
-                    titles.reask(shown.tenant, ws, title, b),
+                    titles.reask(shown.tenant, ws, title, b, forgotten),
                 )
             )
     return out
@@ -423,13 +435,15 @@ def _same_content(ops: Sequence[Answered]) -> list[ModelFinding]:
     return out
 
 
-def check_answers(ctx: Context) -> ModelReport:
-    """Hold every confirm of the history to the model; see the module docstring."""
+def check_answers(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> ModelReport:
+    """Hold every confirm of the history to the model; see the module docstring. ``faults``:
+    the run's fault windows; after a failover a re-ask may find a note the journal never held
+    (``loadgen.timeline.forgettable_creates``)."""
     report = ModelReport()
     causes = anchors(ctx.calls, ctx.journal)
     by_id = {e.id: e for e in ctx.journal}
     clock = Clock.build((c, by_id[eid]) for eid, c in causes.items())
-    ops = _ops(ctx, clock, Titles.build(ctx.journal), report)
+    ops = _ops(ctx, clock, Titles.build(ctx.journal), report, faults)
     by_nonce: dict[str, list[Answered]] = defaultdict(list)
     for op in ops:
         by_nonce[op.nonce].append(op)

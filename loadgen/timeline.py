@@ -12,7 +12,9 @@ Layer: loadgen. Pure module: no I/O, no node code.
   clocks need only be monotonic: no offset, no skew bound. When anchors contradict each other
   for an operation (a clock stepped back; a synthetic history) it gets no bound at all.
 - **Each note's state along the journal**, and how many notes of a title a workspace holds at
-  a time (what a re-ask's lookup can find).
+  a time (what a re-ask's lookup can find); and the notes the journal cannot hold: a create of
+  unknown outcome sent before a failover ended may have run on the old master only, where reads
+  saw its note before the failover forgot it (``forgettable_creates``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,29 @@ from loadgen.model import ERROR_RESULT, REASK, NoteView
 
 if TYPE_CHECKING:
     from loadgen.checker import Call
+    from loadgen.limits import FaultWindow
     from store.journal import JournalEntry
+
+
+def forgettable_creates(
+    calls: Iterable[Call], faults: Sequence[FaultWindow] | None
+) -> dict[tuple[str, str, str], list[int]]:
+    """(tenant, workspace, title) -> invoke times (ms, sorted) of the creates of unknown outcome
+    sent before a failover ended: each may have made a note that reads saw on the old master (a
+    read does not wait for replicas) and that the failover then forgot, so the journal never
+    holds it. Empty without a recorded failover."""
+    ends = [f.end_ms for f in faults or () if f.kind == "failover"]
+    out: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    if not ends:
+        return out
+    for c in calls:
+        if c.invoke.f == "create" and c.outcome == "info" and c.invoke.time_ms <= max(ends):
+            where = (str(c.v.get("tenant", "")), str(c.v.get("workspace", "")))
+            out[(*where, str(c.v.get("title", "")))].append(c.invoke.time_ms)
+    for times in out.values():
+        times.sort()
+    return out
+
 
 EARLIEST = -(1 << 62)
 LATEST = 1 << 62
@@ -201,8 +225,11 @@ class Titles:
                 change((e.tenant, *after), +1, e)
         return cls({k: tuple(v) for k, v in steps.items()})
 
-    def reask(self, tenant: str, workspace: str, title: str, b: Bounds) -> frozenset[str]:
-        """What a re-ask's lookup within ``b`` can come out as."""
+    def reask(
+        self, tenant: str, workspace: str, title: str, b: Bounds, forgotten: int = 0
+    ) -> frozenset[str]:
+        """What a re-ask's lookup within ``b`` can come out as; ``forgotten``: notes of the title
+        the journal cannot hold that the lookup may have found (``forgettable_creates``)."""
         steps = self.steps.get((tenant, workspace, title), ())
         i = bisect.bisect_left(steps, (b.lo,))  # the first change at or after lo
         prior = steps[i - 1][1] if i else 0
@@ -216,6 +243,7 @@ class Titles:
             else:
                 seen.add(n)
         seen.add(prior)
+        seen |= {n + k for n in seen for k in range(1, forgotten + 1)}
         out: set[str] = set()
         if any(1 <= n <= MAX_OFFERED for n in seen):
             out.add(REASK)

@@ -9,7 +9,7 @@ over TCP), on a real Redis and on a Redis Cluster, because every script touches 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TypeVar, get_args
@@ -70,13 +70,17 @@ WAIT_TIMEOUT_MS = 500
 gives up and answers "outcome unknown". Replication on a healthy link takes well under a
 millisecond; half a second rides out a hiccup without holding clients for long."""
 
-WRITE_SCRIPTS = frozenset({"create", "update", "move", "confirm", "setup"})
-"""The scripts that change data, so the ones ``wait_replicas`` holds until replicated."""
+WRITE_SCRIPTS = frozenset({"create", "update", "move", "confirm", "setup", "op_lookup"})
+"""The scripts that change data, so the ones ``wait_replicas`` holds until replicated; and
+``op_lookup``, which reads a write's record found for a retry's replay again: a replay is an
+answer that the write happened, so it waits for the record to be replicated like the write
+itself (the script touches the record's expiry so that its ``WAIT`` covers it)."""
 
 OP_RECORD_SCRIPTS = frozenset({"create", "update", "move", "setup"})
 """The scripts that record their write under an operation id (``scripts/op_record.lua`` is
 prepended to each). With ``confirm`` (its replay entry, keyed by the state's nonce, holds the
-store call id) and ``read_notes`` (reads only), every script is safe to run twice."""
+store call id), ``read_notes`` (reads only) and ``op_lookup`` (rewrites an expiry with its own
+value), every script is safe to run twice."""
 
 RESENDS = 2
 """How often a script is sent again after its reply was lost (dropped connection, timeout)
@@ -284,7 +288,7 @@ class NoteStore:
         # failed-over Redis that forgot its script cache is handled transparently.
         self._scripts = {
             name: client.register_script(_script(name))
-            for name in ("create", "update", "move", "read_notes", "confirm", "setup")
+            for name in ("create", "update", "move", "read_notes", "confirm", "setup", "op_lookup")
         }
         self._time = client.register_script(_TIME_SCRIPT)
 
@@ -594,8 +598,17 @@ class NoteStore:
     async def _record(self, tenant: str, op_id: str) -> tuple[RecordedWrite, str] | None:
         """The record under ``op_id`` and the store call that wrote it, or None."""
         names = ["status", "digest", "note", "title", "ws", "version", "created", "updated"]
-        key = self.keys(tenant).op(op_id)
-        f = await self._query("recorded write", lambda: self.client.hmget(key, [*names, "call"]))
+        key, fields = self.keys(tenant).op(op_id), [*names, "call"]
+        f: Sequence[str | None] = await self._query(
+            "recorded write", lambda: self.client.hmget(key, fields)
+        )
+        if f[0] is not None and self.wait_replicas > 0:
+            # A replay answers that the write happened: read the record again by a script whose
+            # WAIT covers it (op_lookup.lua), so that a write that ran on the master only (its
+            # own WAIT timed out) stays "outcome unknown" and a failover cannot forget it.
+            f = await self._run("op_lookup", [key], list[str | int](fields))
+            if not f:
+                return None
         status, digest, note_id, title, ws, version, created, updated, call = f
         if status is None or not note_id:
             return None

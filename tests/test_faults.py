@@ -25,7 +25,7 @@ import trio
 from click.testing import CliRunner
 
 from cluster.cli import main
-from cluster.demo import DEMO_TENANT
+from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from cluster.experiments.failover import FailoverOptions, run_experiment
 from cluster.faults import (
     FAULT_KINDS,
@@ -39,7 +39,7 @@ from cluster.faults import (
 )
 from cluster.redis_cluster import redis_server_available
 from nodes.protocol import Node
-from store.api import StoreUnavailable
+from store.api import StoreUnavailable, WriteOp
 from store.client import redis_client
 from store.notes import RESENDS, NoteStore, outcome_unknown
 from tests.ci import in_ci
@@ -47,6 +47,7 @@ from tests.conftest import require_real_redis
 from tests.harness import accept, error, make_nodes
 from tests.own_redis import own_redis
 from tests.test_delete_flow import answer, ask, deleted, deletes_of, seed
+from tests.test_idempotency_key import call, create_args
 
 # --- a private redis-server ---------------------------------------------------------------------
 
@@ -306,6 +307,40 @@ async def test_with_wait_replicas_and_no_replica_a_confirmation_answers_outcome_
         with pytest.raises(StoreUnavailable, match="ReplicationError"):
             await waiting.create(DEMO_TENANT, "file:///x", "t", "b", "alice")
         assert waiting.statistics().unavailable == 3
+        await client.delete([k async for k in client.scan_iter(match=f"{prefix}:*")])
+
+
+async def test_with_wait_replicas_a_retry_replaying_an_unreplicated_write_answers_outcome_unknown() -> (  # noqa: E501
+    None
+):
+    # A write that ran on the master but reached no replica (its WAIT timed out) must stay
+    # "outcome unknown" when retried: a replay from its operation record answered as done would
+    # acknowledge a write a failover to that replica forgets (the failover experiment's
+    # creates_exactly_once / moves_land / no_lost_note findings). The record's look-up waits too.
+    url = require_real_redis()
+    prefix = "ncwait" + os.urandom(4).hex()
+    async with redis_client(url) as client:
+        assert (await client.info("replication"))["connected_slaves"] == 0
+        store = NoteStore(client, prefix=prefix)
+        waiting = NoteStore(client, prefix=prefix, wait_replicas=1, wait_timeout_ms=100)
+        node_w = Node(make_nodes(store, 1)[0].config, waiting)
+        for _ in range(2):  # the keyed create and its retry: never ok before a replica has it
+            reply = await call(node_w, "notes_create", create_args())
+            assert reply.status == 500
+            assert error(reply)["code"] == -32603
+        made = (await store.find(DEMO_TENANT, ALICE_NOTES, "Keyed note")).notes
+        assert len(made) == 1, "the first request ran on the master; its retry wrote nothing"
+        # A move whose note is already in the target looks its record up: that waits as well.
+        op = WriteOp("move" + os.urandom(8).hex())
+        note = made[0].note_id
+        for _ in range(2):
+            with pytest.raises(StoreUnavailable, match="ReplicationError"):
+                await waiting.move(DEMO_TENANT, note, ALICE_NOTES, ALICE_ARCHIVE, "alice", op=op)
+        moved = await store.recorded_write(DEMO_TENANT, op.op_id)
+        assert moved is not None
+        assert moved.note.workspace == ALICE_ARCHIVE
+        # No record: nothing to replay, so nothing to wait for (the write itself will wait).
+        assert await waiting.recorded_write(DEMO_TENANT, "nothing" + os.urandom(4).hex()) is None
         await client.delete([k async for k in client.scan_iter(match=f"{prefix}:*")])
 
 
