@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,3 +132,37 @@ def test_an_interrupted_loadgen_deletes_the_notes_of_its_unfinished_flows(
             if p is not None and p.poll() is None:
                 p.kill()
                 p.communicate()
+
+
+_SERVER_PARENT = """
+import sys, trio
+from cluster.experiments.bench_procs import open_server_process
+
+async def main() -> None:
+    async with open_server_process(["cluster.experiments.fixed_replies"]) as procs:
+        print(procs.pids[0], procs.urls[0], flush=True)
+        await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+def test_a_bench_server_process_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _SERVER_PARENT],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = 0
+    try:
+        assert parent.stdout is not None
+        pid, url = parent.stdout.readline().split()
+        child = int(pid)
+        assert url.startswith("http://127.0.0.1:"), url
+        assert running(child)
+        os.kill(parent.pid, signal.SIGKILL)  # the server is never told: its lifeline is
+        parent.communicate()
+        until(lambda: not running(child), "end of the orphaned server process")
+    finally:
+        kill_all([parent.pid] + ([child] if child else []))
