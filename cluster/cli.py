@@ -150,8 +150,8 @@ class _Commands(click.Group):
 
         def stopped(signum: int) -> click.exceptions.Exit:
             _mark_stopped(ctx, f"stopped by {_signal_name(signum)}")
-            click.echo(f"stopped by {_signal_name(signum)}", err=True)
             _say_left_behind()
+            click.echo(f"stopped by {_signal_name(signum)}", err=True)
             return click.exceptions.Exit(
                 exit_code_for_signal(signum, serving=bool(meta.get(SERVING_META)))
             )

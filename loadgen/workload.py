@@ -189,6 +189,8 @@ class FlowEnv:
     tag: str = "run"
     root: str = ""
     """The root both principals of the tenant are granted (``notes_search``'s roots)."""
+    clean_up_cut_short: bool = False
+    """Whether this flow, cut short, deletes what it created (``run_flow``)."""
     steps: list[str] = field(default_factory=list)
     outcome: str = "completed"
     done: bool = False
@@ -949,14 +951,15 @@ async def run_flow(env: FlowEnv) -> bool:
     """Run one flow of ``env.kind`` and clean up after it; False when its setup (create, round
     1) did not complete (``env.outcome`` says where it stopped).
 
-    A flow cut short (cancelled or failed) still deletes what it may have created, through the
-    nodes by confirmed deletes of kind ``cleanup`` like any flow's, within ``STOP_CLEANUP_S``: it
-    looks only for its own title, which holds the run's random tag and the flow id, so it never
-    meets a note another run or a user made."""
+    With ``clean_up_cut_short``, a flow cut short (cancelled or failed) still deletes what it
+    may have created, through the nodes by confirmed deletes of kind ``cleanup`` like any
+    flow's, within ``STOP_CLEANUP_S``: it looks only for its own title, which holds the run's
+    random tag and the flow id, so it never meets a note another run or a user made."""
     try:
         return await _run_flow(env)
     except BaseException:
-        await _cleanup_cut_short(env)
+        if env.clean_up_cut_short:
+            await _cleanup_cut_short(env)
         raise
 
 
