@@ -205,9 +205,11 @@ def stop_with_parent() -> Callable[[], None] | None:
     that cannot watch a lifeline, such as ``redis-server``.
 
     PR_SET_PDEATHSIG fires when the *thread* that started the child ends: call ``Popen`` from
-    the main thread (``RuntimeError`` otherwise), never through ``trio.lowlevel.open_process``."""
+    the main thread, never through ``trio.lowlevel.open_process``. Off the main thread nothing
+    is armed (the child would be stopped when that thread ends) and a warning says so."""
     if not sys.platform.startswith("linux"):
         return None
     if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("start children that stop with their parent from the main thread")
+        log.warning("child started off the main thread: it will not stop with its parent")
+        return None
     return _arm_pdeathsig
