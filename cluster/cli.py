@@ -150,6 +150,7 @@ class _Commands(click.Group):
 
         def stopped(signum: int) -> click.exceptions.Exit:
             _mark_stopped(ctx, f"stopped by {_signal_name(signum)}")
+            _say_left_behind()
             click.echo(f"stopped by {_signal_name(signum)}", err=True)
             return click.exceptions.Exit(
                 exit_code_for_signal(signum, serving=bool(meta.get(SERVING_META)))
@@ -172,7 +173,22 @@ class _Commands(click.Group):
             _show_traceback(ctx)  # a failure nobody handled: one line, never a traceback
             failure = describe_failure(exc)
             _mark_stopped(ctx, f"failed: {failure.message}")
+            _say_left_behind()
             raise failure from None
+
+
+def _say_left_behind() -> None:
+    """One line when flows cut short could not delete their notes (``workload.LEFT_BEHIND``)."""
+    import sys
+
+    workload = sys.modules.get("loadgen.workload")
+    left: list[str] = getattr(workload, "LEFT_BEHIND", [])
+    if left:
+        click.echo(
+            f"{len(left)} unfinished flows' notes could not be deleted (no node answered "
+            f"in time); they stay in the store, titled with the run's tag (e.g. {left[0]!r})",
+            err=True,
+        )
 
 
 def _signal_name(signum: int) -> str:

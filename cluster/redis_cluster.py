@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from cluster.stopping import forward_stop_signals
+from cluster.stopping import forward_stop_signals, stop_with_parent
 
 HOST = "127.0.0.1"
 """Loopback only: a test cluster must never listen on a reachable interface."""
@@ -143,6 +143,7 @@ def _start_server(directory: Path, port: int, bus_port: int) -> subprocess.Popen
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=stop_with_parent(),
     )
 
 

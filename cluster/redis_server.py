@@ -25,6 +25,8 @@ from pathlib import Path
 
 import redis
 
+from cluster.stopping import stop_with_parent
+
 HOST = "127.0.0.1"
 """Loopback only: a server of our own must never listen on a reachable interface."""
 
@@ -110,6 +112,8 @@ def local_redis_server(*extra: str) -> Iterator[LocalRedis]:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
+                # SIGTERM from the kernel should this process end without stopping it.
+                preexec_fn=stop_with_parent(),
             )
             deadline = time.monotonic() + START_TIMEOUT_S
             while proc.poll() is None and not _answers(port):

@@ -15,9 +15,10 @@ A child never outlives its parent. The parent of node processes (``serve --proce
 the only write end of a pipe, the *lifeline*, whose read end each child watches: it turns
 readable (EOF) exactly when the parent is gone, however the parent ended (SIGKILL included), and
 the child then drains as on SIGTERM. (``simulate --workers`` watches such a pipe too. The
-kernel's PR_SET_PDEATHSIG is used only for uvicorn's worker processes: it fires when the
-*thread* that started the child ends, and trio starts processes from a worker thread that
-ends after ten idle seconds.)
+kernel's PR_SET_PDEATHSIG is used for uvicorn's worker processes and, through
+``stop_with_parent``, for every ``redis-server`` the project starts: it fires when the *thread*
+that started the child ends, so such children are started from the main thread (never through
+trio, which starts processes from a worker thread that ends after ten idle seconds).)
 """
 
 from __future__ import annotations
@@ -191,3 +192,24 @@ def die_with_parent(signum: int = signal.SIGTERM) -> None:
         return
     if parent == 1 or os.getppid() != parent:  # the parent died before the call
         os.kill(os.getpid(), signum)
+
+
+def _arm_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def stop_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen`` (Linux; None elsewhere) that has the kernel send
+    the child SIGTERM when its parent ends, however it ends (SIGKILL included): for children
+    that cannot watch a lifeline, such as ``redis-server``.
+
+    PR_SET_PDEATHSIG fires when the *thread* that started the child ends: call ``Popen`` from
+    the main thread, never through ``trio.lowlevel.open_process``. Off the main thread nothing
+    is armed (the child would be stopped when that thread ends) and a warning says so."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        log.warning("child started off the main thread: it will not stop with its parent")
+        return None
+    return _arm_pdeathsig

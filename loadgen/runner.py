@@ -53,6 +53,10 @@ class RunSettings:
     tag: str = "run"
     """Put in every flow's title (``workload.flow_title``): give each run its own, so that runs
     sharing a store never meet each other's notes."""
+    clean_up_cut_short: bool = False
+    """A flow cut short (stopped, failed, past the duration) deletes what it created through the
+    nodes (``workload.run_flow``): for nodes that outlive the run (``loadgen``); a simulation
+    deletes its whole store prefix instead."""
     first_flow: int = 0
     """Id of this process's first flow: processes of one run (``--workers``) get disjoint ids."""
     keep_samples: bool | None = None
@@ -204,6 +208,7 @@ class _Wiring:
             rng=frng,
             tag=self.settings.tag,
             root=names.root(t),
+            clean_up_cut_short=self.settings.clean_up_cut_short,
         )
 
     def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:

@@ -13,6 +13,7 @@ the token's digest and the client's clock). It never reads the store while runni
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,8 @@ from loadgen.clients import (
 )
 from loadgen.states import StateReader
 from loadgen.tenants import LOAD_TENANTS
+
+log = logging.getLogger("loadgen.workload")
 
 TITLES = ("Weekly report", "TPS report", "Minutes", "Todo")
 """Title stems; every flow adds its run tag and flow id (``flow_title``), so no flow ever meets
@@ -186,6 +189,8 @@ class FlowEnv:
     tag: str = "run"
     root: str = ""
     """The root both principals of the tenant are granted (``notes_search``'s roots)."""
+    clean_up_cut_short: bool = False
+    """Whether this flow, cut short, deletes what it created (``run_flow``)."""
     steps: list[str] = field(default_factory=list)
     outcome: str = "completed"
     done: bool = False
@@ -456,16 +461,22 @@ def _last_unknown(env: FlowEnv) -> bool:
     return env.client.last_type == "info"
 
 
-async def cleanup(env: FlowEnv) -> None:
+async def cleanup(env: FlowEnv) -> bool:
     """Delete what the flow may have left behind (twins, a declined, expired or moved note),
     each by a confirmed ``notes_delete`` of kind ``cleanup``: the history and the journal show
-    them like any deletion, and no later flow meets them."""
+    them like any deletion, and no later flow meets them. False when some workspace could not
+    be looked at (no node answered round 1)."""
+    seen_all = True
     for workspace, most in env.leftovers.items():
         for _ in range(min(most, CLEANUP_ROUNDS)):
             asked = await ask(env, env.title, workspace=workspace, kind=CLEANUP_KIND)
-            if asked is None or not asked.candidates:
+            if asked is None:  # refused (no such note), or no node answered
+                seen_all = seen_all and not _last_unknown(env)
+                break
+            if not asked.candidates:
                 break
             await confirm(env, asked, asked.candidates[0][0], kind=CLEANUP_KIND)
+    return seen_all
 
 
 async def flow_plain(env: FlowEnv, asked: Asked, note: str) -> None:
@@ -927,9 +938,48 @@ MOVES_AWAY = {"race_move": True, "archive": True}
 """Kinds whose race may leave the flow's note in the archive workspace."""
 
 
+STOP_CLEANUP_S = 10.0
+"""How long a flow cut short (the run stopped by a signal, failed, or reached its duration) may
+spend deleting what it created, shielded from the cancellation that cut it."""
+
+LEFT_BEHIND: list[str] = []
+"""Titles of flows cut short whose notes could not all be deleted in ``STOP_CLEANUP_S`` (nodes
+unreachable, say): the command names their number at exit."""
+
+
 async def run_flow(env: FlowEnv) -> bool:
     """Run one flow of ``env.kind`` and clean up after it; False when its setup (create, round
-    1) did not complete (``env.outcome`` says where it stopped)."""
+    1) did not complete (``env.outcome`` says where it stopped).
+
+    With ``clean_up_cut_short``, a flow cut short (cancelled or failed) still deletes what it
+    may have created, through the nodes by confirmed deletes of kind ``cleanup`` like any
+    flow's, within ``STOP_CLEANUP_S``: it looks only for its own title, which holds the run's
+    random tag and the flow id, so it never meets a note another run or a user made."""
+    try:
+        return await _run_flow(env)
+    except BaseException:
+        if env.clean_up_cut_short:
+            await _cleanup_cut_short(env)
+        raise
+
+
+async def _cleanup_cut_short(env: FlowEnv) -> None:
+    # Its note and twins may all be there (counting more is harmless: a look that finds none
+    # ends the workspace's cleanup).
+    env.leave(env.inbox, 1 + TWINS.get(env.kind, 0))
+    if env.kind in MOVES_AWAY and env.archive not in env.leftovers:
+        env.leave(env.archive)
+    finished = False
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + STOP_CLEANUP_S):
+        try:
+            finished = await cleanup(env)
+        except Exception:
+            log.debug("cleanup of flow %d failed", env.flow, exc_info=True)
+    if not finished:
+        LEFT_BEHIND.append(env.title)
+
+
+async def _run_flow(env: FlowEnv) -> bool:
     started = await _start(env)
     if started is not None:
         asked, note = started

@@ -22,6 +22,7 @@ import trio
 from cluster.config import ClusterSettings
 from cluster.operations import OpsOptions
 from cluster.serve import start_process_nodes
+from cluster.stopping import open_lifeline
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 60.0
@@ -170,10 +171,22 @@ async def _read_line(stream: trio.abc.ReceiveStream) -> str:
 
 @asynccontextmanager
 async def open_server_process(args: list[str]) -> AsyncIterator[ServerProcs]:
-    """Run ``python -m <args>``, which prints its URL when ready; kill it by pid on exit."""
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=None
-    )
+    """Run ``python -m <args>``, which prints its URL when ready; kill it by pid on exit. The
+    child watches a lifeline (``cluster.lifeline_child``): it stops by itself should this
+    process be killed before it could stop the child."""
+    lifeline, keep = open_lifeline()
+    try:
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "cluster.lifeline_child", str(lifeline), *args],
+            stdout=subprocess.PIPE,
+            stderr=None,
+            pass_fds=(lifeline,),
+        )
+    except BaseException:
+        os.close(keep)
+        raise
+    finally:
+        os.close(lifeline)
     try:
         assert proc.stdout is not None
         with trio.fail_after(START_TIMEOUT_S):
@@ -184,3 +197,4 @@ async def open_server_process(args: list[str]) -> AsyncIterator[ServerProcs]:
             proc.kill()
         with trio.CancelScope(shield=True):
             await proc.wait()
+        os.close(keep)

@@ -65,6 +65,8 @@ async def run_foreign(
     run = replace(run, weights=foreign_weights(run.weights), legacy_share=0.0)
     if run.tag == "run":  # a store outlives runs: each run's titles are its own
         run = replace(run, tag=secrets.token_hex(3))
+    # The nodes outlive the run: a flow cut short deletes its notes through them.
+    run = replace(run, clean_up_cut_short=True)
     options = SimulateOptions(
         nodes=len(urls),
         state_ttl_s=state_ttl_s,

@@ -112,6 +112,8 @@ async def run_remote(
     """Run the workload against ``urls`` and, given ``redis_url``, check the history."""
     if run.tag == "run":  # a store outlives runs: each run's titles are its own
         run = replace(run, tag=secrets.token_hex(3))
+    # The nodes outlive the run: a flow cut short deletes its notes through them.
+    run = replace(run, clean_up_cut_short=True)
     options = SimulateOptions(
         nodes=len(urls),
         redis_url=redis_url,
