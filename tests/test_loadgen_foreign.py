@@ -74,6 +74,7 @@ def _undecided_named(result: CheckResult) -> None:
         assert summary.startswith("Not decidable without the server's journal")
 
 
+@pytest.mark.planted(control="test_with_a_used_state_store_every_decidable_invariant_holds")
 async def test_the_sdk_reference_without_a_used_state_store_is_found_invalid(
     redis_prefix: tuple[str, str],
 ) -> None:
@@ -104,7 +105,8 @@ async def test_with_a_used_state_store_every_decidable_invariant_holds(
     ) as urls:
         sim = await run_foreign(urls, TOKENS, RUN, state_ttl_s=STATE_TTL_S, run_dir=tmp_path)
     statuses = _statuses(sim.result)
-    assert {k: statuses[k] for k in DECIDED} == dict.fromkeys(DECIDED, "valid"), statuses
+    for name in DECIDED:  # the control of the planted (store-less) reference above
+        assert statuses[name] == "valid", (name, statuses)
     assert sim.result.status == "unknown"
     _undecided_named(sim.result)
     # The run folder holds what the check needs: checked again offline, the same verdicts.

@@ -261,6 +261,7 @@ async def test_without_a_plant_the_same_runs_are_valid(kind: str) -> None:
     assert want <= done, done  # the control exercised the write the plant breaks
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_create_applied_twice_is_invalid_naming_the_create() -> None:
     result, ops = await run_kind("plain", CreatesTwice)
     assert "creates_exactly_once" in invalid(result)
@@ -273,6 +274,7 @@ async def test_a_create_applied_twice_is_invalid_naming_the_create() -> None:
     assert len(v.journal) >= 2  # both journal creates are the evidence
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_an_update_applied_twice_is_invalid_naming_the_update() -> None:
     result, ops = await run_kind("edit_between", UpdatesTwice)
     assert "updates_one_step" in invalid(result)
@@ -281,6 +283,7 @@ async def test_an_update_applied_twice_is_invalid_naming_the_update() -> None:
     assert ops_named(ops, v, "update")
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_move_done_but_answered_gone_is_invalid_naming_the_move() -> None:
     result, ops = await run_kind("race_move", MovesButSaysGone)
     assert "moves_land" in invalid(result)
@@ -290,6 +293,7 @@ async def test_a_move_done_but_answered_gone_is_invalid_naming_the_move() -> Non
     assert invoke.value["to"].endswith("/archive")
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_an_archive_landing_elsewhere_than_sealed_is_invalid() -> None:
     result, _ = await run_kind("archive", ArchivesInPlace)
     assert "executions_trace_to_confirmations" in invalid(result)
@@ -298,6 +302,7 @@ async def test_an_archive_landing_elsewhere_than_sealed_is_invalid() -> None:
     assert "sealed file:///load/t0/archive" in v.summary
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_listing_that_skips_a_note_is_invalid() -> None:
     result, ops = await run_kind("list_pages", PagesSkipANote)
     assert "reads_show_every_note_once" in invalid(result)
@@ -307,6 +312,7 @@ async def test_a_listing_that_skips_a_note_is_invalid() -> None:
     assert ops_named(ops, v, "list")
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_page_over_the_configured_size_is_invalid() -> None:
     result, ops = await run_kind("list_pages", PagesTooBig)
     assert "bounds_respected" in invalid(result)
@@ -315,6 +321,7 @@ async def test_a_page_over_the_configured_size_is_invalid() -> None:
     assert ops_named(ops, v, "list")
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_search_missing_a_note_is_invalid() -> None:
     result, ops = await run_kind("search", SearchDropsANote)
     assert "reads_show_every_note_once" in invalid(result)
@@ -323,6 +330,7 @@ async def test_a_search_missing_a_note_is_invalid() -> None:
     assert ops_named(ops, v, "search")
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_state_outliving_its_ttl_is_invalid() -> None:
     result, ops = await run_kind("plain", StatesOutliveTheirTtl)
     assert "bounds_respected" in invalid(result)
@@ -331,6 +339,7 @@ async def test_a_state_outliving_its_ttl_is_invalid() -> None:
     assert ops_named(ops, v, "ask")
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_setup_saying_configured_without_a_completed_page_is_invalid() -> None:
     result, ops = await run_kind("setup", SetupSaysCompleted)
     assert "setup_answers" in invalid(result)
@@ -339,6 +348,7 @@ async def test_setup_saying_configured_without_a_completed_page_is_invalid() -> 
     assert ops_named(ops, v, "setup")
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_an_unknown_outcome_where_no_fault_was_is_invalid_naming_the_write() -> None:
     result, ops = await run_kind("plain", unknown_creates())
     assert "unknown_outcomes_explained" in invalid(result)
@@ -349,6 +359,7 @@ async def test_an_unknown_outcome_where_no_fault_was_is_invalid_naming_the_write
     assert any(op.type == "info" for op in named)
 
 
+@pytest.mark.planted(control="test_without_a_plant_the_same_runs_are_valid")
 async def test_a_node_ignoring_idempotency_keys_is_invalid_naming_the_retried_writes() -> None:
     result, ops = await run_kind("write_retry", IgnoresIdempotencyKeys)
     assert {"creates_exactly_once", "updates_one_step"} <= invalid(result)
