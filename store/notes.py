@@ -316,18 +316,7 @@ class NoteStore:
         """Run one script; after a lost reply, send it again (``RESENDS``), which every script
         is safe for: the re-send gets the first run's result."""
         self._stats.calls[name] = self._stats.calls.get(name, 0) + 1
-        for attempt in range(RESENDS + 1):
-            try:
-                return await self._send(name, keys, args)
-            except _LOST_REPLY as exc:
-                if attempt == RESENDS:
-                    report_lost_reply(self.client, exc)
-                    raise self._failed(exc, name) from exc
-                self._stats.resent += 1
-                await before_resend(self.client, exc)
-            except Exception as exc:
-                raise self._failed(exc, name) from exc
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+        return await self._resending(name, lambda: self._send(name, keys, args))
 
     async def _send(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
@@ -624,6 +613,11 @@ class NoteStore:
 
     async def _query(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
         """Run a read-only command, sent again after a lost reply like a script (``RESENDS``)."""
+        return await self._resending(what, command)
+
+    async def _resending(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
+        """``command()``, sent again after each lost reply up to ``RESENDS`` times; any other
+        failure, or the last lost reply, becomes the store's error (``_failed``)."""
         for attempt in range(RESENDS + 1):
             try:
                 return await command()
