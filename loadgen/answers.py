@@ -73,9 +73,14 @@ class Answered:
         """Invoked after ``other`` completed."""
         return precedes(other, self.call)
 
+    @property
+    def legacy(self) -> bool:
+        """Answered by a 2025-11-25 client (its confirm names the call's stream node)."""
+        return _is_legacy(self.call)
+
     def world(self, note: NoteView) -> World:
         """The world this answer meets where its note is ``note``."""
-        return World(self.workspace, self.shown_version, note, self.reask)
+        return World(self.workspace, self.shown_version, note, self.reask, self.legacy)
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ def observed(c: Call, tool: str, answer: Answer) -> Reply | None:
         return None
     r = c.result
     if c.outcome == "fail":
-        return _error(r, legacy="stream_node" in c.v)
+        return _error(r, legacy=_is_legacy(c))
     if r.get("reask"):
         return Reply("reask")
     if r.get("isError"):
@@ -125,6 +130,10 @@ def observed(c: Call, tool: str, answer: Answer) -> Reply | None:
             answer.kind, "not_done"
         )
     )
+
+
+def _is_legacy(c: Call) -> bool:
+    return "stream_node" in c.v
 
 
 def _error(r: Mapping[str, Any], *, legacy: bool) -> Reply:

@@ -15,7 +15,7 @@ it along the order the journal fixes.
     shown                     cancel                        cancelled    (state stays shown)
     used (recorded)           the same answer               the recorded outcome, as a replay
     used (recorded)           another answer                refusal
-    expired, not used         accept, decline, cancel       refusal
+    expired, not used         accept, decline, cancel       refusal (legacy: error_result)
     any                       silence (no answer)           reask
     any                       altered token, arguments      refusal
                               or principal
@@ -25,6 +25,10 @@ A used state stays used past its expiry until its replay entry goes, ``grace`` a
 (``forget``); a refusal is the one fixed error (-32602 "Invalid or expired requestState", HTTP
 400). A re-ask looks the title up again: with no note of that title left it is an ``isError``
 result instead, so where the lookup's outcome is uncertain both are legal (``World.reask``).
+A legacy (2025-11-25) client never sees a requestState, so the adapter tells it of an expired
+state with an ``isError`` result ("The request expired before it completed", or "No answer from
+the client in time" when its answer reached the call only past the state's lifetime): for a
+legacy answer (``World.legacy``) that is the expired state's one reply in place of the refusal.
 """
 
 from __future__ import annotations
@@ -119,6 +123,8 @@ class World:
     reask: frozenset[str] = frozenset({REASK})
     """What a re-ask may come out as: ``reask``, or ``error_result`` when no note of the title
     is left for it to offer, or both when that is uncertain."""
+    legacy: bool = False
+    """A 2025-11-25 client's answer: an expired state is told with an ``isError`` result."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ def step(s: State, a: Answer, w: World) -> dict[Reply, Step]:
             return {replay_of(rec): stay, Reply(REFUSAL): stay}
         return {replay_of(rec) if rec.key == a.key else Reply(REFUSAL): stay}
     if s.expired:
-        return {Reply(REFUSAL): stay}
+        return {Reply(ERROR_RESULT if w.legacy else REFUSAL): stay}
     if a.kind == "cancel":
         return {Reply(CANCELLED): stay}
     if a.kind in ("decline", "accept_no"):

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +64,16 @@ class Cluster:
 
 
 async def start_nodes(
-    redis_url: str, embedded_url: str, prefix: str, nursery: trio.Nursery, limits: LegacyLimits
+    redis_url: str,
+    embedded_url: str,
+    prefix: str,
+    nursery: trio.Nursery,
+    limits: LegacyLimits,
+    state_ttl_ms: int | None = None,
 ) -> list[str]:
     settings = demo_settings()
+    if state_ttl_ms is not None:
+        settings = replace(settings, node=replace(settings.node, state_ttl_ms=state_ttl_ms))
     embedded = redis_url == embedded_url
     await seed_demo_notes(redis_url, embedded, prefix=prefix)
     return await start_http_nodes(
@@ -810,4 +817,32 @@ async def test_a_call_nobody_answers_times_out_deleting_nothing(
     assert withdrawn["params"]["requestId"] == ask["id"]
     assert final["result"]["isError"] is True
     assert "No answer" in final["result"]["content"][0]["text"]
+    assert await tps_reports(store) == before
+
+
+async def test_an_answer_reaching_its_call_past_the_state_expiry_is_an_error_result(
+    redis_url: str, embedded_url: str, key_prefix: str, nursery: trio.Nursery, store: NoteStore
+) -> None:
+    """The state expires on the Redis clock before the client's accept is POSTed (the call
+    waits longer than the state lives): the client, which never saw a requestState, is told
+    with an ``isError`` result, and nothing is deleted. ``loadgen.model`` holds a legacy answer
+    to an expired state to exactly this (``World.legacy``)."""
+    limits = LegacyLimits(answer_timeout_s=STEP_S * 3)
+    urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, limits, 300)
+    before = await tps_reports(store)
+    async with httpx.AsyncClient(timeout=STEP_S) as http:
+        c = Cluster(urls, store, SessionStore(store.client, prefix=key_prefix), http)
+        session = await initialize(c)
+        async with open_call(c, 0, session, DELETE_ARGS) as events:
+            ask = await events.next()
+            exp_ms = ask["params"]["_meta"][wire.CONFIRMATION_META]["expMs"]
+            with trio.fail_after(STEP_S):  # poll the Redis clock past the expiry
+                while True:
+                    if await store.redis_time_ms() > exp_ms:
+                        break
+                    await trio.sleep(0.05)
+            await accepted(c, 2, answer(ask["id"], confirm(pick_2024(ask))), session)
+            final = await events.next()
+    assert final["result"]["isError"] is True
+    assert "expired" in final["result"]["content"][0]["text"]
     assert await tps_reports(store) == before

@@ -92,6 +92,13 @@ def test_expiry_refuses_an_unused_state_but_a_used_one_replays_until_forgotten()
     assert replies(forget(expire(used)), Answer("accept", N1)) == {REFUSAL}
 
 
+def test_a_legacy_client_is_told_of_an_expired_unused_state_with_an_error_result() -> None:
+    legacy = replace(HERE, legacy=True)
+    assert replies(expire(INIT), Answer("accept", N1), legacy) == {ERROR_RESULT}
+    assert replies(expire(INIT), Answer("cancel"), legacy) == {ERROR_RESULT}
+    assert replies(INIT, Answer("accept", N1), legacy) == {f"{EXECUTED}:{N1}"}
+
+
 def test_silence_reasks_in_any_state_and_an_altered_answer_is_refused() -> None:
     used = step(INIT, Answer("accept", N1), HERE)[Reply(EXECUTED, N1)].state
     for state in (INIT, used, expire(INIT)):
@@ -467,6 +474,62 @@ def test_a_refusal_after_the_expiry_on_the_redis_clock_is_legal() -> None:
     assert result.model["expired"] == [
         {"answer": "accept", "legal": [REFUSAL], "seen": {REFUSAL: 1}}
     ]
+
+
+LEGACY_ERROR = NOT_DONE | {"isError": True}
+"""A legacy confirm answered with an ``isError`` result, as loadgen.legacy_clients records it."""
+
+
+def legacy_accept(*, late: bool, reply: tuple[OpType, dict[str, Any]]) -> tuple[Story, Op]:
+    """A legacy_plain accept (as in ``simulate --legacy-share 0.3 --seed 5``: the answer POSTed,
+    its call's result on the stream) answered ``reply``, invoked past its state's expiry on the
+    Redis clock (``late``) or surely before it. Returns the answer's completion."""
+    s = Story()
+    s.create(N1, 1, "legacy_plain")
+    s.ask(K1, N1, 1, "legacy_plain")
+    if late:
+        s.now += TTL + 10
+        s.create(N2, 2, "plain")  # an anchor past the expiry, before the late accept
+    s.invoke(K1, 1, "legacy_plain", noteId=N1, node=2, stream_node=2)
+    done = s.done(1, "legacy_plain", *reply)
+    if not late:
+        s.create(N2, 2, "plain")  # an anchor after the answer, still before the expiry
+    return s, done
+
+
+def test_a_legacy_accept_past_its_expiry_answered_with_an_error_result_is_legal() -> None:
+    """The adapter tells a legacy client (which never saw a requestState) that its state expired
+    with an ``isError`` result: the seed-5 finding at op 3481 was this reply, held to the modern
+    refusal."""
+    s, _ = legacy_accept(late=True, reply=("ok", LEGACY_ERROR))
+    result = s.check()
+    assert valid(result), broken(result)
+    assert result.model["legacy_plain"] == [
+        {"answer": "accept", "legal": [ERROR_RESULT], "seen": {ERROR_RESULT: 1}}
+    ]
+
+
+@pytest.mark.planted(
+    control="test_a_legacy_accept_past_its_expiry_answered_with_an_error_result_is_legal"
+)
+def test_a_legacy_accept_before_its_expiry_answered_with_an_error_result_is_not_legal() -> None:
+    s, error = legacy_accept(late=False, reply=("ok", LEGACY_ERROR))
+    v = verdict_of(s.check(), "answers_make_progress")
+    assert v.status == "invalid"
+    assert "[legacy_plain]" in v.summary
+    assert "legal at every point it may have run: executed" in v.summary
+    assert error.index in v.ops
+
+
+@pytest.mark.planted(
+    control="test_a_legacy_accept_past_its_expiry_answered_with_an_error_result_is_legal"
+)
+def test_a_legacy_accept_past_its_expiry_answered_with_the_modern_refusal_is_not_legal() -> None:
+    s, refusal = legacy_accept(late=True, reply=("fail", REFUSED | {"status": 200}))
+    v = verdict_of(s.check(), "answers_conform_to_model")
+    assert v.status == "invalid"
+    assert "legal at every point it may have run: error_result" in v.summary
+    assert refusal.index in v.ops
 
 
 def refused_after_decline(status: int) -> tuple[Story, Op]:
