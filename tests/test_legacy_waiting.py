@@ -219,13 +219,19 @@ async def test_a_call_stops_waiting_the_moment_its_client_disconnects(
             events = Events(r)  # held: a collected line iterator would close the response
             ask = await events.next()
             assert ask["method"] == "elicitation/create"
-            await trio.sleep(0.2)
-            assert served.adapter.statistics().waiting_calls == 1
+            await eventually(
+                lambda: served.adapter.statistics().waiting_calls == 1, "the call waits"
+            )
         await eventually(
             lambda: served.adapter.statistics().waiting_calls == 0, "the call left the reader"
         )
+        # A call is counted pending until it is off its session's list in the store: one more
+        # round trip after it left the reader.
+        await eventually(
+            lambda: served.adapter.statistics().pending_calls == 0, "the call left its session"
+        )
         stats = served.adapter.statistics()
-        assert (stats.pending_calls, stats.disconnects) == (0, 1)
+        assert (stats.pending_calls, stats.waiting_calls, stats.disconnects) == (0, 0, 1)
         # Its answer, sent late, finds the request still open (and is dropped): 202.
         late = {"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "cancel"}}
         response = await http.post(served.url, json=late, headers=headers)
