@@ -23,13 +23,14 @@ import redis
 from click.testing import CliRunner
 
 from cluster.cli import EXIT_USAGE, main
-from cluster.experiments.bench import BenchOptions, command_line, plan_for, run_bench
-from cluster.experiments.bench_http import PEER_ROUNDS, SIDES
-from cluster.experiments.bench_procs import cpu_seconds
-from cluster.experiments.bench_redis import BENCH_PREFIX
-from cluster.experiments.bench_report import render_markdown
-from cluster.experiments.bench_servers import SIDES as SERVER_SIDES
-from cluster.experiments.bench_servers import (
+from cluster.experiments.bench.context import BenchOptions, command_line, plan_for
+from cluster.experiments.bench.database import BENCH_PREFIX
+from cluster.experiments.bench.http_scenarios import PEER_ROUNDS, SIDES
+from cluster.experiments.bench.procs import cpu_seconds
+from cluster.experiments.bench.report import render_markdown
+from cluster.experiments.bench.run import run_bench
+from cluster.experiments.bench.servers import SIDES as SERVER_SIDES
+from cluster.experiments.bench.servers import (
     ServersOptions,
     Side,
     _start,

@@ -245,7 +245,7 @@ def _clients(rows: list[dict[str, Any]] | None) -> list[str]:
         "",
         f"{first['calls']} calls of one script (5 keys, 15 arguments) from {first['concurrency']} "
         f"tasks, median of {first['rounds']} alternated rounds; CPU of the calling process, every "
-        "thread (cluster/experiments/bench_client.py).",
+        "thread (cluster/experiments/bench/redis_clients.py).",
         "",
         *_table(["client", "event loop", "CPU µs/call", "÷ coredis"], table),
     ]

@@ -1,6 +1,6 @@
 """The benchmark's HTTP scenarios: node processes, and ours beside the SDK peer, driven by wrk.
 
-Layer: cluster (an experiment). Every HTTP point runs the same light client (``bench_wrk``:
+Layer: cluster (an experiment). Every HTTP point runs the same light client (``wrk``:
 wrk and a Lua script, pinned off the servers' core) and reads CPU per completed flow for the
 servers, Redis and the client separately. The peer comparison alternates four servers in short
 slots, so a burst of background load on the shared machine hits them alike:
@@ -20,25 +20,23 @@ import tempfile
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cluster.config import ClusterSettings
-from cluster.experiments.bench_flows import Target
-from cluster.experiments.bench_procs import (
+from cluster.experiments.bench.context import Bench
+from cluster.experiments.bench.database import BENCH_PREFIX
+from cluster.experiments.bench.fixed_replies import FIXED_NOTE
+from cluster.experiments.bench.flows import Target
+from cluster.experiments.bench.procs import (
     Cpu,
     ServerProcs,
     open_http_cluster,
     open_server_process,
 )
-from cluster.experiments.bench_redis import BENCH_PREFIX
-from cluster.experiments.bench_store import memory_targets
-from cluster.experiments.bench_wrk import WrkResult, cpu_split, pin, run_wrk
-from cluster.experiments.fixed_replies import FIXED_NOTE
+from cluster.experiments.bench.seeding import memory_targets
+from cluster.experiments.bench.wrk import WrkResult, cpu_split, pin, run_wrk
 from cluster.operations import OpsOptions
 from store.client import CLIENT_ENV
-
-if TYPE_CHECKING:
-    from cluster.experiments.bench import Bench
 
 PEER_CONCURRENCY = 8
 PEER_ROUNDS = 4
@@ -140,7 +138,7 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
         notes = Path(folder) / "notes.txt"
         lines = (f"{t.tenant}|{t.workspace}|{t.title}|{t.note_id}\n" for t in memory)
         notes.write_text("".join(lines), encoding="utf-8")
-        peer = ["cluster.experiments.peer_sdk"]
+        peer = ["cluster.experiments.bench.peer_sdk"]
         in_redis = ["--store", "redis", "--redis", bench.url, "--prefix", BENCH_PREFIX]
         async with AsyncExitStack() as stack:
             procs = {
@@ -171,7 +169,7 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
                     open_server_process([*peer, *in_redis])
                 ),
                 "fixed": await stack.enter_async_context(
-                    open_server_process(["cluster.experiments.fixed_replies"])
+                    open_server_process(["cluster.experiments.bench.fixed_replies"])
                 ),
             }
             for p in procs.values():
