@@ -6,8 +6,7 @@ bottom; a module imports only modules of lower rows, or listed before it in its 
     commands     run              `bench`: scenarios 1-6, the report's JSON and targets
                  servers          `bench-servers`: HTTP servers and apps side by side
                       |
-    scenarios    http_scenarios   HTTP points and ours beside the SDK peer, driven by wrk;
-                                  the budget: CPU per flow of node, Redis and client
+    scenarios    http_scenarios   HTTP points and ours beside the SDK peer, driven by wrk
                       |
     shared       context          options, plan, one run's state (`Bench`), the Redis held
                                   under lock, the machine, the report files
@@ -18,7 +17,9 @@ bottom; a module imports only modules of lower rows, or listed before it in its 
                  seeding          notes written straight into Redis; the raw-script flow
                  wrk              wrk and `wrk_flow.lua`, pinned off the servers' core
                  redis_clients    the Redis client alone: CPU µs per EVALSHA
-                 report           `bench.md` from the JSON (pure)
+                 budget           the budget per flow: ours beside the peer, node, Redis,
+                                  client, metrics on and off, the client's µs per call (pure)
+                 report           `bench.md` from the JSON, the budget first (pure)
                       |
     processes    peer_memory      the SDK peer's notes in memory
     (python -m)  peer_sdk         the SDK peer (over `..sdk_server`, shared with the pack)

@@ -24,7 +24,7 @@ from typing import Any
 
 from cluster.config import ClusterSettings
 from cluster.experiments.bench.context import Bench
-from cluster.experiments.bench.database import BENCH_PREFIX
+from cluster.experiments.bench.database import BENCH_PREFIX, scripts_run
 from cluster.experiments.bench.fixed_replies import FIXED_NOTE
 from cluster.experiments.bench.flows import Target
 from cluster.experiments.bench.procs import (
@@ -75,16 +75,22 @@ def _point(result: WrkResult, cpu: dict[str, float]) -> dict[str, Any]:
 async def wrk_point(
     bench: Bench, procs: ServerProcs, targets: Sequence[Target], concurrency: int, seconds: float
 ) -> dict[str, Any]:
-    """Warm up on the first targets, then one measured wrk run with the CPU it cost."""
+    """Warm up on the first targets, then one measured wrk run with the CPU it cost and the
+    Redis scripts it ran per flow (every client of the server counts: on a ``--redis`` server
+    shared with others, an upper bound)."""
     warm = bench.warmup(concurrency)
     tokens = bench.tokens
     await run_wrk(procs.urls, targets[:warm], tokens, connections=concurrency, seconds=1)
+    scripts = await scripts_run(bench.client)
     before = Cpu.now(procs.pids, bench.redis_pid)
     result = await run_wrk(
         procs.urls, targets[warm:], tokens, connections=concurrency, seconds=seconds
     )
     after = Cpu.now(procs.pids, bench.redis_pid)
-    return _point(result, after.per_flow_ms(before, result.flows, result.client_cpu_s))
+    scripts = await scripts_run(bench.client) - scripts
+    point = _point(result, after.per_flow_ms(before, result.flows, result.client_cpu_s))
+    point["redis_scripts_per_flow"] = round(scripts / max(1, result.flows), 3)
+    return point
 
 
 def _count(bench: Bench, concurrency: int, seconds: float) -> int:
@@ -208,6 +214,9 @@ def aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
             key: round(sum(p["cpu_ms_per_flow"][key] * p["flows"] for p in points) / weight, 3)
             for key in points[0]["cpu_ms_per_flow"]
         },
+        "redis_scripts_per_flow": round(
+            sum(p["redis_scripts_per_flow"] * p["flows"] for p in points) / weight, 3
+        ),
     }
 
 

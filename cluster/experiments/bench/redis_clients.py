@@ -168,9 +168,8 @@ def compare_clients(
     return rows
 
 
-if (
-    __name__ == "__main__"
-):  # pragma: no cover - ad-hoc: python -m cluster.experiments.bench.redis_clients
+# Ad hoc: python -m cluster.experiments.bench.redis_clients redis://127.0.0.1:6379/0
+if __name__ == "__main__":  # pragma: no cover
     import sys
 
     for row in compare_clients(sys.argv[1] if len(sys.argv) > 1 else "redis://127.0.0.1:6379/0"):

@@ -18,6 +18,9 @@ Scenarios:
 6. clients the Redis client alone: CPU µs per EVALSHA of coredis, the store's own client (and
            valkey-glide when installed), on uvloop and on trio (``redis_clients``).
 
+``bench.md`` opens with the budget per flow (``budget``): scenario 3's sides as columns, CPU of
+the server process, Redis and the load client, metrics on and off, and scenario 6's µs per call.
+
 Only ratios measured in this one run mean anything: the machine is shared and noisy. The bench
 runs on a ``redis-server`` of its own (``database``), emptied before, between and after points;
 given ``--redis``, on a database it refuses unless it holds only the bench's keys, and deletes only
@@ -37,6 +40,7 @@ import trio
 
 from cluster.config import ClusterSettings
 from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
+from cluster.experiments.bench.budget import budget
 from cluster.experiments.bench.context import (
     MAX_RATE,
     Bench,
@@ -282,6 +286,7 @@ async def _run(options: BenchOptions, plan: Plan, log: Log, where: BenchRedis) -
                 await bench.clear()
     report = _report(options, plan, info, flows, ceiling, evalsha, peer, sizes, steady)
     report["scenarios"]["clients"] = clients
+    report["scenarios"]["budget"] = budget(peer, clients)
     return report
 
 
