@@ -182,7 +182,7 @@ BUDGET_ROWS = (
     ("Redis client", "redis_client", 0),
     ("its CPU µs per EVALSHA, alone", "redis_client_us_per_call", 1),
     ("≈ its CPU ms (scripts × µs per call)", "redis_client_ms_per_flow", 3),
-    ("≈ its share of the server process", "redis_client_share_of_server", 2),
+    ("≈ its share of the server process", "redis_client_share_of_server", 3),
 )
 """The budget table's rows: label, key of a side's column, digits."""
 
