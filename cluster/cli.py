@@ -83,7 +83,7 @@ class BenchStoreRefused(click.ClickException):
 @contextmanager
 def _bench_store_errors() -> Iterator[None]:
     """Turn the bench's refusal of its Redis into one line and exit code 2."""
-    from cluster.experiments.bench_redis import ForeignKeys
+    from cluster.experiments.bench.database import ForeignKeys
     from cluster.redis_server import RedisServerError
 
     try:
@@ -1165,7 +1165,8 @@ def bench(quick: bool, redis_url: str | None, out_dir: Path) -> None:
     require_extra("bench")
     from rich.console import Console
 
-    from cluster.experiments.bench import BenchOptions, run_bench
+    from cluster.experiments.bench.context import BenchOptions
+    from cluster.experiments.bench.run import run_bench
 
     err = Console(stderr=True)
     with _bench_store_errors():
@@ -1192,7 +1193,7 @@ def bench_servers(quick: bool, redis_url: str | None, out_dir: Path) -> None:
     require_extra("sim")
     from rich.console import Console
 
-    from cluster.experiments.bench_servers import ServersOptions, run_bench_servers
+    from cluster.experiments.bench.servers import ServersOptions, run_bench_servers
 
     err = Console(stderr=True)
     with _bench_store_errors():
@@ -1650,7 +1651,7 @@ def conformance_table_cmd(redis_url: str, out_dir: Path | None) -> None:
     """``notes-cluster conformance-table``."""
     require_extra("sim")
     require_extra("bench")
-    from cluster.experiments.conformance_table import conformance_table
+    from cluster.experiments.conformance.table import conformance_table
 
     folder = out_dir or Path("runs") / time.strftime("conformance-%Y%m%d-%H%M%S")
     table = _run_stoppable(lambda: conformance_table(redis_url, folder))
@@ -1688,7 +1689,7 @@ def serve_reference(
     """``notes-cluster serve-reference``."""
 
     require_extra("bench")
-    from cluster.experiments.references import ADDITIONS, Sdk, open_reference
+    from cluster.experiments.conformance.references import ADDITIONS, Sdk, open_reference
 
     chosen: Sdk = "python" if sdk == "python" else "typescript"
     additions = [

@@ -23,13 +23,14 @@ import redis
 from click.testing import CliRunner
 
 from cluster.cli import EXIT_USAGE, main
-from cluster.experiments.bench import BenchOptions, command_line, plan_for, run_bench
-from cluster.experiments.bench_http import PEER_ROUNDS, SIDES
-from cluster.experiments.bench_procs import cpu_seconds
-from cluster.experiments.bench_redis import BENCH_PREFIX
-from cluster.experiments.bench_report import render_markdown
-from cluster.experiments.bench_servers import SIDES as SERVER_SIDES
-from cluster.experiments.bench_servers import (
+from cluster.experiments.bench.context import BenchOptions, command_line, plan_for
+from cluster.experiments.bench.database import BENCH_PREFIX
+from cluster.experiments.bench.http_scenarios import PEER_ROUNDS, SIDES
+from cluster.experiments.bench.procs import cpu_seconds
+from cluster.experiments.bench.report import BUDGET_ROWS, render_markdown
+from cluster.experiments.bench.run import run_bench
+from cluster.experiments.bench.servers import SIDES as SERVER_SIDES
+from cluster.experiments.bench.servers import (
     ServersOptions,
     Side,
     _start,
@@ -114,6 +115,23 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     assert peer["metrics_on_over_off"] > 0
     assert peer["own_client_over_coredis"] > 0
 
+    budget = result["scenarios"]["budget"]
+    assert tuple(budget["sides"]) == SIDES
+    for side, column in budget["sides"].items():
+        assert set(column) == {key for _, key, _ in BUDGET_ROWS}
+        assert column["server"] == peer[side]["cpu_ms_per_flow"]["servers"]
+        assert column["load_client"] == peer[side]["cpu_ms_per_flow"]["client"]
+        assert column["vs_peer_memory"] > 0
+    for side in ("ours", "ours_metrics", "ours_coredis", "peer_redis"):
+        # A delete flow runs read_notes, then confirm: two scripts at least.
+        assert budget["sides"][side]["redis_scripts_per_flow"] >= 2
+    ours = budget["sides"]["ours"]
+    assert ours["redis_client"] == "resp"
+    assert ours["redis_client_ms_per_flow"] > 0
+    assert budget["sides"]["ours_coredis"]["redis_client"] == "coredis"
+    assert budget["metrics_on_over_off"] == peer["metrics_on_over_off"]
+    assert set(budget["redis_client_us_per_call"]) >= {"coredis", "resp"}
+
     clients = result["scenarios"]["clients"]
     measured = {(r["client"], r["backend"]) for r in clients}
     assert measured >= {(c, b) for c in ("coredis", "resp") for b in ("uvloop", "trio")}
@@ -154,6 +172,7 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
 
     md = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert f"Command: `{result['command']}`" in md
+    assert md.index("## The budget per flow") < md.index("## 1.")
     for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## Targets"):
         assert heading in md
     assert "ours flows/s ÷ peer in memory" in md
@@ -192,6 +211,7 @@ def test_a_run_without_peer_sizes_and_steady_state_says_so_and_leaves_their_targ
         result = run_bench(options, lambda _: None)
 
     assert result["scenarios"]["peer"] is None
+    assert result["scenarios"]["budget"] is None
     assert result["scenarios"]["sizes"] is None
     assert result["scenarios"]["steady"] is None
     assert result["targets"]["peer_throughput_at_least_2"] is None
@@ -200,6 +220,7 @@ def test_a_run_without_peer_sizes_and_steady_state_says_so_and_leaves_their_targ
     assert "steady_flows=0" in result["command"]
     md = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert md.count("Skipped in this run.") == 3
+    assert "Skipped in this run (no SDK peer scenario)." in md
     assert "not measured" in md
     assert render_markdown(result) == md
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from cluster.experiments.conformance.references import open_reference
 from cluster.experiments.foreign import FOREIGN_KINDS, recheck_foreign, run_foreign
-from cluster.experiments.references import open_reference
 from cluster.load_fixture import load_tokens
 from cluster.serve import settings_for, start_http_nodes
 from loadgen.blackbox_check import UNDECIDABLE

@@ -1,8 +1,8 @@
 """The MRTR conformance pack against the official SDKs' reference servers, two instances each.
 
-Layer: tests. The Python SDK reference (``cluster.experiments.reference_sdk``, ``mcp`` from
-PyPI) runs as two processes sharing a sealing key and the real Redis (a key prefix of the
-test's own). As measured, it fails exactly the checks that need a record of used states (the
+Layer: tests. The Python SDK reference (``cluster.experiments.conformance.reference_sdk``,
+``mcp`` from PyPI) runs as two processes sharing a sealing key and the real Redis (a key prefix
+of the test's own). As measured, it fails exactly the checks that need a record of used states (the
 SDK seals and binds ``requestState`` but its handlers run again on every retry), each FAILURE
 quoting the requests that show it; the same server with ``--used-state-store`` passes every
 check. The TypeScript SDK reference (``reference_ts/server.ts``, ``@modelcontextprotocol/server``
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.experiments.references import ADDITIONS, Sdk, node_binary, open_reference
+from cluster.experiments.conformance.references import ADDITIONS, Sdk, node_binary, open_reference
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from loadgen.mrtr_pack.checks import Check
 from store.client import sync_client

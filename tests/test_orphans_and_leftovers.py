@@ -136,10 +136,10 @@ def test_an_interrupted_loadgen_deletes_the_notes_of_its_unfinished_flows(
 
 _SERVER_PARENT = """
 import sys, trio
-from cluster.experiments.bench_procs import open_server_process
+from cluster.experiments.bench.procs import open_server_process
 
 async def main() -> None:
-    async with open_server_process(["cluster.experiments.fixed_replies"]) as procs:
+    async with open_server_process(["cluster.experiments.bench.fixed_replies"]) as procs:
         print(procs.pids[0], procs.urls[0], flush=True)
         await trio.sleep_forever()
 

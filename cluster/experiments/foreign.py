@@ -2,7 +2,7 @@
 
 Layer: cluster (an experiment). Drives any server that serves the notes tool contract
 (``notes_create``, ``notes_list``, ``notes_delete``, ``notes_archive``) for the load tenants,
-e.g. the SDK references (``cluster.experiments.reference_sdk``), over Streamable HTTP. Nothing of
+e.g. the SDK references (``cluster.experiments.conformance``), over Streamable HTTP. Nothing of
 the server is read: states are opaque (``loadgen.states.OpaqueStates``: the lifetime must be
 told), and after the run the final state is what ``notes_list`` shows. The checker
 (``loadgen.blackbox_check``) decides what the history and that state decide, and names what

@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from cluster.config import demo_settings
-from cluster.experiments.references import ADDITIONS, Sdk, node_binary, open_reference
+from cluster.experiments.conformance.references import ADDITIONS, Sdk, node_binary, open_reference
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from cluster.serve import start_http_nodes
 from loadgen.mrtr_pack.checks import comparison

@@ -1,8 +1,8 @@
 """The benchmark peer: ``notes_delete`` served by the official MCP Python SDK (``mcp`` 2.3.0).
 
 Layer: cluster (an experiment: the benchmark's peer; nothing in the product imports it). Run as a
-process with ``python -m cluster.experiments.peer_sdk --store redis --redis URL --prefix P`` (notes
-in Redis) or ``--store memory --notes FILE`` (notes in memory, as one SDK server keeps them:
+process with ``python -m cluster.experiments.bench.peer_sdk --store redis --redis URL --prefix P``
+(notes in Redis) or ``--store memory --notes FILE`` (notes in memory, as one SDK server keeps them:
 ``peer_memory``); it prints its endpoint URL on one line once its socket listens, then serves
 until killed.
 
@@ -29,31 +29,33 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import uvicorn
 import uvloop
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
-    ElicitRequest,
-    ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
 )
 from pydantic import BaseModel
 
 from cluster.demo import DEMO_GRANTS, DEMO_WORKSPACES
-from cluster.experiments.peer_memory import load_targets
+from cluster.experiments.bench.peer_memory import load_targets
+from cluster.experiments.sdk_server import (
+    MAX_CANDIDATES,
+    AnnouncingServer,
+    StaticTokens,
+    pick_form,
+)
 from cluster.load_fixture import load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError
-from store.api import Confirmation, ConfirmOutcome, NoteHead, Snapshot
+from store.api import Confirmation, ConfirmOutcome, Snapshot
 from store.client import open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
 
@@ -61,8 +63,6 @@ PEER_NAME = "notes-peer-sdk"
 FORM_KEY = "confirm_delete"
 STATE_TTL_S = 300.0
 """Like our default state expiry: five minutes."""
-MAX_CANDIDATES = 50
-"""Like our pick list's cap."""
 
 
 class DeleteResult(BaseModel):
@@ -70,39 +70,6 @@ class DeleteResult(BaseModel):
 
     deleted: bool
     noteId: str | None = None  # the wire name
-
-
-class StaticTokens:
-    """The SDK's ``TokenVerifier`` seam over the load principals' published demo tokens."""
-
-    def __init__(self, tokens: dict[str, str]) -> None:
-        self.tokens = tokens
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        """The principal as both client id and subject, or None for an unknown token."""
-        principal = self.tokens.get(token)
-        if principal is None:
-            return None
-        return AccessToken(token=token, client_id=principal, scopes=[], subject=principal)
-
-
-def pick_form(notes: tuple[NoteHead, ...]) -> ElicitRequest:
-    options = [{"const": n.note_id, "title": f"{n.title} ({n.uri})"} for n in notes]
-    pick: dict[str, Any] = {"type": "string", "title": "Note", "oneOf": options}
-    if len(notes) == 1:
-        pick["default"] = notes[0].note_id
-    schema = {
-        "type": "object",
-        "properties": {
-            "noteId": pick,
-            "confirm": {"type": "boolean", "title": "Delete this note", "default": False},
-        },
-        "required": ["noteId", "confirm"],
-    }
-    params = ElicitRequestFormParams.model_validate(
-        {"mode": "form", "message": "Which note should be deleted?", "requestedSchema": schema}
-    )
-    return ElicitRequest(params=params)
 
 
 class PeerStore(Protocol):
@@ -207,16 +174,6 @@ def build_server(store: PeerStore, scope: Scope, tokens: dict[str, str], key: by
     return mcp
 
 
-class AnnouncingServer(uvicorn.Server):
-    """uvicorn's server, printing the endpoint URL once it listens (port 0: the bound port)."""
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.servers and not self.should_exit:
-            host, port = self.servers[0].sockets[0].getsockname()[:2]
-            print(f"http://{host}:{port}/mcp", flush=True)
-
-
 async def serve_peer(options: argparse.Namespace) -> None:
     """Serve on ``options.host`` and a free port until killed, as ``MCPServer.run`` would, on
     uvicorn with httptools and uvloop as a user who wants speed runs it (uvicorn binds the port
@@ -248,7 +205,7 @@ async def serve_peer(options: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Serve on a free loopback port; print the endpoint URL when ready."""
-    p = argparse.ArgumentParser(prog="cluster.experiments.peer_sdk")
+    p = argparse.ArgumentParser(prog="cluster.experiments.bench.peer_sdk")
     p.add_argument("--store", choices=("redis", "memory"), default="redis")
     p.add_argument("--redis", help="with --store redis")
     p.add_argument("--prefix", default=DEFAULT_PREFIX)

@@ -2,9 +2,9 @@
 sharing a sealing key and a Redis, each a process that prints its endpoint URL when ready.
 
 Layer: cluster (an experiment). ``open_reference`` starts the instances of the Python SDK
-reference (``cluster.experiments.reference_sdk``) or of the TypeScript SDK reference
-(``cluster/experiments/reference_ts/server.ts``, run by Node 22), waits for each URL, yields
-them, and kills each process by pid on exit.
+reference (``cluster.experiments.conformance.reference_sdk``) or of the TypeScript SDK reference
+(``cluster/experiments/conformance/reference_ts/server.ts``, run by Node 22), waits for each
+URL, yields them, and kills each process by pid on exit.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Literal
 
 import trio
 
-from cluster.experiments.reference_sdk import KEY_ENV
+from cluster.experiments.conformance.reference_sdk import KEY_ENV
 
 Sdk = Literal["python", "typescript"]
 
@@ -68,7 +68,7 @@ def reference_command(
     flags = ["--redis", redis_url, "--prefix", prefix, "--state-ttl", str(state_ttl_s)]
     flags += ["--port", "0", *(f"--{a}" for a in additions)]
     if sdk == "python":
-        return [sys.executable, "-m", "cluster.experiments.reference_sdk", *flags]
+        return [sys.executable, "-m", "cluster.experiments.conformance.reference_sdk", *flags]
     node = node_binary()
     if node is None:
         raise RuntimeError(

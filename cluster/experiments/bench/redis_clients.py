@@ -27,7 +27,7 @@ import anyio
 import trio
 import uvloop
 
-from cluster.experiments.bench_redis import BENCH_PREFIX
+from cluster.experiments.bench.database import BENCH_PREFIX
 from store.client import redis_client
 from store.resp_client import RespRedis
 
@@ -168,7 +168,8 @@ def compare_clients(
     return rows
 
 
-if __name__ == "__main__":  # pragma: no cover - ad-hoc: python -m cluster.experiments.bench_client
+# Ad hoc: python -m cluster.experiments.bench.redis_clients redis://127.0.0.1:6379/0
+if __name__ == "__main__":  # pragma: no cover
     import sys
 
     for row in compare_clients(sys.argv[1] if len(sys.argv) > 1 else "redis://127.0.0.1:6379/0"):

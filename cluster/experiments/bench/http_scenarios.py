@@ -1,6 +1,6 @@
 """The benchmark's HTTP scenarios: node processes, and ours beside the SDK peer, driven by wrk.
 
-Layer: cluster (an experiment). Every HTTP point runs the same light client (``bench_wrk``:
+Layer: cluster (an experiment). Every HTTP point runs the same light client (``wrk``:
 wrk and a Lua script, pinned off the servers' core) and reads CPU per completed flow for the
 servers, Redis and the client separately. The peer comparison alternates four servers in short
 slots, so a burst of background load on the shared machine hits them alike:
@@ -20,25 +20,23 @@ import tempfile
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cluster.config import ClusterSettings
-from cluster.experiments.bench_flows import Target
-from cluster.experiments.bench_procs import (
+from cluster.experiments.bench.context import Bench
+from cluster.experiments.bench.database import BENCH_PREFIX, scripts_run
+from cluster.experiments.bench.fixed_replies import FIXED_NOTE
+from cluster.experiments.bench.flows import Target
+from cluster.experiments.bench.procs import (
     Cpu,
     ServerProcs,
     open_http_cluster,
     open_server_process,
 )
-from cluster.experiments.bench_redis import BENCH_PREFIX
-from cluster.experiments.bench_store import memory_targets
-from cluster.experiments.bench_wrk import WrkResult, cpu_split, pin, run_wrk
-from cluster.experiments.fixed_replies import FIXED_NOTE
+from cluster.experiments.bench.seeding import memory_targets
+from cluster.experiments.bench.wrk import WrkResult, cpu_split, pin, run_wrk
 from cluster.operations import OpsOptions
 from store.client import CLIENT_ENV
-
-if TYPE_CHECKING:
-    from cluster.experiments.bench import Bench
 
 PEER_CONCURRENCY = 8
 PEER_ROUNDS = 4
@@ -77,16 +75,22 @@ def _point(result: WrkResult, cpu: dict[str, float]) -> dict[str, Any]:
 async def wrk_point(
     bench: Bench, procs: ServerProcs, targets: Sequence[Target], concurrency: int, seconds: float
 ) -> dict[str, Any]:
-    """Warm up on the first targets, then one measured wrk run with the CPU it cost."""
+    """Warm up on the first targets, then one measured wrk run with the CPU it cost and the
+    Redis scripts it ran per flow (every client of the server counts: on a ``--redis`` server
+    shared with others, an upper bound)."""
     warm = bench.warmup(concurrency)
     tokens = bench.tokens
     await run_wrk(procs.urls, targets[:warm], tokens, connections=concurrency, seconds=1)
+    scripts = await scripts_run(bench.client)
     before = Cpu.now(procs.pids, bench.redis_pid)
     result = await run_wrk(
         procs.urls, targets[warm:], tokens, connections=concurrency, seconds=seconds
     )
     after = Cpu.now(procs.pids, bench.redis_pid)
-    return _point(result, after.per_flow_ms(before, result.flows, result.client_cpu_s))
+    scripts = await scripts_run(bench.client) - scripts
+    point = _point(result, after.per_flow_ms(before, result.flows, result.client_cpu_s))
+    point["redis_scripts_per_flow"] = round(scripts / max(1, result.flows), 3)
+    return point
 
 
 def _count(bench: Bench, concurrency: int, seconds: float) -> int:
@@ -140,7 +144,7 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
         notes = Path(folder) / "notes.txt"
         lines = (f"{t.tenant}|{t.workspace}|{t.title}|{t.note_id}\n" for t in memory)
         notes.write_text("".join(lines), encoding="utf-8")
-        peer = ["cluster.experiments.peer_sdk"]
+        peer = ["cluster.experiments.bench.peer_sdk"]
         in_redis = ["--store", "redis", "--redis", bench.url, "--prefix", BENCH_PREFIX]
         async with AsyncExitStack() as stack:
             procs = {
@@ -171,7 +175,7 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
                     open_server_process([*peer, *in_redis])
                 ),
                 "fixed": await stack.enter_async_context(
-                    open_server_process(["cluster.experiments.fixed_replies"])
+                    open_server_process(["cluster.experiments.bench.fixed_replies"])
                 ),
             }
             for p in procs.values():
@@ -210,6 +214,9 @@ def aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
             key: round(sum(p["cpu_ms_per_flow"][key] * p["flows"] for p in points) / weight, 3)
             for key in points[0]["cpu_ms_per_flow"]
         },
+        "redis_scripts_per_flow": round(
+            sum(p["redis_scripts_per_flow"] * p["flows"] for p in points) / weight, 3
+        ),
     }
 
 

@@ -4,8 +4,10 @@ Layer: cluster (an experiment: the conformance pack's reference; nothing in the 
 it). Run several instances sharing one sealing key and one Redis:
 
     export NOTES_CLUSTER_SDK_STATE_KEY=$(head -c 32 /dev/urandom | base64)
-    python -m cluster.experiments.reference_sdk --redis redis://127.0.0.1:6379/0 --port 8800 &
-    python -m cluster.experiments.reference_sdk --redis redis://127.0.0.1:6379/0 --port 8801 &
+    python -m cluster.experiments.conformance.reference_sdk \
+        --redis redis://127.0.0.1:6379/0 --port 8800 &
+    python -m cluster.experiments.conformance.reference_sdk \
+        --redis redis://127.0.0.1:6379/0 --port 8801 &
 
 Each prints its endpoint URL once it listens. Tools: ``notes_create``, ``notes_list``,
 ``notes_delete`` and ``notes_archive`` (pick and confirm a note by form, then act), for the demo
@@ -47,7 +49,12 @@ from mcp_types import ElicitResult, InputRequiredResult
 from pydantic import BaseModel
 
 from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_TOKENS, DEMO_WORKSPACES
-from cluster.experiments.peer_sdk import MAX_CANDIDATES, AnnouncingServer, StaticTokens, pick_form
+from cluster.experiments.sdk_server import (
+    MAX_CANDIDATES,
+    AnnouncingServer,
+    StaticTokens,
+    pick_form,
+)
 from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from nodes.scope import Scope, ScopeError, Workspace
 from store.api import Confirmation, ConfirmOutcome, StoreOp
@@ -307,7 +314,7 @@ async def serve_reference(options: argparse.Namespace, key: bytes) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse options and serve; print the endpoint URL when ready."""
-    p = argparse.ArgumentParser(prog="cluster.experiments.reference_sdk")
+    p = argparse.ArgumentParser(prog="cluster.experiments.conformance.reference_sdk")
     p.add_argument("--redis", required=True, help="redis:// URL every instance shares")
     p.add_argument("--prefix", default=DEFAULT_PREFIX)
     p.add_argument("--host", default="127.0.0.1")

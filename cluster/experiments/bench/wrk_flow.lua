@@ -1,4 +1,4 @@
--- The benchmark's light HTTP client (cluster/experiments/bench_wrk.py): notes_delete flows,
+-- The benchmark's light HTTP client (cluster/experiments/bench/wrk.py): notes_delete flows,
 -- round 1 then round 2, over one keep-alive HTTP/1.1 connection per wrk thread (-tN -cN).
 --   wrk -tN -cN -dS -s wrk_flow.lua URL -- TARGETS_FILE N
 -- TARGETS_FILE: one flow per line, token|workspaceUri|title|noteId (thread i takes lines i, i+N..).

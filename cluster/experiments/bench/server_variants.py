@@ -1,7 +1,7 @@
 """One ASGI app on one of several HTTP servers, as an OS process: the servers the bench compares.
 
-Layer: cluster (an experiment). ``python -m cluster.experiments.server_variants SERVER APP``
-serves APP (``fixed``: the fixed-replies app, ``cluster.experiments.fixed_replies``; ``node``:
+Layer: cluster (an experiment). ``python -m cluster.experiments.bench.server_variants SERVER APP``
+serves APP (``fixed``: the fixed-replies app, ``cluster.experiments.bench.fixed_replies``; ``node``:
 one node over ``--redis``, as ``cluster.node_process`` builds it) on SERVER, one worker, on a
 free loopback port, and prints its URL once the port accepts connections. Servers:
 
@@ -149,7 +149,7 @@ _RUNNERS = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cluster.experiments.server_variants")
+    p = argparse.ArgumentParser(prog="cluster.experiments.bench.server_variants")
     p.add_argument("server", choices=SERVERS)
     p.add_argument("app", choices=APPS)
     p.add_argument("--redis", default=None, help="the node's store (app node)")
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     a = _parser().parse_args(argv)
     host, port = "127.0.0.1", free_port()
     if a.app == "fixed":
-        from cluster.experiments.fixed_replies import app as fixed
+        from cluster.experiments.bench.fixed_replies import app as fixed
 
         app: Any = fixed
     else:

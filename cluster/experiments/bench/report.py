@@ -171,6 +171,54 @@ def _peer(peer: dict[str, Any] | None) -> list[str]:
     ]
 
 
+BUDGET_ROWS = (
+    ("flows/s", "flows_per_s", 1),
+    ("server process CPU ms (our node; the SDK's process)", "server", 3),
+    ("Redis CPU ms", "redis", 3),
+    ("**server + Redis CPU ms**", "server_plus_redis", 3),
+    ("server + Redis ÷ SDK peer in memory", "vs_peer_memory", 3),
+    ("load client CPU ms (wrk)", "load_client", 3),
+    ("Redis scripts run", "redis_scripts_per_flow", 2),
+    ("Redis client", "redis_client", 0),
+    ("its CPU µs per EVALSHA, alone", "redis_client_us_per_call", 1),
+    ("≈ its CPU ms (scripts × µs per call)", "redis_client_ms_per_flow", 3),
+    ("≈ its share of the server process", "redis_client_share_of_server", 3),
+)
+"""The budget table's rows: label, key of a side's column, digits."""
+
+
+def budget_lines(section: dict[str, Any] | None) -> list[str]:
+    """The budget per flow, side by side (``budget.budget``)."""
+    title = "## The budget per flow: ours beside the SDK peer"
+    if section is None:
+        return [title, "", "Skipped in this run (no SDK peer scenario).", ""]
+    sides = section["sides"]
+    head = ["per completed delete flow", *(_name(side) for side in sides)]
+    rows = [
+        [label, *(_num(column[key], digits) for column in sides.values())]
+        for label, key, digits in BUDGET_ROWS
+    ]
+    metrics = section["metrics_on_over_off"]
+    alone = ", ".join(
+        f"{client} {_num(us)}" for client, us in section["redis_client_us_per_call"].items()
+    )
+    return [
+        title,
+        "",
+        f"HTTP, one process each, c{section['concurrency']}: each column sums its "
+        f"{section['rounds']} alternated slots of {section['slot_s']:g} s in this run (section 3 "
+        "has every slot). n/a: the side uses no Redis, or no client of ours.",
+        "",
+        *_table(head, rows),
+        f"Metrics on ÷ off (server + Redis): {_num(metrics, 3)} (target ≤ 1.03: "
+        f"{_verdict(_le(metrics, 1.03))}).",
+        "",
+        f"The Redis client alone, CPU µs per EVALSHA on {section['redis_client_backend']} "
+        f"(section 6): {alone or 'not measured'}.",
+        "",
+    ]
+
+
 def _ge(value: float | None, bound: float) -> bool | None:
     return None if value is None else value >= bound
 
@@ -245,7 +293,7 @@ def _clients(rows: list[dict[str, Any]] | None) -> list[str]:
         "",
         f"{first['calls']} calls of one script (5 keys, 15 arguments) from {first['concurrency']} "
         f"tasks, median of {first['rounds']} alternated rounds; CPU of the calling process, every "
-        "thread (cluster/experiments/bench_client.py).",
+        "thread (cluster/experiments/bench/redis_clients.py).",
         "",
         *_table(["client", "event loop", "CPU µs/call", "÷ coredis"], table),
     ]
@@ -265,6 +313,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"run took {result.get('elapsed_s', 'n/a')} s. Only ratios within this one run are "
         "meaningful: the machine is shared and noisy.",
         "",
+        *budget_lines(sc.get("budget")),
         *_flows(sc["flows"]["points"]),
         *_ceiling(sc["ceiling"]),
         *_peer(sc["peer"]),

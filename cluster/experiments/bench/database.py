@@ -98,3 +98,20 @@ async def clear(client: coredis.Redis[str], where: BenchRedis) -> None:
             batch = []
     if batch:
         await client.unlink(batch)
+
+
+SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
+"""The commands that run a script: a store's round trips are mostly these. Commands a script
+calls inside Redis count in ``INFO commandstats`` too, so the bench counts scripts, not all
+commands."""
+
+
+async def scripts_run(client: coredis.Redis[str]) -> int:
+    """Scripts this Redis server has run since it started (every client, every database)."""
+    stats = await client.info("commandstats")
+    total = 0
+    for name in SCRIPT_COMMANDS:
+        row = stats.get(f"cmdstat_{name}")
+        if isinstance(row, dict):
+            total += int(row.get("calls", 0))
+    return total

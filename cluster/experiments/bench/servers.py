@@ -1,20 +1,20 @@
 """``notes-cluster bench-servers``: the HTTP servers side by side, in one run.
 
 Layer: cluster (an experiment). The figures behind the README's "Choosing the HTTP server": the
-same wrk client as the bench's HTTP points (``bench_wrk``: ``wrk_flow.lua``, one keep-alive
+same wrk client as the bench's HTTP points (``wrk``: ``wrk_flow.lua``, one keep-alive
 connection per thread, pinned off the servers' core) drives, in alternating rounds of short
 slots (in turn first, then last ...), one process per server and app
-(``cluster.experiments.server_variants``):
+(``cluster.experiments.bench.server_variants``):
 
 - the fixed-replies app (the HTTP server alone) on uvicorn with httptools and uvloop, granian,
   uvicorn with h11 on asyncio, and hypercorn's trio worker;
 - one node over the real Redis on uvicorn (httptools, uvloop) and on granian.
 
 Each slot reads the server process's CPU from ``/proc`` around the measured wrk run
-(``bench_http.wrk_point``); a server's row sums its slots. A server that cannot start (granian
+(``http_scenarios.wrk_point``); a server's row sums its slots. A server that cannot start (granian
 not installed) gets a row that says why instead of figures. Only ratios inside one run mean
 anything: the machine is shared and noisy. The node rows run on the bench's Redis
-(``bench.bench_store``: a redis-server of its own, or a ``--redis`` database holding only the
+(``context.bench_store``: a redis-server of its own, or a ``--redis`` database holding only the
 bench's keys), cleared before, between and after the node slots.
 """
 
@@ -31,18 +31,18 @@ from typing import Any
 
 import trio
 
-from cluster.experiments.bench import Bench, Plan, bench_store, machine, write_report
-from cluster.experiments.bench_flows import Target
-from cluster.experiments.bench_http import (
+from cluster.experiments.bench.context import Bench, Plan, bench_store, machine, write_report
+from cluster.experiments.bench.database import BENCH_PREFIX, BenchRedis
+from cluster.experiments.bench.flows import Target
+from cluster.experiments.bench.http_scenarios import (
     PEER_CONCURRENCY,
     RATE_CAP,
     aggregate,
     fixed_targets,
     wrk_point,
 )
-from cluster.experiments.bench_procs import ServerProcs, open_server_process, redis_server_pid
-from cluster.experiments.bench_redis import BENCH_PREFIX, BenchRedis
-from cluster.experiments.bench_wrk import cpu_split, pin
+from cluster.experiments.bench.procs import ServerProcs, open_server_process, redis_server_pid
+from cluster.experiments.bench.wrk import cpu_split, pin
 from store.client import redis_client
 
 Log = Callable[[str], None]
@@ -116,7 +116,7 @@ class ServersOptions:
 
 
 def _launch_args(side: Side, redis_url: str) -> list[str]:
-    args = ["cluster.experiments.server_variants", side.server, side.app]
+    args = ["cluster.experiments.bench.server_variants", side.server, side.app]
     if side.app == "node":
         args += ["--redis", redis_url, "--prefix", BENCH_PREFIX]
     return args

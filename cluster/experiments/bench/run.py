@@ -1,8 +1,8 @@
 """``notes-cluster bench``: delete flows per second, side by side, in one run.
 
 Layer: cluster (an experiment). Starts clusters (in-process and as HTTP node processes), the SDK
-peer (``peer_sdk``), seeds the store directly (``bench_store``) and drives every server with the
-same loop (``bench_flows``); those modules sit beside this one in ``cluster.experiments``.
+peer (``peer_sdk``), seeds the store directly (``seeding``) and drives every server with the
+same loop (``flows``); those modules sit beside this one in ``cluster.experiments.bench``.
 Scenarios:
 
 1. flows   completed two-round ``notes_delete`` flows/s and latency, in-process (embedded store
@@ -16,58 +16,63 @@ Scenarios:
 5. steady  the race workload (``simulate``, 3 in-process nodes on the same Redis, c64): flows/s
            in the last tenth of the run against the first tenth;
 6. clients the Redis client alone: CPU µs per EVALSHA of coredis, the store's own client (and
-           valkey-glide when installed), on uvloop and on trio (``bench_client``).
+           valkey-glide when installed), on uvloop and on trio (``redis_clients``).
+
+``bench.md`` opens with the budget per flow (``budget``): scenario 3's sides as columns, CPU of
+the server process, Redis and the load client, metrics on and off, and scenario 6's µs per call.
 
 Only ratios measured in this one run mean anything: the machine is shared and noisy. The bench
-runs on a ``redis-server`` of its own (``bench_redis``), emptied before, between and after points;
+runs on a ``redis-server`` of its own (``database``), emptied before, between and after points;
 given ``--redis``, on a database it refuses unless it holds only the bench's keys, and deletes only
 those (prefix ``ncbench``).
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import importlib.util
-import json
-import os
-import platform
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import coredis
 import trio
-from hdrh.histogram import HdrHistogram
 
 from cluster.config import ClusterSettings
 from cluster.demo import DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
-from cluster.experiments.bench_client import compare_clients
-from cluster.experiments.bench_flows import FlowFn, PointStats, Target, run_flows
-from cluster.experiments.bench_flows import transport_flow as mcp_flow
-from cluster.experiments.bench_http import (
+from cluster.experiments.bench.budget import budget
+from cluster.experiments.bench.context import (
+    MAX_RATE,
+    Bench,
+    BenchOptions,
+    Log,
+    Plan,
+    bench_store,
+    command_line,
+    machine,
+    plan_for,
+    write_report,
+)
+from cluster.experiments.bench.database import BENCH_PREFIX, BenchRedis
+from cluster.experiments.bench.flows import Target
+from cluster.experiments.bench.flows import transport_flow as mcp_flow
+from cluster.experiments.bench.http_scenarios import (
     PEER_CONCURRENCY,
     http_points,
     peer_comparison,
     peer_summary,
 )
-from cluster.experiments.bench_procs import Cpu, redis_server_pid
-from cluster.experiments.bench_redis import BENCH_PREFIX, BenchRedis, bench_redis, clear
-from cluster.experiments.bench_report import render_markdown
-from cluster.experiments.bench_store import (
+from cluster.experiments.bench.procs import redis_server_pid
+from cluster.experiments.bench.redis_clients import compare_clients
+from cluster.experiments.bench.report import render_markdown
+from cluster.experiments.bench.seeding import (
     dbsize,
     raw_flow,
     redis_benchmark_evalsha,
     seed_filler,
-    seed_targets,
 )
 from cluster.experiments.simulate import SimulateOptions, simulate
-from cluster.load_fixture import load_tokens, with_load_scope
+from cluster.load_fixture import with_load_scope
 from cluster.local import InProcessTransport, open_local_cluster
 from cluster.serve import settings_for
 from loadgen.runner import RunSettings
@@ -78,33 +83,15 @@ from nodes.sealing import KeyRing
 from store.client import redis_client
 from store.notes import NoteStore
 
-Log = Callable[[str], None]
-
-QUICK_SECONDS = 3.0
-FULL_SECONDS = 8.0
-"""Measured seconds per point. Quick mode must finish in under three minutes on two cores."""
-QUICK_SIZES = (1_000, 100_000)
-FULL_SIZES = (1_000, 100_000, 1_000_000)
-CONCURRENCIES = (8, 32)
 SIZE_NODES = 2
 """Cluster size of the stored-notes scenario (in-process, real Redis)."""
-QUICK_STEADY_FLOWS = 3_000
-FULL_STEADY_FLOWS = 20_000
 STEADY_NODES = 3
 STEADY_CONCURRENCY = 64
 STEADY_MAX_S = 900.0
 """The steady-state run's time bound: generous, so its flow count ends it, not time."""
-
-MAX_RATE = 3_000
-"""Flows/s a point is seeded for: well above what two cores reach, so time ends a point, not
-the supply of notes (a point that runs out early is still a valid measurement)."""
 EMBEDDED_MAX_RATE = 1_000
-"""The same for the embedded store, which is slower to seed and to serve."""
-WARMUP_FLOWS_PER_WORKER = 2
-WARMUP_MAX_S = 10.0
-
-LOCK_WAIT_S = 900.0
-"""How long a bench waits for another one on the same database (a full run takes ~15 min)."""
+"""Flows/s a point of the embedded store is seeded for (``MAX_RATE`` for Redis): it is slower
+to seed and to serve."""
 
 TARGET_CEILING_FRACTION = 0.35
 TARGET_PEER_THROUGHPUT = 2.0
@@ -115,180 +102,12 @@ TARGET_METRICS_COST = 1.03
 """A node with its metrics on costs at most 3% more CPU per flow than without (issue 21)."""
 
 
-@dataclass(frozen=True)
-class BenchOptions:
-    """What ``notes-cluster bench`` takes, plus internal knobs for tests (short points, fewer
-    sizes, no peer)."""
-
-    quick: bool = False
-    redis_url: str | None = None
-    """A user's Redis database (holding no keys but the bench's); None: a redis-server of the
-    bench's own."""
-    out_dir: Path = Path("runs/bench")
-    seconds_per_point: float | None = None
-    seed: int = 1
-    nodes: tuple[int, ...] | None = None
-    concurrencies: tuple[int, ...] | None = None
-    sizes: tuple[int, ...] | None = None
-    peer: bool = True
-    steady_flows: int | None = None
-    """Flows of the steady-state scenario (None: the mode's; 0: skip it)."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The points one run measures."""
-
-    seconds: float
-    nodes: tuple[int, ...]
-    concurrencies: tuple[int, ...]
-    sizes: tuple[int, ...]
-    peer: bool
-    steady_flows: int
-
-    def cap(self, rate: int = MAX_RATE) -> int:
-        """Most measured flows one point may run (the notes seeded for it)."""
-        return max(200, int(self.seconds * rate))
-
-
-def plan_for(options: BenchOptions) -> Plan:
-    """The mode's defaults, with any internal knob applied."""
-    return Plan(
-        seconds=options.seconds_per_point or (QUICK_SECONDS if options.quick else FULL_SECONDS),
-        nodes=options.nodes or ((1, 2) if options.quick else (1, 2, 3)),
-        concurrencies=options.concurrencies or CONCURRENCIES,
-        sizes=options.sizes
-        if options.sizes is not None
-        else (QUICK_SIZES if options.quick else FULL_SIZES),
-        peer=options.peer,
-        steady_flows=options.steady_flows
-        if options.steady_flows is not None
-        else (QUICK_STEADY_FLOWS if options.quick else FULL_STEADY_FLOWS),
-    )
-
-
-def command_line(options: BenchOptions) -> str:
-    """The CLI command equivalent to ``options`` (internal knobs noted after it)."""
-    cmd = "notes-cluster bench" + (" --quick" if options.quick else "")
-    cmd += f" --redis {options.redis_url}" if options.redis_url else ""
-    cmd += f" --out {options.out_dir}"
-    knobs = {
-        k: v
-        for k, v in asdict(options).items()
-        if k
-        in ("seconds_per_point", "nodes", "concurrencies", "sizes", "seed", "peer", "steady_flows")
-        and v != getattr(BenchOptions(), k)
-    }
-    if knobs:
-        cmd += "  # internal: " + ", ".join(f"{k}={v}" for k, v in knobs.items())
-    return cmd
-
-
 def _node_config() -> NodeConfig:
     return NodeConfig(
         server_name=DEMO_SERVER_NAME,
         scope=with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS)),
         key_ring=KeyRing.generate(),
     )
-
-
-def _tokens() -> dict[str, str]:
-    return {principal: token for token, principal in load_tokens().items()}
-
-
-@dataclass
-class Bench:
-    """One run's shared state: the real Redis, its pid, the plan, the log."""
-
-    client: coredis.Redis[str]
-    url: str
-    plan: Plan
-    log: Log
-    redis_pid: int | None
-    seed: int
-    tag: int = 0
-    own_redis: bool = False
-    """True when the bench started this Redis itself: it may flush it. Otherwise it deletes only
-    keys under ``BENCH_PREFIX``."""
-
-    async def clear(self, client: coredis.Redis[str] | None = None) -> None:
-        """Remove what the bench stored (see ``bench_redis.clear``)."""
-        await clear(client or self.client, BenchRedis(self.url, self.own_redis))
-
-    async def targets(
-        self, client: coredis.Redis[str], concurrency: int, rate: int = MAX_RATE
-    ) -> list[Target]:
-        """Clear, then seed the notes of one point (warm-up plus measured)."""
-        await self.clear(client)
-        return await self.seed_point(client, concurrency, rate)
-
-    async def seed_point(
-        self, client: coredis.Redis[str], concurrency: int, rate: int = MAX_RATE
-    ) -> list[Target]:
-        """Seed the notes of one point, with titles no earlier point used."""
-        self.tag += 1
-        count = self.warmup(concurrency) + self.plan.cap(rate)
-        return await seed_targets(client, BENCH_PREFIX, count, f"p{self.tag}")
-
-    @property
-    def tokens(self) -> dict[str, str]:
-        """Each load principal's bearer token."""
-        return _tokens()
-
-    @staticmethod
-    def warmup(concurrency: int) -> int:
-        """Warm-up flows before a point (connections, caches, scripts)."""
-        return WARMUP_FLOWS_PER_WORKER * concurrency
-
-    async def measure(
-        self,
-        flows: Sequence[FlowFn],
-        node_count: int,
-        targets: list[Target],
-        concurrency: int,
-        server_pids: Sequence[int] = (),
-        *,
-        seconds: float | None = None,
-        histogram: HdrHistogram | None = None,
-    ) -> dict[str, Any]:
-        """Warm up, then one measured point with the CPU it cost (its latencies are also added
-        to ``histogram`` when one is given)."""
-        warm = self.warmup(concurrency)
-        await run_flows(
-            flows,
-            node_count,
-            iter(targets[:warm]),
-            concurrency=concurrency,
-            duration_s=WARMUP_MAX_S,
-            max_flows=warm,
-            seed=self.seed,
-        )
-        rest: Iterator[Target] = iter(targets[warm:])
-        before = Cpu.now(server_pids, self.redis_pid)
-        stats: PointStats = await run_flows(
-            flows,
-            node_count,
-            rest,
-            concurrency=concurrency,
-            duration_s=self.plan.seconds if seconds is None else seconds,
-            max_flows=len(targets) - warm,
-            seed=self.seed,
-        )
-        after = Cpu.now(server_pids, self.redis_pid)
-        if histogram is not None:
-            histogram.add(stats.histogram)
-        out = stats.summary()
-        out["cpu_ms_per_flow"] = after.per_flow_ms(before, stats.completed)
-        return out
-
-    def record(self, point: dict[str, Any]) -> dict[str, Any]:
-        """Log one point."""
-        self.log(
-            f"  {point.get('label', '')}: {point['flows_per_s']:.0f} flows/s, "
-            f"p50 {point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms"
-            + (f", {point['failed']} failed ({point['first_error']})" if point["failed"] else "")
-        )
-        return point
 
 
 async def _inprocess(bench: Bench, embedded: bool) -> list[dict[str, Any]]:
@@ -467,6 +286,7 @@ async def _run(options: BenchOptions, plan: Plan, log: Log, where: BenchRedis) -
                 await bench.clear()
     report = _report(options, plan, info, flows, ceiling, evalsha, peer, sizes, steady)
     report["scenarios"]["clients"] = clients
+    report["scenarios"]["budget"] = budget(peer, clients)
     return report
 
 
@@ -497,17 +317,6 @@ async def _peer_scenario(bench: Bench, settings: ClusterSettings) -> dict[str, A
         return None
     bench.log("3. the SDK peer and ours, alternating")
     return peer_summary(await peer_comparison(bench, settings))
-
-
-def machine(info: dict[str, Any]) -> dict[str, Any]:
-    """What a benchmark report says of the machine: CPUs, Python, platform, and the Redis
-    version from ``info`` (Redis' ``INFO server``)."""
-    return {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "redis_version": str(info.get("redis_version", "")),
-    }
 
 
 def _report(
@@ -596,43 +405,6 @@ def _targets(
     }
 
 
-@contextmanager
-def exclusive(redis_url: str, log: Log) -> Iterator[None]:
-    """Hold this machine's lock on ``redis_url``'s database: two benches on one database would
-    delete each other's notes. A second bench waits (bounded) for the first."""
-    digest = hashlib.sha256(redis_url.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"notes-cluster-bench-{digest}.lock"
-    with path.open("a") as handle:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"another bench holds {redis_url}") from None
-                log(f"waiting for another bench on {redis_url}")
-                time.sleep(1.0)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextmanager
-def bench_store(redis_url: str | None, log: Log) -> Iterator[BenchRedis]:
-    """A Redis of the bench's own (``redis_url`` None), else the user's database ``redis_url``
-    held under this machine's lock and refused (``ForeignKeys``) when it holds keys the bench
-    did not write."""
-    if redis_url is None:
-        with bench_redis(None) as where:
-            log(f"on a redis-server of the bench's own: {where.url}")
-            yield where
-        return
-    with exclusive(redis_url, log), bench_redis(redis_url) as where:
-        yield where
-
-
 def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     """Run every scenario in one go; write ``bench.json`` and ``bench.md`` into ``out_dir``."""
     plan = plan_for(options)
@@ -643,12 +415,3 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     write_report(result, render_markdown(result), options.out_dir / "bench", log)
     return result
-
-
-def write_report(result: dict[str, Any], markdown: str, stem: Path, log: Log) -> None:
-    """Write ``result`` as ``STEM.json`` and ``markdown`` as ``STEM.md`` (making the folder)."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    md_path.write_text(markdown, encoding="utf-8")
-    log(f"wrote {json_path} and {md_path}")

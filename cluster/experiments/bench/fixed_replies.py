@@ -1,6 +1,6 @@
 """The HTTP server alone: an ASGI app answering two fixed MCP replies, on the nodes' server.
 
-Layer: cluster (an experiment). ``python -m cluster.experiments.fixed_replies`` serves it with
+Layer: cluster (an experiment). ``python -m cluster.experiments.bench.fixed_replies`` serves it with
 the node processes' uvicorn settings (``cluster.node_server``) on a free loopback port and
 prints its URL. Round 1 (no ``requestState``) gets an ``input_required`` reply offering note
 ``FIXED_NOTE``; round 2 gets ``deleted: true``. The bench drives it with the same wrk script as

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import coredis
 import trio
 
-from cluster.experiments.bench_flows import Target
+from cluster.experiments.bench.flows import Target
 from loadgen.tenants import LOAD_TENANTS, tenant
 from nodes.sealing import new_nonce
 from store.api import Confirmation

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import trio
 
-from cluster.experiments.bench_flows import Target
+from cluster.experiments.bench.flows import Target
 
 LUA = Path(__file__).with_name("wrk_flow.lua")
 WRK_MARGIN_S = 30.0

@@ -1,0 +1,31 @@
+"""The benchmark: ``notes-cluster bench`` and ``bench-servers``, and what only they use.
+
+Layer: cluster (an experiment; nothing of the product imports it). Modules by row, top to
+bottom; a module imports only modules of lower rows, or listed before it in its own row::
+
+    commands     run              `bench`: scenarios 1-6, the report's JSON and targets
+                 servers          `bench-servers`: HTTP servers and apps side by side
+                      |
+    scenarios    http_scenarios   HTTP points and ours beside the SDK peer, driven by wrk
+                      |
+    shared       context          options, plan, one run's state (`Bench`), the Redis held
+                                  under lock, the machine, the report files
+                      |
+    parts        flows            the in-process flow loop (`Target`, `run_flows`)
+                 procs            node and server processes, CPU from /proc (`Cpu`)
+                 database         the bench's Redis: its own server or a user's, guarded
+                 seeding          notes written straight into Redis; the raw-script flow
+                 wrk              wrk and `wrk_flow.lua`, pinned off the servers' core
+                 redis_clients    the Redis client alone: CPU µs per EVALSHA
+                 budget           the budget per flow: ours beside the peer, node, Redis,
+                                  client, metrics on and off, the client's µs per call (pure)
+                 report           `bench.md` from the JSON, the budget first (pure)
+                      |
+    processes    peer_memory      the SDK peer's notes in memory
+    (python -m)  peer_sdk         the SDK peer (over `..sdk_server`, shared with the pack)
+                 fixed_replies    the HTTP server alone: two fixed replies
+                 server_variants  one app on one HTTP server, for `bench-servers`
+
+The scenarios start the last row as ``python -m cluster.experiments.bench.NAME`` processes. The
+bench imports the run family only for its steady-state scenario (``..simulate``).
+"""
