@@ -109,7 +109,7 @@ RACE_KINDS: tuple[str, ...] = (
     "wrong_tool",
     "write_retry",
 )
-"""Every race kind a run exercises (``loadgen.tally``'s rule holds each to it)."""
+"""Every race kind a run exercises (``loadgen.check.exercise`` holds each to it)."""
 
 KEYED_KINDS: tuple[str, ...] = ()
 """Kinds run only when weighted (none now: ``write_retry`` joined the race kinds once every

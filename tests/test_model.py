@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.checker import Call, CheckResult, Verdict, check, pair_calls
-from loadgen.conformance import merge_tables
-from loadgen.history import Op, OpType
-from loadgen.model import (
+from loadgen.check.conformance import merge_tables
+from loadgen.check.context import Call, pair_calls
+from loadgen.check.invariants import check
+from loadgen.check.model import (
     CANCELLED,
     DECLINED,
     ERROR_RESULT,
@@ -33,7 +33,9 @@ from loadgen.model import (
     forget,
     step,
 )
-from loadgen.timeline import Bounds, Clock, Titles, anchors
+from loadgen.check.timeline import Bounds, Clock, Titles, anchors
+from loadgen.check.verdict import CheckResult, Verdict
+from loadgen.history import Op, OpType
 from store.journal import JournalEntry
 
 T = "load0"

@@ -5,7 +5,7 @@ Layer: cluster (an experiment). Drives any server that serves the notes tool con
 e.g. the SDK references (``cluster.experiments.reference_sdk``), over Streamable HTTP. Nothing of
 the server is read: states are opaque (``loadgen.states.OpaqueStates``: the lifetime must be
 told), and after the run the final state is what ``notes_list`` shows. The checker
-(``loadgen.blackbox_check``) decides what the history and that state decide, and names what
+(``loadgen.check.blackbox_check``) decides what the history and that state decide, and names what
 needs a journal as ``unknown``. Race kinds that need tools beyond the contract (``race_move``:
 ``notes_move``, ``edit_between``: ``notes_update``) are left out.
 """
@@ -22,7 +22,8 @@ from typing import Any
 import httpx
 
 from cluster.experiments.simulate import SimulateOptions, Simulation, finish, races
-from loadgen.blackbox_check import check_without_journal
+from loadgen.check.blackbox_check import check_without_journal
+from loadgen.check.exercise import ExerciseRule, exercise_verdict
 from loadgen.final_state import observe_final
 from loadgen.history import (
     DamagedRunFile,
@@ -33,7 +34,7 @@ from loadgen.history import (
 )
 from loadgen.runner import FlowSample, RunSettings, run_load
 from loadgen.states import OpaqueStates
-from loadgen.tally import ExerciseRule, exercise_verdict, read_tallies
+from loadgen.tally import read_tallies
 from loadgen.transport import HttpTransport
 from loadgen.workload import RACE_KINDS
 

@@ -1,7 +1,7 @@
 """Each confirm of the history in the model's words, and the groups and changes the search
 works on.
 
-Layer: loadgen. Pure module: no I/O, no node code. ``loadgen.conformance`` searches; this module
+Layer: loadgen.check. Pure module: no I/O, no node code. ``conformance`` searches; this module
 reads: what each answer sent (``answer_of``) and got (``observed``), where it may sit on the
 Redis clock, which states and notes belong together (``groups``: P-compositionality), and the
 ordered changes of one group (``events_of``: journal entries, expiries, replay-entry expiries).
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from loadgen.model import (
+from loadgen.check.model import (
     CANCELLED,
     DECLINED,
     EXECUTED,
@@ -27,11 +27,11 @@ from loadgen.model import (
     Reply,
     World,
 )
-from loadgen.timeline import Bounds, precedes
+from loadgen.check.timeline import Bounds, precedes
 
 if TYPE_CHECKING:
-    from loadgen.checker import Call
-    from loadgen.checker import State as Shown
+    from loadgen.check.context import Call
+    from loadgen.check.context import LearnedState as Shown
     from store.journal import JournalEntry
 
 INVALID_STATE_CODE = -32602
