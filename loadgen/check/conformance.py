@@ -57,9 +57,9 @@ from loadgen.check.model import (
     REPLAY_DECLINED,
     REPLAY_EXECUTED,
     Answer,
+    ModelReply,
     NoteView,
     Recorded,
-    Reply,
     State,
     Step,
     World,
@@ -70,8 +70,7 @@ from loadgen.check.model import (
 from loadgen.check.timeline import LATEST, Clock, Titles, anchors, forgettable_creates, note_after
 
 if TYPE_CHECKING:
-    from loadgen.check.context import Context
-    from loadgen.check.context import LearnedState as Shown
+    from loadgen.check.context import Context, LearnedState
     from loadgen.check.limits import FaultWindow
     from store.journal import JournalEntry
 
@@ -105,18 +104,18 @@ class ModelReport:
 # --- the search -----------------------------------------------------------------------------
 
 
-def maker_replies(e: JournalEntry) -> tuple[Reply, Reply]:
+def maker_replies(e: JournalEntry) -> tuple[ModelReply, ModelReply]:
     """What the answer that made decision ``e`` may be told: the decision, or its recorded
     outcome as a replay. The second is the node's store client re-sending the script after
     losing its reply (coredis retries a dropped connection): the replay store makes that
     safe, and the reply is true; ``model_maker_told_replay`` counts it."""
     if e.op == "decline":
-        return Reply(DECLINED), Reply(REPLAY_DECLINED)
-    return Reply(EXECUTED, e.note), Reply(REPLAY_EXECUTED, e.note)
+        return ModelReply(DECLINED), ModelReply(REPLAY_DECLINED)
+    return ModelReply(EXECUTED, e.note), ModelReply(REPLAY_EXECUTED, e.note)
 
 
 @functools.lru_cache(maxsize=65_536)
-def legal(state: State, answer: Answer, world: World) -> dict[Reply, Step]:
+def legal(state: State, answer: Answer, world: World) -> dict[ModelReply, Step]:
     """The model's step, memoised (the same state, answer and world recur across leaves)."""
     return step(state, answer, world)
 
@@ -134,7 +133,7 @@ class Group:
     """One group's answers and changes, and the search for an order that explains them."""
 
     def __init__(
-        self, ops: list[Answered], events: list[Event], shown: Mapping[str, Shown]
+        self, ops: list[Answered], events: list[Event], shown: Mapping[str, LearnedState]
     ) -> None:
         self.ops = sorted(ops, key=lambda o: o.index)
         self.events = events
@@ -184,7 +183,7 @@ class Group:
         assert e is not None
         before = states.get(e.nonce, INIT)
         outcome: Literal["executed", "declined"] = "declined" if e.op == "decline" else "executed"
-        want = Reply(DECLINED) if e.op == "decline" else Reply(EXECUTED, e.note)
+        want = ModelReply(DECLINED) if e.op == "decline" else ModelReply(EXECUTED, e.note)
         if op is None:
             what = f"{e.op} {e.note}" if e.note else e.op
             text = f"{what} under nonce {e.nonce} that no answer explains"
@@ -217,7 +216,7 @@ class Group:
                 lo = max(lo, k)
         return range(lo, hi + 1)
 
-    def replies_at(self, op: Answered, tl: Timeline, p: int) -> dict[Reply, Step]:
+    def replies_at(self, op: Answered, tl: Timeline, p: int) -> dict[ModelReply, Step]:
         """The model's legal replies for ``op`` at point ``p``."""
         tenant = self.shown[op.nonce].tenant
         view = tl.notes[p].get((tenant, op.answer.note), NoteView())
