@@ -28,8 +28,8 @@ from loadgen.final_state import observe_final
 from loadgen.history import (
     DamagedRunFile,
     close_history,
+    iter_history,
     open_history,
-    read_history,
     read_json_file,
 )
 from loadgen.runner import FlowSample, RunSettings, run_load
@@ -107,7 +107,7 @@ def recheck_foreign(run_dir: Path, rule: ExerciseRule) -> dict[str, Any]:
     ttl = settings.get("state_ttl_s") if isinstance(settings, dict) else None
     if not isinstance(final, dict) or not isinstance(ttl, int | float):
         raise DamagedRunFile(f"{run_dir}: no final state or state lifetime of a foreign run")
-    history = read_history(run_dir / "history.jsonl")
+    history = list(iter_history(run_dir / "history.jsonl"))
     tally = read_tallies(run_dir)
     result = check_without_journal(
         history, {str(k): str(v) for k, v in final.items()}, int(ttl * 1000)
