@@ -1,16 +1,8 @@
-"""The checker over run folders, one tenant at a time: memory stays bounded as runs grow.
+"""``notes-cluster check``: the verdict of run folders from their files alone.
 
-Layer: loadgen. Every invariant of ``loadgen.checker`` is local to a tenant: a flow works in one
-tenant, every journal stream, note, nonce and replay entry belongs to one. So one streaming pass
-splits the histories (``history.jsonl`` of each load process) into one file per tenant (an
-answer goes where its invoke went: they pair on process, flow and operation), then ``check``
-runs on each tenant's history and store facts in turn, and ``merge_results`` folds the verdicts.
-A run's memory is its biggest tenant's (``simulate`` adds tenants as runs grow:
-``workload.tenants_for``), never the whole history.
-
-How a per-partition check plugs in: anything that ``checker.check`` returns for one tenant's
-history and facts is merged here verdict by verdict (by name), so a new invariant added to
-``check`` (the sequential model's conformance, say) runs per tenant with no change to this module.
+Layer: loadgen. What is left here once the checker over run folders moved to
+``loadgen.check.partition`` (issue 23): ``recheck``, which the run pipeline (``loadgen/run/``)
+takes over.
 """
 
 from __future__ import annotations
