@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from cluster.durability import WaitReplicas
     from cluster.experiments.simulate import Simulation
     from cluster.faults import FaultKind
+    from loadgen.check.exercise import ExerciseRule
     from loadgen.runner import FlowSample
-    from loadgen.tally import ExerciseRule
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -1101,7 +1101,7 @@ def _refuse_incomplete(run_dirs: tuple[Path, ...]) -> None:
 
 def _exercise_rule(min_completed: float | None, min_per_kind: int | None) -> ExerciseRule:
     """The exercise rule from the options given (the defaults for the others)."""
-    from loadgen.tally import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
+    from loadgen.check.exercise import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
 
     return ExerciseRule(
         MIN_COMPLETED_SHARE if min_completed is None else float(min_completed),

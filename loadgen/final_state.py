@@ -3,7 +3,8 @@
 Layer: loadgen (a client). After a run against a foreign server, for every title the run
 created, lists the notes under that title in the inbox it was created in and in its tenant's
 archive, through the target's own read tool (``notes_list`` of the tool contract), as the
-principal who created them. The result is what ``loadgen.blackbox_check`` holds the history to.
+principal who created them. The result is what ``loadgen.check.blackbox_check`` holds the
+history to.
 """
 
 from __future__ import annotations

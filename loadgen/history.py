@@ -245,11 +245,6 @@ class History:
         return op
 
 
-def read_history(path: Path) -> list[Op]:
-    """Load a ``history.jsonl`` file."""
-    return list(iter_history(path))
-
-
 def iter_history(path: Path) -> Iterator[Op]:
     """Stream a ``history.jsonl`` file, one entry at a time (``DamagedRunFile`` at the first
     line that is not an entry)."""

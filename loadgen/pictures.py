@@ -386,8 +386,8 @@ def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = (
 
 
 def _model(model: dict[str, list[dict[str, Any]]]) -> str:
-    """The answers against the model (``loadgen.model``): per race kind and answer, the replies
-    the model allowed and those seen, as the terminal summary prints them."""
+    """The answers against the model (``loadgen.check.model``): per race kind and answer, the
+    replies the model allowed and those seen, as the terminal summary prints them."""
     if not model:
         return ""
     rows = "".join(

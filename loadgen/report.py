@@ -51,7 +51,8 @@ def summary_tables(results: dict[str, Any]) -> list[Table]:
 
 
 def model_table(model: dict[str, list[dict[str, Any]]]) -> Table:
-    """Per race kind and answer: the replies the model allowed and those seen (loadgen.model)."""
+    """Per race kind and answer: the replies the model allowed and those seen
+    (loadgen.check.model)."""
     table = Table(title="Answers against the model", title_justify="left")
     table.add_column("kind")
     table.add_column("answer")

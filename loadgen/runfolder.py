@@ -58,8 +58,8 @@ def dump_store_facts(
 ) -> None:
     """Read every tenant's journal (from ``since_ms`` on, Redis clock: 0 for all of it),
     surviving notes and replay entries; write them as files (before the run's keys are
-    deleted), with the nodes' configured bounds (``limits``: ``loadgen.limits.Limits.to_json``)
-    when known."""
+    deleted), with the nodes' configured bounds (``limits``:
+    ``loadgen.check.limits.Limits.to_json``) when known."""
     out = run_dir / STORE_DIR
     out.mkdir(parents=True, exist_ok=True)
     client = sync_client(url, decode_responses=True)

@@ -1,48 +1,24 @@
 """What a run exercised: flows per race kind (started, completed, how the others ended), flows
-completed and answers per second, and the rule that calls an under-exercised run UNKNOWN.
+completed and answers per second (the rule that calls an under-exercised run UNKNOWN is
+``loadgen.check.exercise``).
 
 Layer: loadgen. Pure data, mergeable: every load process (``simulate --workers``, several
 ``loadgen`` processes) keeps its own Tally and writes it into its run folder (``tally.json``);
-``merge`` adds them up, and the exercise verdict is judged on the sum.
+``merge`` adds them up, and ``loadgen.check.exercise`` judges the sum.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadgen.checker import CheckResult, Verdict
 from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file
-from loadgen.legacy_clients import LEGACY_KINDS
-from loadgen.workload import RACE_KINDS
 
 TALLY_FILE = "tally.json"
-
-MIN_COMPLETED_SHARE = 0.95
-"""Default: fewer flows than this share got past round 1 and ran their race: UNKNOWN."""
-
-MIN_RUNS_PER_KIND = 3
-"""Default: a race kind exercised fewer times than this (scaled down for tiny runs): UNKNOWN."""
-
-
-@dataclass(frozen=True)
-class ExerciseRule:
-    """When a run counts as exercised (``--min-completed``, ``--min-per-kind``)."""
-
-    min_completed_share: float = MIN_COMPLETED_SHARE
-    min_runs_per_kind: int = MIN_RUNS_PER_KIND
-
-    def needed_per_kind(self, flows: int, share: float) -> int:
-        """Runs a kind drawn with probability ``share`` needs among ``flows`` flows: the
-        configured number, or half of what the draw gives it on average when the run is too
-        small for that (rounded down)."""
-        return min(self.min_runs_per_kind, int(flows * share / 2))
 
 
 @dataclass
@@ -165,80 +141,6 @@ def read_tally(run_dir: Path) -> Tally:
         return Tally.from_json(d)
     except SHAPE_ERRORS as exc:
         raise DamagedRunFile(f"{path}: not the run's counters ({exc!r})") from None
-
-
-def exercise_verdict(
-    tally: Tally,
-    families: Sequence[Sequence[str]],
-    rule: ExerciseRule,
-    weights: Mapping[str, float] | None = None,
-) -> Verdict:
-    """``exercised``: valid when at least ``rule.min_completed_share`` of the flows got past
-    round 1 and every kind of each family (modern kinds; legacy kinds) completed at least
-    ``rule.needed_per_kind`` times for its share of that family's flows (``weights``; kinds
-    without one, and families without weights, count as evenly drawn: a kind weighted zero
-    is a hole in the run's coverage); otherwise unknown, saying why: the run proves nothing
-    about what it did not exercise."""
-    total, completed = tally.total, tally.completed
-    reasons: list[str] = []
-    if total == 0:
-        reasons.append("no flow ran")
-    elif completed < math.ceil(rule.min_completed_share * total - 1e-9):
-        reasons.append(
-            f"only {completed} of {total} flows ({completed / total:.1%}) got past round 1, "
-            f"under the {rule.min_completed_share:.0%} required"
-        )
-    least = rule.min_runs_per_kind
-    for family in families:
-        flows = sum(sum(tally.kinds.get(k, Counter()).values()) for k in family)
-        short = []
-        for kind, share in _shares(family, weights or {}).items():
-            need = rule.needed_per_kind(flows, share)
-            done = tally.kinds.get(kind, Counter())["completed"]
-            least = min(least, need)
-            if done < need:
-                short.append(f"{kind} {done} (needs {need})")
-        if short:
-            reasons.append(f"race kinds exercised too rarely: {', '.join(short)}")
-    if reasons:
-        return Verdict("exercised", "unknown", "Under-exercised: " + "; ".join(reasons) + ".")
-    return Verdict(
-        "exercised",
-        "valid",
-        f"{completed} of {total} flows got past round 1; every race kind ran at least "
-        f"{least} times.",
-    )
-
-
-def _shares(family: Sequence[str], weights: Mapping[str, float]) -> dict[str, float]:
-    """Each kind's share of its family's draws; an even share for a kind weighted zero (or
-    for every kind, when none of the family is weighted)."""
-    even = 1 / len(family) if family else 0.0
-    total = sum(weights.get(k, 0.0) for k in family)
-    if total <= 0:
-        return dict.fromkeys(family, even)
-    return {k: weights.get(k, 0.0) / total if weights.get(k, 0.0) > 0 else even for k in family}
-
-
-def expected_kinds(legacy_share: float) -> list[list[str]]:
-    """The families of race kinds a run must exercise: every modern kind, and every legacy
-    kind when a share of the flows is legacy."""
-    families = [list(RACE_KINDS)]
-    if legacy_share > 0:
-        families.append(list(LEGACY_KINDS))
-    return families
-
-
-def judge(
-    result: CheckResult,
-    tally: Tally,
-    legacy_share: float,
-    rule: ExerciseRule,
-    weights: Mapping[str, float] | None = None,
-) -> CheckResult:
-    """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
-    verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
-    return dataclasses.replace(result, verdicts=(*result.verdicts, verdict))
 
 
 def read_tallies(run_dir: Path) -> Tally:

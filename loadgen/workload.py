@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
@@ -75,14 +75,14 @@ CLEANUP_KIND = "cleanup"
 """The ``kind`` of a flow's cleanup operations in the history: confirmed deletes like any other,
 checked by every invariant, but not part of the flow's race."""
 
-SETUP_OUTCOMES = (
+SetupOutcome = Literal[
     "completed",
     "create_refused",
     "create_unknown",
     "ask_refused",
     "ask_unknown",
     "not_candidate",
-)
+]
 """How a flow ended: ``completed`` (past round 1, its race ran) or where its setup stopped."""
 
 RACE_KINDS: tuple[str, ...] = (
@@ -109,7 +109,7 @@ RACE_KINDS: tuple[str, ...] = (
     "wrong_tool",
     "write_retry",
 )
-"""Every race kind a run exercises (``loadgen.tally``'s rule holds each to it)."""
+"""Every race kind a run exercises (``loadgen.check.exercise`` holds each to it)."""
 
 KEYED_KINDS: tuple[str, ...] = ()
 """Kinds run only when weighted (none now: ``write_retry`` joined the race kinds once every
@@ -192,7 +192,7 @@ class FlowEnv:
     clean_up_cut_short: bool = False
     """Whether this flow, cut short, deletes what it created (``run_flow``)."""
     steps: list[str] = field(default_factory=list)
-    outcome: str = "completed"
+    outcome: SetupOutcome = "completed"
     done: bool = False
     """Some answer of this flow said its note was deleted or archived."""
     leftovers: dict[str, int] = field(default_factory=dict)

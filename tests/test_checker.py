@@ -10,7 +10,9 @@ import pytest
 import redis
 
 import store.journal as journal_module
-from loadgen.checker import CheckResult, Verdict, check, pair_calls
+from loadgen.check.context import pair_calls
+from loadgen.check.invariants import check
+from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, Op, OpType
 from store.api import ConfirmAction, Confirmation, Note
 from store.journal import (

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.checker import Call, build_context
+from loadgen.check.context import Call, build_context
+from loadgen.check.limits import AFTERMATH_MS, PAUSE_AFTERMATH_MS, FaultIndex, FaultWindow
+from loadgen.check.model import ERROR_RESULT, REASK
+from loadgen.check.reads import check_reads
+from loadgen.check.timeline import Bounds, Titles, forgettable_creates
+from loadgen.check.writes import landing, requests, version_steps
 from loadgen.history import Op
-from loadgen.limits import AFTERMATH_MS, PAUSE_AFTERMATH_MS, FaultIndex, FaultWindow
-from loadgen.model import ERROR_RESULT, REASK
-from loadgen.reads import check_reads
-from loadgen.timeline import Bounds, Titles, forgettable_creates
-from loadgen.writes import landing, requests, version_steps
 from store.journal import JournalEntry
 
 

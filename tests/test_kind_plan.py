@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
+from loadgen.check.exercise import ExerciseRule
 from loadgen.legacy_clients import LEGACY_KINDS
 from loadgen.runner import RunSettings, _kind_cycle, _kinds
-from loadgen.tally import ExerciseRule
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
 
 

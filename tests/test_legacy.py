@@ -825,8 +825,8 @@ async def test_an_answer_reaching_its_call_past_the_state_expiry_is_an_error_res
 ) -> None:
     """The state expires on the Redis clock before the client's accept is POSTed (the call
     waits longer than the state lives): the client, which never saw a requestState, is told
-    with an ``isError`` result, and nothing is deleted. ``loadgen.model`` holds a legacy answer
-    to an expired state to exactly this (``World.legacy``)."""
+    with an ``isError`` result, and nothing is deleted. ``loadgen.check.model`` holds a legacy
+    answer to an expired state to exactly this (``World.legacy``)."""
     limits = LegacyLimits(answer_timeout_s=STEP_S * 3)
     urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, limits, 300)
     before = await tps_reports(store)

@@ -29,7 +29,8 @@ from cluster.experiments.simulate import (
     simulation_config,
 )
 from cluster.load_fixture import load_tokens
-from loadgen.checker import CheckResult, check
+from loadgen.check.invariants import check
+from loadgen.check.verdict import CheckResult
 from loadgen.history import History, Op
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, run_legacy_flow
 from loadgen.runner import RunSettings

@@ -2,7 +2,8 @@
 
 Layer: tests. ``cluster.experiments.foreign.run_foreign`` drives the SDK's Python reference
 (two instances, the real Redis) with opaque states and, after the run, lists what is left; the
-checker (``loadgen.blackbox_check``) decides what that can decide and names the rest ``unknown``.
+checker (``loadgen.check.blackbox_check``) decides what that can decide and names the rest
+``unknown``.
 Against the reference as the SDK's docs show (no record of used states) it finds violations the
 history and final state prove; with ``--used-state-store`` every decidable invariant is valid
 and the verdict is UNKNOWN, naming the invariants only a journal decides; its run folder checks
@@ -24,10 +25,10 @@ from cluster.experiments.conformance.references import open_reference
 from cluster.experiments.foreign import FOREIGN_KINDS, recheck_foreign, run_foreign
 from cluster.load_fixture import load_tokens
 from cluster.serve import settings_for, start_http_nodes
-from loadgen.blackbox_check import UNDECIDABLE
-from loadgen.checker import CheckResult
+from loadgen.check.blackbox_check import UNDECIDABLE
+from loadgen.check.exercise import ExerciseRule
+from loadgen.check.verdict import CheckResult
 from loadgen.runner import RunSettings
-from loadgen.tally import ExerciseRule
 from store.client import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from loadgen.checker import Call, CheckResult, Verdict, check, pair_calls
-from loadgen.conformance import merge_tables
-from loadgen.history import Op, OpType
-from loadgen.model import (
+from loadgen.check.conformance import merge_tables
+from loadgen.check.context import Call, pair_calls
+from loadgen.check.invariants import check
+from loadgen.check.model import (
     CANCELLED,
     DECLINED,
     ERROR_RESULT,
@@ -26,14 +26,16 @@ from loadgen.model import (
     REPLAY_DECLINED,
     REPLAY_EXECUTED,
     Answer,
+    ModelReply,
     NoteView,
-    Reply,
     World,
     expire,
     forget,
     step,
 )
-from loadgen.timeline import Bounds, Clock, Titles, anchors
+from loadgen.check.timeline import Bounds, Clock, Titles, anchors
+from loadgen.check.verdict import CheckResult, Verdict
+from loadgen.history import Op, OpType
 from store.journal import JournalEntry
 
 T = "load0"
@@ -58,8 +60,8 @@ def replies(state: Any, answer: Answer, world: World = HERE) -> set[str]:
 
 def test_a_shown_state_executes_an_accept_of_the_note_as_shown_and_records_it() -> None:
     out = step(INIT, Answer("accept", N1), HERE)
-    assert set(out) == {Reply(EXECUTED, N1)}
-    after = out[Reply(EXECUTED, N1)]
+    assert set(out) == {ModelReply(EXECUTED, N1)}
+    after = out[ModelReply(EXECUTED, N1)]
     assert after.effect == "execute"
     assert replies(after.state, Answer("accept", N1)) == {f"{REPLAY_EXECUTED}:{N1}"}
     assert replies(after.state, Answer("accept_no", N1)) == {REFUSAL}
@@ -68,9 +70,9 @@ def test_a_shown_state_executes_an_accept_of_the_note_as_shown_and_records_it() 
 
 def test_a_cancel_leaves_the_state_usable_and_a_decline_is_final() -> None:
     cancelled = step(INIT, Answer("cancel"), HERE)
-    assert set(cancelled) == {Reply(CANCELLED)}
-    assert cancelled[Reply(CANCELLED)].state == INIT
-    declined = step(INIT, Answer("decline"), HERE)[Reply(DECLINED)].state
+    assert set(cancelled) == {ModelReply(CANCELLED)}
+    assert cancelled[ModelReply(CANCELLED)].state == INIT
+    declined = step(INIT, Answer("decline"), HERE)[ModelReply(DECLINED)].state
     assert replies(declined, Answer("decline")) == {REPLAY_DECLINED}
     assert replies(declined, Answer("accept", N1)) == {REFUSAL}
 
@@ -87,7 +89,7 @@ def test_a_note_changed_gone_or_moved_since_shown_reasks_or_errors() -> None:
 def test_expiry_refuses_an_unused_state_but_a_used_one_replays_until_forgotten() -> None:
     assert replies(expire(INIT), Answer("accept", N1)) == {REFUSAL}
     assert replies(expire(INIT), Answer("cancel")) == {REFUSAL}
-    used = step(INIT, Answer("accept", N1), HERE)[Reply(EXECUTED, N1)].state
+    used = step(INIT, Answer("accept", N1), HERE)[ModelReply(EXECUTED, N1)].state
     assert replies(expire(used), Answer("accept", N1)) == {f"{REPLAY_EXECUTED}:{N1}"}
     assert replies(forget(expire(used)), Answer("accept", N1)) == {REFUSAL}
 
@@ -100,7 +102,7 @@ def test_a_legacy_client_is_told_of_an_expired_unused_state_with_an_error_result
 
 
 def test_silence_reasks_in_any_state_and_an_altered_answer_is_refused() -> None:
-    used = step(INIT, Answer("accept", N1), HERE)[Reply(EXECUTED, N1)].state
+    used = step(INIT, Answer("accept", N1), HERE)[ModelReply(EXECUTED, N1)].state
     for state in (INIT, used, expire(INIT)):
         assert replies(state, Answer("silence")) == {REASK}
         assert replies(state, Answer("altered")) == {REFUSAL}

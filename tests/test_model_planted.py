@@ -22,7 +22,7 @@ from cluster.experiments.simulate import (
     simulation_config,
 )
 from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
-from loadgen.checker import CheckResult, Verdict
+from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History
 from loadgen.runner import RunSettings, run_load
 from loadgen.transport import Reply

@@ -26,9 +26,9 @@ from cluster.experiments.simulate import (
     simulation_config,
 )
 from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
-from loadgen.checker import CheckResult, Verdict
+from loadgen.check.limits import Limits
+from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, Op
-from loadgen.limits import Limits
 from loadgen.runner import RunSettings, run_load
 from store.api import (
     Confirmation,

@@ -19,21 +19,22 @@ from rich.console import Console
 
 from cluster.cli import EXIT_INVALID, EXIT_USAGE, EXIT_VALID, main
 from cluster.experiments.simulate import SimulateOptions, simulate
-from loadgen.checker import CheckResult, Verdict
-from loadgen.fault_windows import LISTED_MAX, summarize
-from loadgen.partition import (
+from loadgen.check.exercise import ExerciseRule, exercise_verdict
+from loadgen.check.merge import merge_results
+from loadgen.check.partition import (
     POOL_MIN_BYTES,
     UNROUTED,
     _map,
     default_jobs,
-    merge_results,
     own_peak_mb,
     split_by_tenant,
 )
+from loadgen.check.verdict import CheckResult, Verdict
+from loadgen.fault_windows import LISTED_MAX, summarize
 from loadgen.pictures import render_html, tally_timeline
 from loadgen.report import faults_table
 from loadgen.runner import RunSettings
-from loadgen.tally import ExerciseRule, Tally, exercise_verdict
+from loadgen.tally import Tally
 from loadgen.transport import Reply, Transport
 from loadgen.workload import DEFAULT_WEIGHTS, RACE_KINDS
 from tests.conftest import TEST_REDIS_ENV, USER_REDIS_URL, require_real_redis, suite_redis_url

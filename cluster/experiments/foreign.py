@@ -5,7 +5,7 @@ Layer: cluster (an experiment). Drives any server that serves the notes tool con
 e.g. the SDK references (``cluster.experiments.conformance``), over Streamable HTTP. Nothing of
 the server is read: states are opaque (``loadgen.states.OpaqueStates``: the lifetime must be
 told), and after the run the final state is what ``notes_list`` shows. The checker
-(``loadgen.blackbox_check``) decides what the history and that state decide, and names what
+(``loadgen.check.blackbox_check``) decides what the history and that state decide, and names what
 needs a journal as ``unknown``. Race kinds that need tools beyond the contract (``race_move``:
 ``notes_move``, ``edit_between``: ``notes_update``) are left out.
 """
@@ -22,18 +22,19 @@ from typing import Any
 import httpx
 
 from cluster.experiments.simulate import SimulateOptions, Simulation, finish, races
-from loadgen.blackbox_check import check_without_journal
+from loadgen.check.blackbox_check import check_without_journal
+from loadgen.check.exercise import ExerciseRule, exercise_verdict
 from loadgen.final_state import observe_final
 from loadgen.history import (
     DamagedRunFile,
     close_history,
+    iter_history,
     open_history,
-    read_history,
     read_json_file,
 )
 from loadgen.runner import FlowSample, RunSettings, run_load
 from loadgen.states import OpaqueStates
-from loadgen.tally import ExerciseRule, exercise_verdict, read_tallies
+from loadgen.tally import read_tallies
 from loadgen.transport import HttpTransport
 from loadgen.workload import RACE_KINDS
 
@@ -106,7 +107,7 @@ def recheck_foreign(run_dir: Path, rule: ExerciseRule) -> dict[str, Any]:
     ttl = settings.get("state_ttl_s") if isinstance(settings, dict) else None
     if not isinstance(final, dict) or not isinstance(ttl, int | float):
         raise DamagedRunFile(f"{run_dir}: no final state or state lifetime of a foreign run")
-    history = read_history(run_dir / "history.jsonl")
+    history = list(iter_history(run_dir / "history.jsonl"))
     tally = read_tallies(run_dir)
     result = check_without_journal(
         history, {str(k): str(v) for k, v in final.items()}, int(ttl * 1000)

@@ -27,10 +27,10 @@ from cluster.experiments.simulate import (
     races,
     redis_offset_ms,
 )
-from loadgen.checker import CheckResult, Verdict
+from loadgen.check.exercise import ExerciseRule, judge
+from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import close_history, open_history
 from loadgen.runner import FlowSample, RunSettings, run_load
-from loadgen.tally import ExerciseRule, judge
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import HttpTransport
 from store.notes import DEFAULT_PREFIX

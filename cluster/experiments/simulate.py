@@ -42,14 +42,16 @@ from cluster.load_fixture import load_archives, load_tokens, with_load_scope
 from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
 from cluster.reply_dropping_proxy import ReplyDroppingProxy, open_reply_dropping_proxy
 from cluster.store_faults import StoreFaults
-from loadgen.checker import CheckResult, Verdict, check
+from loadgen.check.exercise import ExerciseRule, judge
+from loadgen.check.invariants import check
+from loadgen.check.limits import FaultWindow, Limits
+from loadgen.check.partition import check_folders
+from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, close_history, open_history
 from loadgen.legacy_clients import LegacyHttp
-from loadgen.limits import FaultWindow, Limits
-from loadgen.partition import check_folders
 from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
-from loadgen.tally import ExerciseRule, Tally, judge, write_tally
+from loadgen.tally import Tally, write_tally
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
 from nodes.config import NodeConfig
@@ -562,9 +564,9 @@ async def check_run(
 ) -> CheckResult:
     """Wait until every state of the run expired plus grace, read the store, check the history.
     With a run folder, the store facts are written into it first (with ``limits`` and the fault
-    windows) and the check streams the folder tenant by tenant (``loadgen.partition``); without
-    one, it runs in memory. ``faults`` None: no fault record, unknown outcomes not held to it.
-    Journal entries before ``since_ms`` (Redis clock) are another run's and not read."""
+    windows) and the check streams the folder tenant by tenant (``loadgen.check.partition``);
+    without one, it runs in memory. ``faults`` None: no fault record, unknown outcomes not held to
+    it. Journal entries before ``since_ms`` (Redis clock) are another run's and not read."""
     await wait_for_expiry(history.max_exp_ms, offset_ms, grace_ms)
     if run_dir is not None:
         if faults is not None:

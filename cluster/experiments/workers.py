@@ -5,7 +5,7 @@ Layer: cluster (an experiment). Each worker is a process of its own (multiproces
 one key prefix, with disjoint flow ids and history indices; it writes ``worker-<k>/`` (its
 ``history.jsonl``, ``tally.json``, ``latency.hdr``) and checks nothing. The parent then waits for
 every state to expire, writes the store facts into the run folder and checks all the workers'
-histories together (``loadgen.partition``): the same merge ``notes-cluster check`` does for
+histories together (``loadgen.check.partition``): the same merge ``notes-cluster check`` does for
 several ``loadgen`` processes. The embedded store is refused: it lives inside one process.
 """
 
@@ -43,11 +43,12 @@ from cluster.experiments.simulate import (
 )
 from cluster.faults import read_faults
 from cluster.run_log import nodes_log_to
+from loadgen.check.exercise import judge
+from loadgen.check.partition import check_folders
 from loadgen.history import History
-from loadgen.partition import check_folders
 from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import RunStats
-from loadgen.tally import judge, merge, read_tally
+from loadgen.tally import merge, read_tally
 from loadgen.tenants import tenants as tenant_names
 
 FLOW_STRIDE = 10**9

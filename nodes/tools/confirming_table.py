@@ -1,14 +1,15 @@
-"""The one table of confirming tools: each tool's form key, result key and store operation.
+"""The one table of confirming tools: each tool's form key, result key and store operation, one
+row (a ``ConfirmingKind``) per tool.
 
 Layer: node, protocol core. Pure module: no I/O. The confirming tools (``nodes.tools.delete``,
-``nodes.tools.archive``) read their row here; nothing else in nodes/ or store/ spells these keys.
+``nodes.tools.archive``) read their row here by its name (``DELETE``, ``ARCHIVE``); nothing else
+in nodes/ or store/ spells these keys. ``tests/test_lifecycle.py`` holds the rows to the tools
+served.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from store.api import StoreOp
 
@@ -29,8 +30,3 @@ class ConfirmingKind:
 
 DELETE = ConfirmingKind("notes_delete", "confirm_delete", "deleted", "delete")
 ARCHIVE = ConfirmingKind("notes_archive", "confirm_archive", "archived", "move")
-
-CONFIRMING_TOOLS: Mapping[str, ConfirmingKind] = MappingProxyType(
-    {kind.tool: kind for kind in (DELETE, ARCHIVE)}
-)
-"""Every confirming tool, by name."""

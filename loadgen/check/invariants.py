@@ -1,11 +1,13 @@
 """The invariant checker: a recorded history against the store's journal and final state.
 
-Layer: loadgen. Pure module: no I/O, no Redis (the store is read beforehand by ``store.journal``).
+Layer: loadgen.check, the top of the invariants (see the package's docstring). Pure module: no
+I/O, no Redis (the store is read beforehand by ``store.journal``).
 
 Each invariant of design.md §1 (exactly-once mutation, no lost answer, correct expiry) becomes
 one or more Verdicts (valid, invalid or unknown, with the history indices and journal entry ids
 that prove it). Beside them, every answer is held to the sequential model of its confirmation
-state (``loadgen.conformance``, ``loadgen.model``): two more verdicts, conformance and liveness.
+state (``loadgen.check.conformance``, ``loadgen.check.model``): two more verdicts, conformance
+and liveness.
 Definitions used throughout:
 
 - an *execution* is a journal ``delete`` or ``move`` carrying a nonce (confirm.lua); a
@@ -27,288 +29,36 @@ Definitions used throughout:
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from loadgen.conformance import ModelReport, check_answers
+from loadgen.check import limits as bounds
+from loadgen.check import reads, writes
+from loadgen.check.conformance import ModelReport, check_answers
+from loadgen.check.context import (
+    INVALID_PARAMS,
+    INVALID_STATE_MESSAGE,
+    INVALID_STATE_REASON,
+    JOURNAL_OP,
+    Call,
+    Context,
+    build_context,
+    int_or_none,
+    is_decision,
+    is_execution,
+    told_executed,
+)
+from loadgen.check.verdict import CheckResult, Finding, Verdict, verdict
 from loadgen.history import Op
 
 if TYPE_CHECKING:
-    from loadgen.limits import FaultWindow, Limits
+    from loadgen.check.limits import FaultWindow, Limits
     from store.journal import JournalEntry
-
-Status = Literal["valid", "invalid", "unknown"]
-
-INVALID_PARAMS = -32602
-INVALID_STATE_MESSAGE = "Invalid or expired requestState"
-INVALID_STATE_REASON = "invalid_request_state"
 
 REPLAY_TTL_SLACK_MS = 1_000
 """A replay entry may report a TTL this much past its state's exp_ms + grace before it counts as
 outliving it: ``redis_end_ms`` and the PTTL reads are separate commands."""
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One invariant's outcome with the history indices and journal ids that prove it."""
-
-    name: str
-    status: Status
-    summary: str
-    ops: tuple[int, ...] = ()
-    journal: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        """The verdict as one entry of ``results.json``'s ``invariants``."""
-        return {
-            "name": self.name,
-            "status": self.status,
-            "summary": self.summary,
-            "ops": list(self.ops),
-            "journal": list(self.journal),
-        }
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """Every verdict of one run plus counters."""
-
-    verdicts: tuple[Verdict, ...]
-    counts: dict[str, int] = field(default_factory=dict)
-    model: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """Per race kind: each answer's legal replies under the model and the replies seen."""
-    cost: dict[str, Any] = field(default_factory=dict)
-    """What a check over run folders cost: ``jobs``, ``seconds``, peak resident memory."""
-
-    @property
-    def status(self) -> Status:
-        """invalid if any verdict is, else unknown if any is, else valid."""
-        seen = {v.status for v in self.verdicts}
-        return "invalid" if "invalid" in seen else "unknown" if "unknown" in seen else "valid"
-
-
-@dataclass(frozen=True)
-class Call:
-    """An invoke with its completion (None: never completed, treated as info)."""
-
-    invoke: Op
-    done: Op | None
-
-    @property
-    def v(self) -> dict[str, Any]:
-        """The invoke's value."""
-        return self.invoke.value
-
-    @property
-    def outcome(self) -> str:
-        """ok, fail or info."""
-        return "info" if self.done is None else self.done.type
-
-    @property
-    def result(self) -> dict[str, Any]:
-        """The completion's value ({} if none)."""
-        return {} if self.done is None else self.done.value
-
-    @property
-    def indices(self) -> tuple[int, ...]:
-        """History indices of invoke and completion."""
-        return (self.invoke.index,) if self.done is None else (self.invoke.index, self.done.index)
-
-    @property
-    def nonce(self) -> str:
-        """The nonce a confirm answered under."""
-        return str(self.v.get("nonce") or "")
-
-    @property
-    def is_accept(self) -> bool:
-        """action accept with confirm true."""
-        return self.v.get("action") == "accept" and self.v.get("confirm") is True
-
-    @property
-    def is_decline(self) -> bool:
-        """action decline, or accept with confirm false."""
-        act = self.v.get("action")
-        return act == "decline" or (act == "accept" and self.v.get("confirm") is False)
-
-    def same_flow_as(self, e: JournalEntry) -> bool:
-        """Same nonce, tenant and principal as a journal entry."""
-        v = self.v
-        return (self.nonce, v.get("tenant"), v.get("principal")) == (e.nonce, e.tenant, e.principal)
-
-    def accepts(self, e: JournalEntry) -> bool:
-        """This confirm accepts the note ``e`` executed on, as ``e``'s principal."""
-        return self.same_flow_as(e) and self.is_accept and self.v.get("noteId") == e.note
-
-    def legit_for(self, e: JournalEntry) -> bool:
-        """An accept of ``e`` the workload meant to execute."""
-        return self.accepts(e) and self.v.get("expect") == "execute"
-
-
-@dataclass(frozen=True)
-class State:
-    """A sealed confirmation state as the history learned it."""
-
-    nonce: str
-    tenant: str
-    workspace: str
-    principal: str
-    exp_ms: int | None
-    candidates: dict[str, int]
-    tool: str
-    ops: tuple[int, ...]
-    title: str = ""
-    """The title round 1 looked up (the state binds it with the other arguments)."""
-    target: str = ""
-    """An archive state's sealed target workspace ("" for a delete)."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One violation (or undecidable case) of an invariant."""
-
-    text: str
-    ops: Iterable[int] = ()
-    journal: Iterable[str] = ()
-
-
-def pair_calls(history: Sequence[Op]) -> list[Call]:
-    """Invokes in history order, each with its completion (first in first out per process,
-    flow and f; concurrent duplicates of one process are identical but for the node)."""
-    pending: dict[tuple[int, int, str], deque[int]] = defaultdict(deque)
-    calls: list[Call] = []
-    for op in history:
-        key = (op.process, op.flow, op.f)
-        if op.type == "invoke":
-            pending[key].append(len(calls))
-            calls.append(Call(op, None))
-        elif pending[key]:
-            slot = pending[key].popleft()
-            calls[slot] = Call(calls[slot].invoke, op)
-    return calls
-
-
-def _int_or_none(value: object) -> int | None:
-    return int(value) if isinstance(value, int | str) and str(value).lstrip("-").isdigit() else None
-
-
-def learn_states(calls: Sequence[Call]) -> dict[str, State]:
-    """nonce -> State from ask oks and re-asking confirm oks carrying a ``nonce``."""
-    states: dict[str, State] = {}
-    for c in calls:
-        nonce = c.result.get("nonce") if c.outcome == "ok" else None
-        if not isinstance(nonce, str) or not nonce:
-            continue
-        if c.invoke.f == "ask":
-            scope = (str(c.v.get("tenant", "")), str(c.v.get("workspace", "")))
-            principal, title = str(c.v.get("principal", "")), str(c.v.get("title", ""))
-        else:
-            parent = states.get(c.nonce)
-            scope = (parent.tenant, parent.workspace) if parent else ("", "")
-            principal = parent.principal if parent else ""
-            title = parent.title if parent else ""
-        cands = {str(n): int(ver) for n, ver in c.result.get("candidates") or []}
-        states[nonce] = State(
-            nonce,
-            *scope,
-            principal,
-            _int_or_none(c.result.get("exp_ms")),
-            cands,
-            str(c.result.get("tool", "")),
-            c.indices,
-            title,
-            str(c.result.get("target") or ""),
-        )
-    return states
-
-
-@dataclass
-class Context:
-    """The history and journal, indexed once for every invariant."""
-
-    calls: list[Call]
-    states: dict[str, State]
-    confirms: dict[str, list[Call]]
-    journal: Sequence[JournalEntry]
-    decisions: dict[str, list[JournalEntry]]
-    final_notes: Mapping[tuple[str, str], str]
-    replay_left: Mapping[tuple[str, str], int]
-    redis_end_ms: int
-    grace_ms: int
-
-    def flow_ops(self, nonce: str) -> list[int]:
-        """History indices of a nonce's state and every confirm answered under it."""
-        st = self.states.get(nonce)
-        ops = list(st.ops) if st else []
-        for c in self.confirms.get(nonce, []):
-            ops.extend(c.indices)
-        return ops
-
-    def unlanded_decline(self, nonce: str) -> bool:
-        """A decline-shaped confirm of ``nonce`` ended info and the journal holds no decline:
-        a later accept labelled no_mutation may then legitimately have executed."""
-        cs = self.confirms.get(nonce, [])
-        journaled = any(e.op == "decline" for e in self.decisions.get(nonce, []))
-        return not journaled and any(c.is_decline and c.outcome == "info" for c in cs)
-
-
-def is_execution(e: JournalEntry) -> bool:
-    """A delete or move that a confirmation executed (it carries a nonce)."""
-    return e.op in ("delete", "move") and bool(e.nonce)
-
-
-def is_decision(e: JournalEntry) -> bool:
-    """An execution or a recorded decline."""
-    return is_execution(e) or e.op == "decline"
-
-
-def build_context(
-    history: Sequence[Op],
-    journal: Sequence[JournalEntry],
-    final_notes: Mapping[tuple[str, str], str],
-    replay_left: Mapping[tuple[str, str], int],
-    redis_end_ms: int,
-    grace_ms: int,
-) -> Context:
-    """Pair the history and index it and the journal by nonce."""
-    journal = sorted(journal, key=lambda e: e.sort_key)
-    calls = pair_calls(history)
-    confirms: dict[str, list[Call]] = defaultdict(list)
-    for c in calls:
-        if c.invoke.f == "confirm":
-            confirms[c.nonce].append(c)
-    decisions: dict[str, list[JournalEntry]] = defaultdict(list)
-    for e in journal:
-        if is_decision(e):
-            decisions[e.nonce].append(e)
-    return Context(
-        calls,
-        learn_states(calls),
-        dict(confirms),
-        journal,
-        dict(decisions),
-        final_notes,
-        replay_left,
-        redis_end_ms,
-        grace_ms,
-    )
-
-
-def verdict(
-    name: str, ok_text: str, invalid: list[Finding], unknown: Sequence[Finding] = ()
-) -> Verdict:
-    """Fold findings into one Verdict; the summary quotes the first finding."""
-    chosen: Sequence[Finding] = invalid or unknown
-    if not chosen:
-        return Verdict(name, "valid", ok_text)
-    status: Status = "invalid" if invalid else "unknown"
-    word = "violation" if invalid else "undecided case"
-    n = len(chosen)
-    summary = f"{n} {word}{'s' if n > 1 else ''}, first: {chosen[0].text}."
-    ops = sorted({i for f in chosen for i in f.ops})
-    journal = list(dict.fromkeys(j for f in chosen for j in f.journal))
-    return Verdict(name, status, summary, tuple(ops), tuple(journal))
 
 
 def _duplicates(
@@ -392,15 +142,6 @@ def _refused_decision(ctx: Context, e: JournalEntry) -> str | None:
     if any(c.legit_for(e) for c in cs) or not any(c.v.get("expect") == "no_mutation" for c in cs):
         return None  # a legit accept exists, or nothing refused: invariant 3's business
     return f"{e.op} of {e.note} under nonce {e.nonce} has only no_mutation answers"
-
-
-JOURNAL_OP = {"delete": "delete", "archive": "move"}
-"""The ``op`` a confirm was told it executed -> the journal entry that execution writes."""
-
-
-def told_executed(value: Mapping[str, Any]) -> bool:
-    """Whether a confirm's ok value says it executed (deleted or archived; see the module)."""
-    return value.get("executed", value.get("deleted")) is True
 
 
 def _told_executed(ctx: Context) -> Iterable[tuple[str, Call]]:
@@ -637,7 +378,7 @@ def check_before_expiry_honoured(ctx: Context, counts: dict[str, int]) -> Verdic
         if c.invoke.kind != "before_expiry" or c.v.get("expect") != "execute":
             continue
         st = ctx.states.get(c.nonce)
-        sent, margin = _int_or_none(c.v.get("redis_send_ms")), _int_or_none(c.v.get("margin_ms"))
+        sent, margin = int_or_none(c.v.get("redis_send_ms")), int_or_none(c.v.get("margin_ms"))
         if st is None or st.exp_ms is None or sent is None or margin is None:
             counts["before_expiry_skipped"] = counts.get("before_expiry_skipped", 0) + 1
             continue
@@ -692,9 +433,6 @@ def check(
     Redis clock read after listing the replay entries, ``grace_ms`` the store's replay grace,
     ``limits`` the nodes' configured bounds, ``faults`` the run's fault windows (None: not
     recorded, so unknown outcomes are not held to them)."""
-    from loadgen import limits as bounds
-    from loadgen import reads, writes  # they build on this module's types
-
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
     verdicts = (
@@ -716,7 +454,9 @@ def check(
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
     )
-    report = check_answers(ctx, faults)  # the sequential model of each state: loadgen.conformance
+    report = check_answers(
+        ctx, faults
+    )  # the sequential model of each state: loadgen.check.conformance
     counts |= report.counts
     return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
 

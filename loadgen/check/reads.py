@@ -2,7 +2,8 @@
 shows each note exactly once; a cursor used where it does not belong shows nothing; and
 ``notes_setup`` answers as its URL-mode flow promises.
 
-Layer: loadgen. Pure module: no I/O, no node code. Two verdicts for ``loadgen.checker.check``:
+Layer: loadgen.check. Pure module: no I/O, no node code. Two verdicts for
+``loadgen.check.invariants.check``:
 
 - ``reads_show_every_note_once``. A *listing* is one flow's page sequence (``listing`` in the
   invoke; a search is a listing of one page). A complete listing (every page answered, the last
@@ -32,19 +33,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loadgen.checker import (
-    INVALID_PARAMS,
-    INVALID_STATE_MESSAGE,
-    Call,
-    Finding,
-    Verdict,
-    verdict,
-)
-from loadgen.timeline import forgettable_creates, precedes
+from loadgen.check.context import INVALID_PARAMS, INVALID_STATE_MESSAGE, Call
+from loadgen.check.timeline import forgettable_creates, precedes
+from loadgen.check.verdict import Finding, Verdict, verdict
 
 if TYPE_CHECKING:
-    from loadgen.checker import Context
-    from loadgen.limits import FaultWindow
+    from loadgen.check.context import Context
+    from loadgen.check.limits import FaultWindow
     from store.journal import JournalEntry
 
 READS = ("list", "search")

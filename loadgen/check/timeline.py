@@ -1,6 +1,6 @@
 """What the journal says about time and notes, for the conformance search.
 
-Layer: loadgen. Pure module: no I/O, no node code.
+Layer: loadgen.check. Pure module: no I/O, no node code.
 
 - **When on the Redis clock an operation took effect.** The journal stamps every mutation with
   the Redis clock (``at``); the history stamps every operation's invoke and completion with the
@@ -26,11 +26,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loadgen.model import ERROR_RESULT, REASK, NoteView
+from loadgen.check.model import ERROR_RESULT, REASK, NoteView
 
 if TYPE_CHECKING:
-    from loadgen.checker import Call
-    from loadgen.limits import FaultWindow
+    from loadgen.check.context import Call
+    from loadgen.check.limits import FaultWindow
     from store.journal import JournalEntry
 
 

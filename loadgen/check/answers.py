@@ -1,7 +1,7 @@
 """Each confirm of the history in the model's words, and the groups and changes the search
 works on.
 
-Layer: loadgen. Pure module: no I/O, no node code. ``loadgen.conformance`` searches; this module
+Layer: loadgen.check. Pure module: no I/O, no node code. ``conformance`` searches; this module
 reads: what each answer sent (``answer_of``) and got (``observed``), where it may sit on the
 Redis clock, which states and notes belong together (``groups``: P-compositionality), and the
 ordered changes of one group (``events_of``: journal entries, expiries, replay-entry expiries).
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from loadgen.model import (
+from loadgen.check.model import (
     CANCELLED,
     DECLINED,
     EXECUTED,
@@ -23,15 +23,14 @@ from loadgen.model import (
     REPLAY_DECLINED,
     REPLAY_EXECUTED,
     Answer,
+    ModelReply,
     NoteView,
-    Reply,
     World,
 )
-from loadgen.timeline import Bounds, precedes
+from loadgen.check.timeline import Bounds, precedes
 
 if TYPE_CHECKING:
-    from loadgen.checker import Call
-    from loadgen.checker import State as Shown
+    from loadgen.check.context import Call, LearnedState
     from store.journal import JournalEntry
 
 INVALID_STATE_CODE = -32602
@@ -48,7 +47,7 @@ class Answered:
     call: Call
     nonce: str
     answer: Answer
-    observed: Reply | None
+    observed: ModelReply | None
     """None: outcome unknown (info)."""
     bounds: Bounds
     workspace: str
@@ -106,7 +105,7 @@ class Event:
 # --- reading the history --------------------------------------------------------------------
 
 
-def observed(c: Call, tool: str, answer: Answer) -> Reply | None:
+def observed(c: Call, tool: str, answer: Answer) -> ModelReply | None:
     """The reply a confirm got, in the model's words (None: unknown outcome)."""
     if c.outcome == "info":
         return None
@@ -114,18 +113,18 @@ def observed(c: Call, tool: str, answer: Answer) -> Reply | None:
     if c.outcome == "fail":
         return _error(r, legacy=_is_legacy(c))
     if r.get("reask"):
-        return Reply("reask")
+        return ModelReply("reask")
     if r.get("isError"):
-        return Reply("error_result")
+        return ModelReply("error_result")
     word, other = ("archived", "deleted") if tool == "notes_archive" else ("deleted", "archived")
     if r.get(other) is True:
-        return Reply(f"told {other} by a {tool}")
+        return ModelReply(f"told {other} by a {tool}")
     note = str(r.get("noteId") or "")
     if r.get(word) is True:
-        return Reply(REPLAY_EXECUTED if r.get("replay") else EXECUTED, note)
+        return ModelReply(REPLAY_EXECUTED if r.get("replay") else EXECUTED, note)
     if r.get("replay"):
-        return Reply(REPLAY_DECLINED)
-    return Reply(
+        return ModelReply(REPLAY_DECLINED)
+    return ModelReply(
         {"cancel": CANCELLED, "decline": DECLINED, "accept_no": DECLINED}.get(
             answer.kind, "not_done"
         )
@@ -136,17 +135,19 @@ def _is_legacy(c: Call) -> bool:
     return "stream_node" in c.v
 
 
-def _error(r: Mapping[str, Any], *, legacy: bool) -> Reply:
+def _error(r: Mapping[str, Any], *, legacy: bool) -> ModelReply:
     code, status = r.get("code"), r.get("status")
     statuses = {REFUSAL_STATUS, LEGACY_STREAM_STATUS} if legacy else {REFUSAL_STATUS}
     if code == INVALID_STATE_CODE and r.get("message") == INVALID_STATE_MESSAGE:
-        return Reply(REFUSAL) if status in statuses else Reply(f"refusal with HTTP {status}")
+        return (
+            ModelReply(REFUSAL) if status in statuses else ModelReply(f"refusal with HTTP {status}")
+        )
     if code == INVALID_STATE_CODE and status in statuses:
-        return Reply(INVALID_PARAMS)
-    return Reply(f"error {code} (HTTP {status})")
+        return ModelReply(INVALID_PARAMS)
+    return ModelReply(f"error {code} (HTTP {status})")
 
 
-def answer_of(c: Call, shown: Shown) -> Answer:
+def answer_of(c: Call, shown: LearnedState) -> Answer:
     """What the confirm sent, as the model sees it."""
     v = c.v
     if v.get("altered") or (v.get("principal"), v.get("tenant")) != (shown.principal, shown.tenant):
@@ -201,7 +202,7 @@ class _Groups:
 
 
 def groups(
-    ops: Sequence[Answered], shown: Mapping[str, Shown], journal: Sequence[JournalEntry]
+    ops: Sequence[Answered], shown: Mapping[str, LearnedState], journal: Sequence[JournalEntry]
 ) -> list[tuple[set[str], set[tuple[str, str]]]]:
     """(nonces, notes) per group."""
     g = _Groups()
@@ -246,7 +247,7 @@ class JournalIndex:
 def events_of(
     nonces: set[str],
     notes: set[tuple[str, str]],
-    shown: Mapping[str, Shown],
+    shown: Mapping[str, LearnedState],
     journal: JournalIndex,
     causes: Mapping[str, Call],
     grace_ms: int,

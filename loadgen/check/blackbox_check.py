@@ -1,6 +1,6 @@
 """The checker for a target without a journal: the history and the observed final state alone.
 
-Layer: loadgen. Pure module: no I/O. For a foreign MCP server the load generator cannot read a
+Layer: loadgen.check. Pure module: no I/O. For a foreign MCP server the load generator cannot read a
 journal of mutations, nor open the states (``loadgen.states.OpaqueStates``); what it has is
 every answer it got (the history) and, after the run, which notes are still listed where
 (``final``: note id -> workspace, for every title the run created). From these alone it decides
@@ -32,7 +32,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from loadgen.checker import Call, CheckResult, Finding, Verdict, pair_calls, told_executed, verdict
+from loadgen.check.context import Call, pair_calls, told_executed
+from loadgen.check.verdict import CheckResult, Finding, Verdict, verdict
 from loadgen.history import Op
 
 UNDECIDABLE: tuple[tuple[str, str], ...] = (
@@ -61,7 +62,8 @@ UNDECIDABLE: tuple[tuple[str, str], ...] = (
         "mutations, which only a journal gives",
     ),
 )
-"""Invariants of the journal checker (``loadgen.checker``) this one cannot decide, and why."""
+"""Invariants of the journal checker (``loadgen.check.invariants``) this one cannot decide, and
+why."""
 
 
 @dataclass(frozen=True)

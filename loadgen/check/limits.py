@@ -1,6 +1,7 @@
 """Configured bounds and unknown outcomes, held to what the run saw.
 
-Layer: loadgen. Pure module: no I/O, no node code. Two verdicts for ``loadgen.checker.check``:
+Layer: loadgen.check. Pure module: no I/O, no node code. Two verdicts for
+``loadgen.check.invariants.check``:
 
 - ``bounds_respected`` against the run's ``Limits`` (the nodes' configuration, recorded in the
   run folder): no ``notes_list`` page holds more than ``list_page_size`` notes; no pick list
@@ -25,10 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loadgen.checker import Call, Finding, Verdict, verdict
+from loadgen.check.context import Call
+from loadgen.check.verdict import Finding, Verdict, verdict
 
 if TYPE_CHECKING:
-    from loadgen.checker import Context
+    from loadgen.check.context import Context
 
 CLOCK_SLACK_MS = 500
 """Tolerance of a state's expiry against the load generator's Redis-clock estimate (an offset

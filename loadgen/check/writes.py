@@ -1,7 +1,7 @@
 """Every acknowledged write held to the journal: creates, updates and plain moves.
 
-Layer: loadgen. Pure module: no I/O, no node code. Reads the checker's paired history
-(``loadgen.checker.Context``); ``loadgen.checker.check`` adds the three verdicts:
+Layer: loadgen.check. Pure module: no I/O, no node code. Reads the checker's paired history
+(``loadgen.check.context.Context``); ``loadgen.check.invariants.check`` adds the three verdicts:
 
 - ``creates_exactly_once``: a workspace holds no more journal creates of a title than create
   requests of it that may have landed (answered without ``isError``, or of unknown outcome;
@@ -29,10 +29,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from loadgen.checker import Call, Finding, Verdict, verdict
+from loadgen.check.context import Call
+from loadgen.check.verdict import Finding, Verdict, verdict
 
 if TYPE_CHECKING:
-    from loadgen.checker import Context
+    from loadgen.check.context import Context
     from store.journal import JournalEntry
 
 KEY_CONFLICT = "key_conflict"

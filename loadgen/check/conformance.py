@@ -1,8 +1,8 @@
 """Every answer held to the model: per confirmation state, is there an order of the concurrent
 operations that explains the replies the clients saw and the journal?
 
-Layer: loadgen. Pure module: no I/O, no node code. Reads the checker's paired history
-(``loadgen.checker.Context``) and returns findings; the checker folds them into two verdicts.
+Layer: loadgen.check. Pure module: no I/O, no node code. Reads the checker's paired history
+(``loadgen.check.context.Context``) and returns findings; the checker folds them into two verdicts.
 
 How (porcupine's and Knossos' question, shaped by what this store guarantees):
 
@@ -14,9 +14,9 @@ How (porcupine's and Knossos' question, shaped by what this store guarantees):
   is known: journal entries, and each state's expiry (``exp``) and replay-entry expiry (``exp``
   plus grace) placed among them by the Redis clock. What is left to find is (1) which of the
   concurrent answers made each decision (an execution or a decline), and (2) for every other
-  answer, a point in that sequence where the model (``loadgen.model``) allows the reply it got,
-  consistent with real time: the history's invoke/complete order between operations, and the
-  Redis-clock bounds of ``loadgen.timeline``.
+  answer, a point in that sequence where the model (``loadgen.check.model``) allows the reply it
+  got, consistent with real time: the history's invoke/complete order between operations, and the
+  Redis-clock bounds of ``loadgen.check.timeline``.
 - **Search.** Depth first over the attributions of decisions (a handful of duplicates at most),
   each leaf placing the other answers greedily at their earliest legal point in invoke order
   (exact: every constraint between them is "no earlier than"); model steps are memoised on
@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from loadgen.answers import (
+from loadgen.check.answers import (
     Answered,
     Event,
     JournalIndex,
@@ -49,7 +49,7 @@ from loadgen.answers import (
     observed,
     titles_of,
 )
-from loadgen.model import (
+from loadgen.check.model import (
     DECLINED,
     EXECUTED,
     INIT,
@@ -57,9 +57,9 @@ from loadgen.model import (
     REPLAY_DECLINED,
     REPLAY_EXECUTED,
     Answer,
+    ModelReply,
     NoteView,
     Recorded,
-    Reply,
     State,
     Step,
     World,
@@ -67,12 +67,11 @@ from loadgen.model import (
     forget,
     step,
 )
-from loadgen.timeline import LATEST, Clock, Titles, anchors, forgettable_creates, note_after
+from loadgen.check.timeline import LATEST, Clock, Titles, anchors, forgettable_creates, note_after
 
 if TYPE_CHECKING:
-    from loadgen.checker import Context
-    from loadgen.checker import State as Shown
-    from loadgen.limits import FaultWindow
+    from loadgen.check.context import Context, LearnedState
+    from loadgen.check.limits import FaultWindow
     from store.journal import JournalEntry
 
 MAX_LEAVES = 4096
@@ -105,18 +104,18 @@ class ModelReport:
 # --- the search -----------------------------------------------------------------------------
 
 
-def maker_replies(e: JournalEntry) -> tuple[Reply, Reply]:
+def maker_replies(e: JournalEntry) -> tuple[ModelReply, ModelReply]:
     """What the answer that made decision ``e`` may be told: the decision, or its recorded
     outcome as a replay. The second is the node's store client re-sending the script after
     losing its reply (coredis retries a dropped connection): the replay store makes that
     safe, and the reply is true; ``model_maker_told_replay`` counts it."""
     if e.op == "decline":
-        return Reply(DECLINED), Reply(REPLAY_DECLINED)
-    return Reply(EXECUTED, e.note), Reply(REPLAY_EXECUTED, e.note)
+        return ModelReply(DECLINED), ModelReply(REPLAY_DECLINED)
+    return ModelReply(EXECUTED, e.note), ModelReply(REPLAY_EXECUTED, e.note)
 
 
 @functools.lru_cache(maxsize=65_536)
-def legal(state: State, answer: Answer, world: World) -> dict[Reply, Step]:
+def legal(state: State, answer: Answer, world: World) -> dict[ModelReply, Step]:
     """The model's step, memoised (the same state, answer and world recur across leaves)."""
     return step(state, answer, world)
 
@@ -134,7 +133,7 @@ class Group:
     """One group's answers and changes, and the search for an order that explains them."""
 
     def __init__(
-        self, ops: list[Answered], events: list[Event], shown: Mapping[str, Shown]
+        self, ops: list[Answered], events: list[Event], shown: Mapping[str, LearnedState]
     ) -> None:
         self.ops = sorted(ops, key=lambda o: o.index)
         self.events = events
@@ -184,7 +183,7 @@ class Group:
         assert e is not None
         before = states.get(e.nonce, INIT)
         outcome: Literal["executed", "declined"] = "declined" if e.op == "decline" else "executed"
-        want = Reply(DECLINED) if e.op == "decline" else Reply(EXECUTED, e.note)
+        want = ModelReply(DECLINED) if e.op == "decline" else ModelReply(EXECUTED, e.note)
         if op is None:
             what = f"{e.op} {e.note}" if e.note else e.op
             text = f"{what} under nonce {e.nonce} that no answer explains"
@@ -217,7 +216,7 @@ class Group:
                 lo = max(lo, k)
         return range(lo, hi + 1)
 
-    def replies_at(self, op: Answered, tl: Timeline, p: int) -> dict[Reply, Step]:
+    def replies_at(self, op: Answered, tl: Timeline, p: int) -> dict[ModelReply, Step]:
         """The model's legal replies for ``op`` at point ``p``."""
         tenant = self.shown[op.nonce].tenant
         view = tl.notes[p].get((tenant, op.answer.note), NoteView())
@@ -438,7 +437,7 @@ def _same_content(ops: Sequence[Answered]) -> list[ModelFinding]:
 def check_answers(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> ModelReport:
     """Hold every confirm of the history to the model; see the module docstring. ``faults``:
     the run's fault windows; after a failover a re-ask may find a note the journal never held
-    (``loadgen.timeline.forgettable_creates``)."""
+    (``loadgen.check.timeline.forgettable_creates``)."""
     report = ModelReport()
     causes = anchors(ctx.calls, ctx.journal)
     by_id = {e.id: e for e in ctx.journal}

@@ -1,11 +1,11 @@
 """The sequential model of one confirmation state: the legal replies to each answer under it.
 
-Layer: loadgen. Pure module: no I/O, and deliberately no node code. It is an independent
+Layer: loadgen.check. Pure module: no I/O, and deliberately no node code. It is an independent
 statement of what the protocol promises (design §1 and §4, the README's model section), in the
 manner of porcupine's ``Model{Init, Step}``: ``INIT`` is a state nobody answered yet, ``step``
 gives, for one answer and what the journal says of its note at that point, every legal reply
-with the state it leaves behind and the journal entry it implies. ``loadgen.conformance`` drives
-it along the order the journal fixes.
+with the state it leaves behind and the journal entry it implies. ``loadgen.check.conformance``
+drives it along the order the journal fixes.
 
     state                     answer                        legal replies
     shown                     accept, note as shown         executed:N   (journal: execution)
@@ -54,7 +54,7 @@ PROGRESS = frozenset({EXECUTED, REPLAY_EXECUTED, REPLAY_DECLINED, DECLINED, CANC
 
 
 @dataclass(frozen=True)
-class Reply:
+class ModelReply:
     """One reply a client can see: its name and, for an execution or its replay, the note."""
 
     name: str
@@ -145,43 +145,49 @@ def forget(s: State) -> State:
     return replace(s, recorded=None, forgotten=s.recorded is not None or s.forgotten)
 
 
-def replay_of(r: Recorded) -> Reply:
+def replay_of(r: Recorded) -> ModelReply:
     """The recorded outcome sent again."""
-    return Reply(REPLAY_EXECUTED, r.note) if r.outcome == "executed" else Reply(REPLAY_DECLINED)
+    return (
+        ModelReply(REPLAY_EXECUTED, r.note)
+        if r.outcome == "executed"
+        else ModelReply(REPLAY_DECLINED)
+    )
 
 
-def step(s: State, a: Answer, w: World) -> dict[Reply, Step]:
+def step(s: State, a: Answer, w: World) -> dict[ModelReply, Step]:
     """Every legal reply to answer ``a`` in state ``s``, with its consequence."""
     stay = Step(s)
     if a.kind == "silence":
-        return dict.fromkeys((Reply(r) for r in w.reask), stay)
+        return dict.fromkeys((ModelReply(r) for r in w.reask), stay)
     if a.kind == "altered":
-        return {Reply(REFUSAL): stay}
+        return {ModelReply(REFUSAL): stay}
     if a.kind == "off_list":
-        return {Reply(INVALID_PARAMS): stay}
+        return {ModelReply(INVALID_PARAMS): stay}
     rec = s.recorded
     if rec is not None:
         if rec.key is None:
-            return {replay_of(rec): stay, Reply(REFUSAL): stay}
-        return {replay_of(rec) if rec.key == a.key else Reply(REFUSAL): stay}
+            return {replay_of(rec): stay, ModelReply(REFUSAL): stay}
+        return {replay_of(rec) if rec.key == a.key else ModelReply(REFUSAL): stay}
     if s.expired:
-        return {Reply(ERROR_RESULT if w.legacy else REFUSAL): stay}
+        return {ModelReply(ERROR_RESULT if w.legacy else REFUSAL): stay}
     if a.kind == "cancel":
-        return {Reply(CANCELLED): stay}
+        return {ModelReply(CANCELLED): stay}
     if a.kind in ("decline", "accept_no"):
-        return {Reply(DECLINED): Step(replace(s, recorded=Recorded(a.key, "declined")), "decline")}
+        return {
+            ModelReply(DECLINED): Step(replace(s, recorded=Recorded(a.key, "declined")), "decline")
+        }
     return _accept(s, a, w)
 
 
-def _accept(s: State, a: Answer, w: World) -> dict[Reply, Step]:
+def _accept(s: State, a: Answer, w: World) -> dict[ModelReply, Step]:
     stay = Step(s)
     done = Step(replace(s, recorded=Recorded(a.key, "executed", a.note)), "execute")
-    executed = {Reply(EXECUTED, a.note): done}
-    reask = dict.fromkeys((Reply(r) for r in w.reask), stay)
+    executed = {ModelReply(EXECUTED, a.note): done}
+    reask = dict.fromkeys((ModelReply(r) for r in w.reask), stay)
     if not w.note.known:
-        return executed | reask | {Reply(ERROR_RESULT): stay}
+        return executed | reask | {ModelReply(ERROR_RESULT): stay}
     if not w.note.exists or w.note.workspace != w.workspace:
-        return {Reply(ERROR_RESULT): stay}
+        return {ModelReply(ERROR_RESULT): stay}
     if w.note.version != w.shown_version:
         return reask
     return executed
