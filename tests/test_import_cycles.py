@@ -32,8 +32,6 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
         # Broken on branch i23-run (issue 23: workers supervise processes that run the pipeline).
         frozenset({"cluster.experiments.simulate", "cluster.experiments.workers"}),
-        # Broken on branch i23-bench (issue 23: the bench family in cluster/experiments/bench/).
-        frozenset({"cluster.experiments.bench", "cluster.experiments.bench_http"}),
     }
 )
 """Cycles other branches of issue 23 remove; the lead empties this at their merge. Each must
