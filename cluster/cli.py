@@ -526,6 +526,25 @@ Examples:
     help="Load processes, each with its own in-process nodes and --concurrency flows at once, "
     "against one real Redis (--redis); their histories are checked together.",
 )
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Run the whole simulation in one trio run under virtual time on an in-process store, "
+    "every choice drawn from --seed: the seed replays bit for bit (README: Deterministic "
+    "simulation).",
+)
+@click.option(
+    "--check-determinism",
+    is_flag=True,
+    help="With --deterministic: run the seed twice and name the first divergent step.",
+)
+@click.option(
+    "--replay",
+    "replay_dir",
+    default=None,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Run a deterministic run folder again (its seed and settings) into --out.",
+)
 def simulate_cmd(
     nodes: int,
     redis_url: str | None,
@@ -545,9 +564,19 @@ def simulate_cmd(
     min_completed: float,
     min_per_kind: int,
     workers: int,
+    deterministic: bool,
+    check_determinism: bool,
+    replay_dir: Path | None,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
+
+    if deterministic or check_determinism or replay_dir is not None:  # issue 19's hook
+        from cluster.deterministic.command import simulate_deterministic_cmd
+
+        require_extra("sim")
+        simulate_deterministic_cmd(click.get_current_context().params)
+        return
 
     require_extra("sim")
     from rich.console import Console

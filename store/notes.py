@@ -8,7 +8,6 @@ over TCP), on a real Redis and on a Redis Cluster, because every script touches 
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -17,6 +16,7 @@ from typing import Any, TypeVar, get_args
 import coredis
 import coredis.exceptions
 
+from store import entropy
 from store.api import (
     NO_QUOTA,
     Confirmation,
@@ -197,7 +197,7 @@ def _script(name: str) -> str:
 
 def _call_id() -> str:
     """A fresh id for one store call: its re-sends carry it, a later request does not."""
-    return secrets.token_hex(8)
+    return entropy.token_hex(8)
 
 
 WRITE_REPLY_FIELDS = 9
@@ -368,7 +368,7 @@ class NoteStore:
         op = op or WriteOp.fresh()
         call = _call_id()
         for _ in range(4):
-            note_id = "n" + secrets.token_hex(8)
+            note_id = "n" + entropy.token_hex(8)
             reply = await self._run(
                 "create",
                 [

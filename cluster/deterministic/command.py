@@ -1,0 +1,134 @@
+"""``notes-cluster simulate --deterministic | --check-determinism | --replay RUN_DIR``.
+
+Layer: cluster (the CLI's part for deterministic runs; ``cluster.cli`` hands over its parsed
+options). Refusals are usage errors (exit 2, one line). A deterministic run needs a fixed hash
+seed for ``str``: the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not set
+so, before it claims a run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+HASH_SEED = "0"
+"""``PYTHONHASHSEED`` of every deterministic run."""
+
+
+def ensure_hash_seed() -> None:
+    """Re-execute this command with ``PYTHONHASHSEED=HASH_SEED`` unless it is set so; only when
+    this process is the CLI's own (not a test calling the command in its process)."""
+    if os.environ.get("PYTHONHASHSEED") == HASH_SEED:
+        return
+    argv = list(getattr(sys, "orig_argv", []))
+    ours = Path(sys.argv[0]).name == "notes-cluster" or any("cluster.cli" in a for a in argv)
+    if not ours or len(argv) < 2:
+        return
+    env = dict(os.environ, PYTHONHASHSEED=HASH_SEED)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *argv[1:]], env)  # noqa: S606 - the same command
+
+
+def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
+    """The ``simulate`` command's deterministic modes (``params``: its parsed options)."""
+    from rich.console import Console
+
+    from cluster.cli import _exercise_rule, _fault_kinds, _report, claim_run_dir
+    from cluster.deterministic.divergence import check_determinism, file_lines, first_divergence
+    from cluster.deterministic.run import (
+        DeterministicUsageError,
+        options_from_json,
+        read_settings,
+        refuse_nondeterministic,
+        run_deterministic,
+    )
+    from cluster.exit_codes import EXIT_INVALID
+    from cluster.experiments.simulate import SimulateOptions
+    from loadgen.runfolder import mark_complete
+    from loadgen.runner import RunSettings
+    from loadgen.workload import tenants_for
+
+    replay_dir: Path | None = params["replay_dir"]
+    if replay_dir is not None:
+        if params["check_determinism"]:
+            raise click.UsageError("--replay and --check-determinism: give one of them")
+        try:
+            options = options_from_json(read_settings(replay_dir), None)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise click.UsageError(f"--replay: {exc}") from None
+    else:
+        seed = params["seed"]
+        if seed is None:
+            raise click.UsageError("--deterministic needs --seed N (the run is the seed's)")
+        flows = params["flows"]
+        options = SimulateOptions(
+            nodes=params["nodes"],
+            redis_url=params["redis_url"],
+            state_ttl_s=params["state_ttl"],
+            settings=RunSettings(
+                flows=flows,
+                duration_s=params["duration"],
+                concurrency=params["concurrency"],
+                rate=params["rate"],
+                seed=seed,
+                legacy_share=params["legacy_share"],
+                tenants=tenants_for(flows),
+            ),
+            faults=_fault_kinds(params["fault_kinds"], embedded=True),
+            fault_seed=params["fault_seed"],
+            wait_replicas=params["wait_replicas"],
+            exercise=_exercise_rule(params["min_completed"], params["min_per_kind"]),
+            workers=params["workers"],
+        )
+    try:
+        refuse_nondeterministic(options)
+    except DeterministicUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    ensure_hash_seed()
+    run_dir = claim_run_dir(params["out_dir"], params["replace"], "%Y%m%d-%H%M%S")
+    options = replace(options, run_dir=run_dir)
+    err = Console(stderr=True)
+    s = options.settings
+    faults = ", ".join(sorted(options.faults)) or "none"
+    err.print(
+        f"deterministic: seed {s.seed}; {options.nodes} nodes, {s.flows} flows, state TTL "
+        f"{options.state_ttl_s:g} s, faults {faults}; run folder {run_dir}"
+    )
+    if params["check_determinism"]:
+        outcome = check_determinism(options)
+        sim = outcome.first
+        if outcome.divergence is not None:
+            err.print(f"NOT deterministic: {outcome.divergence.describe()}")
+            mark_complete(run_dir)
+            sys.exit(EXIT_INVALID)
+        err.print(f"deterministic: both runs wrote history sha256 {sim.history_sha256}")
+    else:
+        sim = run_deterministic(options)
+        err.print(f"history sha256 {sim.history_sha256}")
+    if replay_dir is not None:
+        recorded = _recorded_sha(replay_dir)
+        if recorded is not None and recorded != sim.history_sha256:
+            found = first_divergence(
+                file_lines(replay_dir / "history.jsonl"), file_lines(run_dir / "history.jsonl")
+            )
+            said = "" if found is None else f": {found.describe()}"
+            err.print(f"replay differs from {replay_dir}{said}")
+            mark_complete(run_dir)
+            sys.exit(EXIT_INVALID)
+        err.print(f"replay of {replay_dir}: same history bytes")
+    _report(sim, run_dir, params["as_json"])
+
+
+def _recorded_sha(run_dir: Path) -> str | None:
+    try:
+        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        return str(results["deterministic"]["history_sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
