@@ -38,8 +38,6 @@ def ensure_hash_seed() -> None:
 
 def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     """The ``simulate`` command's deterministic modes (``params``: its parsed options)."""
-    from rich.console import Console
-
     from cluster.cli import _exercise_rule, _fault_kinds, _report, claim_run_dir
     from cluster.deterministic.divergence import check_determinism, file_lines, first_divergence
     from cluster.deterministic.run import (
@@ -94,10 +92,9 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     ensure_hash_seed()
     run_dir = claim_run_dir(params["out_dir"], params["replace"], "%Y%m%d-%H%M%S")
     options = replace(options, run_dir=run_dir)
-    err = Console(stderr=True)
     s = options.settings
     faults = ", ".join(sorted(options.faults)) or "none"
-    err.print(
+    _say(
         f"deterministic: seed {s.seed}; {options.nodes} nodes, {s.flows} flows, state TTL "
         f"{options.state_ttl_s:g} s, faults {faults}; run folder {run_dir}"
     )
@@ -105,13 +102,13 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
         outcome = check_determinism(options)
         sim = outcome.first
         if outcome.divergence is not None:
-            err.print(f"NOT deterministic: {outcome.divergence.describe()}")
+            _say(f"NOT deterministic: {outcome.divergence.describe()}")
             mark_complete(run_dir)
             sys.exit(EXIT_INVALID)
-        err.print(f"deterministic: both runs wrote history sha256 {sim.history_sha256}")
+        _say(f"deterministic: both runs wrote history sha256 {sim.history_sha256}")
     else:
         sim = run_deterministic(options)
-        err.print(f"history sha256 {sim.history_sha256}")
+        _say(f"history sha256 {sim.history_sha256}")
     if replay_dir is not None:
         recorded = _recorded_sha(replay_dir)
         if recorded is not None and recorded != sim.history_sha256:
@@ -119,10 +116,10 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
                 file_lines(replay_dir / "history.jsonl"), file_lines(run_dir / "history.jsonl")
             )
             said = "" if found is None else f": {found.describe()}"
-            err.print(f"replay differs from {replay_dir}{said}")
+            _say(f"replay differs from {replay_dir}{said}")
             mark_complete(run_dir)
             sys.exit(EXIT_INVALID)
-        err.print(f"replay of {replay_dir}: same history bytes")
+        _say(f"replay of {replay_dir}: same history bytes")
     _report(sim, run_dir, params["as_json"])
 
 
@@ -132,3 +129,8 @@ def _recorded_sha(run_dir: Path) -> str | None:
         return str(results["deterministic"]["history_sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _say(text: str) -> None:
+    """One line on stderr (never wrapped: tests and scripts read it)."""
+    click.echo(text, err=True)

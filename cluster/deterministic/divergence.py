@@ -8,7 +8,7 @@ client, the node the client sent to (an answer names its request's node) and the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import zip_longest
 from pathlib import Path
@@ -128,17 +128,11 @@ class DeterminismCheck:
         }
 
 
-def check_determinism(
-    options: SimulateOptions,
-    *,
-    perturb: Callable[[int], Callable[[], Any] | None] | None = None,
-) -> DeterminismCheck:
+def check_determinism(options: SimulateOptions) -> DeterminismCheck:
     """Run ``options`` twice (the first into its run folder, if any; the second in memory) and
-    compare the histories. ``perturb``: test-only, run number (1 or 2) -> what
-    ``run_deterministic`` enters inside its world (a planted source of nondeterminism)."""
-    plant = perturb or (lambda _n: None)
-    first = run_deterministic(options, perturb=plant(1))
-    second = run_deterministic(replace(options, run_dir=None), perturb=plant(2))
+    compare the histories."""
+    first = run_deterministic(options)
+    second = run_deterministic(replace(options, run_dir=None))
     if options.run_dir is not None:
         lines: Iterable[str] = file_lines(options.run_dir / "history.jsonl")
     else:

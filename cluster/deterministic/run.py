@@ -15,8 +15,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -70,7 +69,7 @@ memory), not the run: two runs of one seed may differ in them alone (``comparabl
 
 def comparable(results: dict[str, Any]) -> dict[str, Any]:
     """``results`` without its ``MACHINE_FIELDS``."""
-    out = json.loads(json.dumps(results))
+    out: dict[str, Any] = json.loads(json.dumps(results))
     for block, name in MACHINE_FIELDS:
         if isinstance(out.get(block), dict):
             out[block].pop(name, None)
@@ -257,26 +256,13 @@ async def _check(
 
 
 def run_deterministic(
-    options: SimulateOptions,
-    on_flow: Callable[[FlowSample], None] | None = None,
-    *,
-    perturb: Callable[[], Any] | None = None,
+    options: SimulateOptions, on_flow: Callable[[FlowSample], None] | None = None
 ) -> DeterministicSimulation:
-    """One deterministic run in its own ``trio.run`` (this thread). ``perturb``: test-only, a
-    context manager factory entered inside the world (a planted source of nondeterminism)."""
+    """One deterministic run in its own ``trio.run`` (this thread)."""
     refuse_nondeterministic(options)
     clock = mock_clock()
-    with deterministic_world(options.settings.seed, clock), _maybe(perturb):
+    with deterministic_world(options.settings.seed, clock):
         return trio.run(simulate_deterministic, options, on_flow, clock=clock)
-
-
-@contextmanager
-def _maybe(factory: Callable[[], Any] | None) -> Iterator[None]:
-    if factory is None:
-        yield
-        return
-    with factory():
-        yield
 
 
 def virtual_s_of(op: Op) -> float:
