@@ -16,12 +16,13 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from cluster.deterministic.clocks import NodeClocks, open_skewed_cluster
 from cluster.deterministic.world import EPOCH_S, deterministic_world, mock_clock
 from cluster.experiments.simulate import (
     SIM_REPLAY_GRACE_MS,
@@ -42,7 +43,6 @@ from cluster.experiments.simulate import (
     wait_for_expiry,
 )
 from cluster.faults import FaultRecord, write_faults
-from cluster.local import open_local_cluster
 from cluster.store_faults import StoreFaults
 from loadgen.checker import CheckResult, check
 from loadgen.history import History, Op, close_history, open_history
@@ -115,6 +115,7 @@ class DeterministicSimulation(Simulation):
     history_sha256: str = ""
     wall_s: float = 0.0
     virtual_s: float = 0.0
+    node_clocks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -124,6 +125,7 @@ class DeterministicSimulation(Simulation):
             "history_sha256": self.history_sha256,
             "virtual_s": round(self.virtual_s, 6),
             "python_hash_seed": os.environ.get("PYTHONHASHSEED"),
+            "node_clocks": self.node_clocks,
             "wall_s": round(self.wall_s, 3),
             "flows_per_wall_s": round(completed / max(self.wall_s, 1e-9), 1),
         }
@@ -167,9 +169,12 @@ def settings_json(options: SimulateOptions) -> dict[str, Any]:
 
 
 async def simulate_deterministic(
-    options: SimulateOptions, on_flow: Callable[[FlowSample], None] | None = None
+    options: SimulateOptions,
+    on_flow: Callable[[FlowSample], None] | None = None,
+    clocks: NodeClocks | None = None,
 ) -> DeterministicSimulation:
-    """The run (see the module docstring); call it inside ``run_deterministic``."""
+    """The run (see the module docstring); call it inside ``run_deterministic``. ``clocks``:
+    the nodes' own clocks (``cluster.deterministic.clocks``); None: the Redis clock."""
     refuse_nondeterministic(options)
     settings = options.settings
     if settings.tag == "run":  # simulate's default draws a fresh tag; this one is the seed's
@@ -189,12 +194,12 @@ async def simulate_deterministic(
         )
     try:
         with serve_memory_store() as url:
-            async with open_local_cluster(
+            async with open_skewed_cluster(
                 config,
                 options.nodes,
-                redis_url=url,
+                url,
+                clocks=clocks,
                 prefix=PREFIX,
-                seed=True,
                 replay_grace_ms=SIM_REPLAY_GRACE_MS,
                 store_options=store_options(options, PREFIX, nemeses),
             ) as cluster:
@@ -218,6 +223,7 @@ async def simulate_deterministic(
         None,
         faults,
         history_sha256=history_sha256(history, options.run_dir),
+        node_clocks=[] if clocks is None else clocks.to_json(),
         wall_s=time.perf_counter() - started,
         virtual_s=trio.current_time(),
     )
@@ -256,13 +262,20 @@ async def _check(
 
 
 def run_deterministic(
-    options: SimulateOptions, on_flow: Callable[[FlowSample], None] | None = None
+    options: SimulateOptions,
+    on_flow: Callable[[FlowSample], None] | None = None,
+    *,
+    skew: bool = True,
+    node_offsets_ms: tuple[int, ...] | None = None,
 ) -> DeterministicSimulation:
-    """One deterministic run in its own ``trio.run`` (this thread)."""
+    """One deterministic run in its own ``trio.run`` (this thread). The nodes' clocks are
+    skewed from the seed (``skew``), or by ``node_offsets_ms`` when given."""
     refuse_nondeterministic(options)
     clock = mock_clock()
-    with deterministic_world(options.settings.seed, clock):
-        return trio.run(simulate_deterministic, options, on_flow, clock=clock)
+    seed = options.settings.seed
+    clocks = NodeClocks(seed, offsets_ms=node_offsets_ms) if skew or node_offsets_ms else None
+    with deterministic_world(seed, clock):
+        return trio.run(simulate_deterministic, options, on_flow, clocks, clock=clock)
 
 
 def virtual_s_of(op: Op) -> float:

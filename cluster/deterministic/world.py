@@ -43,6 +43,9 @@ EPOCH_S = 1_800_000_000.0
 """Virtual wall clock at virtual time 0 (2027-01-15T08:00:00Z): every run starts there."""
 
 
+HALF_US = 5e-7
+
+
 def stream(seed: int, name: str) -> random.Random:
     """A random stream of its own for ``name`` (one per purpose, so adding a draw in one
     purpose shifts no other)."""
@@ -51,7 +54,12 @@ def stream(seed: int, name: str) -> random.Random:
 
 def virtual_wall_s(clock: trio.testing.MockClock) -> float:
     """The virtual wall clock (seconds since the epoch)."""
-    return EPOCH_S + clock.current_time()
+    return EPOCH_S + clock.current_time() + HALF_US
+
+
+def virtual_at(wall_ms: int) -> float:
+    """The virtual time (trio's) at which the virtual wall clock reads ``wall_ms``."""
+    return wall_ms / 1000 - EPOCH_S
 
 
 @contextmanager
@@ -85,7 +93,9 @@ def virtual_time(clock: trio.testing.MockClock) -> Iterator[None]:
     saved = (time.time, time.time_ns, time.monotonic)
 
     def wall() -> float:
-        return EPOCH_S + clock.current_time()
+        # Half a microsecond in: float rounding (about 0.2 us at this magnitude) can then never
+        # move a reading truncated to the microsecond (``TIME``) or millisecond to the one before.
+        return EPOCH_S + clock.current_time() + HALF_US
 
     def wall_ns() -> int:
         return round(wall() * 1e9)
