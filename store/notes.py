@@ -39,6 +39,7 @@ from store.api import (
     WriteOp,
     WriteOutcome,
 )
+from store.buggify import buggify_delay
 from store.client import before_resend, report_lost_reply
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
@@ -319,6 +320,7 @@ class NoteStore:
         return await self._resending(name, lambda: self._send(name, keys, args))
 
     async def _send(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
+        await buggify_delay("store.before_script")
         if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
             # coredis sends WAIT on the script's own connection right after its reply and
             # raises ReplicationError when fewer replicas acknowledged.
@@ -326,6 +328,7 @@ class NoteStore:
                 reply: Any = await self._scripts[name](keys=keys, args=args)
         else:
             reply = await self._scripts[name](keys=keys, args=args)
+        await buggify_delay("store.after_script")
         return list(reply)
 
     def _failed(self, exc: Exception, what: str) -> StoreUnavailable:

@@ -16,6 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.tally import ExerciseRule, judge
 from loadgen.tenants import tenants as tenant_names
+from store.buggify import Buggify, buggify_on
 from store.memory_transport import serve_memory_store
 
 SETTINGS_FILE = "deterministic.json"
@@ -116,6 +118,7 @@ class DeterministicSimulation(Simulation):
     wall_s: float = 0.0
     virtual_s: float = 0.0
     node_clocks: list[dict[str, Any]] = field(default_factory=list)
+    buggify: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -126,6 +129,7 @@ class DeterministicSimulation(Simulation):
             "virtual_s": round(self.virtual_s, 6),
             "python_hash_seed": os.environ.get("PYTHONHASHSEED"),
             "node_clocks": self.node_clocks,
+            "buggify": self.buggify,
             "wall_s": round(self.wall_s, 3),
             "flows_per_wall_s": round(completed / max(self.wall_s, 1e-9), 1),
         }
@@ -172,6 +176,7 @@ async def simulate_deterministic(
     options: SimulateOptions,
     on_flow: Callable[[FlowSample], None] | None = None,
     clocks: NodeClocks | None = None,
+    points: Buggify | None = None,
 ) -> DeterministicSimulation:
     """The run (see the module docstring); call it inside ``run_deterministic``. ``clocks``:
     the nodes' own clocks (``cluster.deterministic.clocks``); None: the Redis clock."""
@@ -224,6 +229,7 @@ async def simulate_deterministic(
         faults,
         history_sha256=history_sha256(history, options.run_dir),
         node_clocks=[] if clocks is None else clocks.to_json(),
+        buggify=None if points is None else {"active": points.active(), "fired": points.fired},
         wall_s=time.perf_counter() - started,
         virtual_s=trio.current_time(),
     )
@@ -267,15 +273,18 @@ def run_deterministic(
     *,
     skew: bool = True,
     node_offsets_ms: tuple[int, ...] | None = None,
+    buggify: bool = False,
 ) -> DeterministicSimulation:
     """One deterministic run in its own ``trio.run`` (this thread). The nodes' clocks are
-    skewed from the seed (``skew``), or by ``node_offsets_ms`` when given."""
+    skewed from the seed (``skew``), or by ``node_offsets_ms`` when given; ``buggify`` turns
+    the fault points of node and store code on (``store.buggify``), seeded by the seed."""
     refuse_nondeterministic(options)
     clock = mock_clock()
     seed = options.settings.seed
     clocks = NodeClocks(seed, offsets_ms=node_offsets_ms) if skew or node_offsets_ms else None
-    with deterministic_world(seed, clock):
-        return trio.run(simulate_deterministic, options, on_flow, clocks, clock=clock)
+    faults = Buggify(seed) if buggify else None
+    with deterministic_world(seed, clock), buggify_on(faults) if faults else nullcontext():
+        return trio.run(simulate_deterministic, options, on_flow, clocks, faults, clock=clock)
 
 
 def virtual_s_of(op: Op) -> float:
