@@ -539,6 +539,17 @@ Examples:
     help="With --deterministic: run the seed twice and name the first divergent step.",
 )
 @click.option(
+    "--buggify",
+    is_flag=True,
+    help="With --deterministic: turn on the seeded fault points inside node and store code.",
+)
+@click.option(
+    "--swarm",
+    is_flag=True,
+    help="With --deterministic: the seed also picks nodes, race-kind weights, faults and TTL "
+    "(fault points on).",
+)
+@click.option(
     "--replay",
     "replay_dir",
     default=None,
@@ -566,12 +577,14 @@ def simulate_cmd(
     workers: int,
     deterministic: bool,
     check_determinism: bool,
+    buggify: bool,
+    swarm: bool,
     replay_dir: Path | None,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
 
-    if deterministic or check_determinism or replay_dir is not None:  # issue 19's hook
+    if deterministic or check_determinism or buggify or swarm or replay_dir:  # issue 19's hook
         from cluster.deterministic.command import simulate_deterministic_cmd
 
         require_extra("sim")

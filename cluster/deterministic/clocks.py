@@ -110,7 +110,7 @@ async def open_skewed_cluster(
     own clock, the demo notes seeded."""
     async with trio.open_nursery() as nursery:
         cluster = SkewedCluster(
-            config, url, False, prefix, nursery, replay_grace_ms, store_options, clocks=clocks
+            config, url, True, prefix, nursery, replay_grace_ms, store_options, clocks=clocks
         )
         for i in range(n_nodes):
             await cluster.start_node(i)

@@ -128,11 +128,13 @@ class DeterminismCheck:
         }
 
 
-def check_determinism(options: SimulateOptions) -> DeterminismCheck:
+def check_determinism(
+    options: SimulateOptions, *, buggify: bool = False, skew: bool = True
+) -> DeterminismCheck:
     """Run ``options`` twice (the first into its run folder, if any; the second in memory) and
-    compare the histories."""
-    first = run_deterministic(options)
-    second = run_deterministic(replace(options, run_dir=None))
+    compare the histories (``buggify``, ``skew``: ``run_deterministic``'s)."""
+    first = run_deterministic(options, buggify=buggify, skew=skew)
+    second = run_deterministic(replace(options, run_dir=None), buggify=buggify, skew=skew)
     if options.run_dir is not None:
         lines: Iterable[str] = file_lines(options.run_dir / "history.jsonl")
     else:

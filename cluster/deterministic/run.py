@@ -149,10 +149,15 @@ def history_sha256(history: History, run_dir: Path | None) -> str:
     return digest.hexdigest()
 
 
-def settings_json(options: SimulateOptions) -> dict[str, Any]:
-    """What ``--replay`` needs to run ``options`` again (``options_from_json``)."""
+def settings_json(
+    options: SimulateOptions, *, buggify: bool = False, skew: bool = True
+) -> dict[str, Any]:
+    """What ``--replay`` needs to run ``options`` again (``options_from_json``; ``buggify``
+    and ``skew`` are ``run_deterministic``'s)."""
     s = options.settings
     return {
+        "buggify": buggify,
+        "skew": skew,
         "nodes": options.nodes,
         "state_ttl_s": options.state_ttl_s,
         "faults": sorted(options.faults),
@@ -195,7 +200,12 @@ async def simulate_deterministic(
     nemeses = StoreNemeses(seam=seam)
     if options.run_dir is not None:
         (options.run_dir / SETTINGS_FILE).write_text(
-            json.dumps(settings_json(options), indent=2) + "\n", encoding="utf-8"
+            json.dumps(
+                settings_json(options, buggify=points is not None, skew=clocks is not None),
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
         )
     try:
         with serve_memory_store() as url:
