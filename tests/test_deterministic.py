@@ -69,7 +69,7 @@ def test_replay_of_a_run_folder_gives_the_same_history_bytes(tmp_path: Path) -> 
 def test_refusals_are_one_line_usage_errors(tmp_path: Path) -> None:
     cases = {
         ("--redis", "redis://127.0.0.1:1/0"): "--redis",
-        ("--workers", "2"): "--workers",
+        ("--workers", "2", "--check-determinism"): "--workers",
         ("--legacy-share", "0.2"): "--legacy-share",
         ("--faults", "redis"): "--faults redis",
     }
@@ -168,3 +168,35 @@ def test_a_run_in_process_matches_itself_and_reads_the_virtual_clock() -> None:
     first = a.history.ops[0]
     assert first.time_ms >= EPOCH_S * 1000  # the history's clock is the virtual wall clock
     assert a.history.ops[-1].time_ms / 1000 - EPOCH_S <= a.virtual_s
+
+
+def test_swarm_picks_the_shape_from_the_seed_prints_it_and_replays_it(tmp_path: Path) -> None:
+    out = tmp_path / "swarm"
+    args = ["simulate", "--swarm", "--seed", "4", "--flows", str(FLOWS), "--out", str(out)]
+    code, _, err = run(args, tmp_path)
+    assert code == EXIT_VALID, err
+    (header,) = [line for line in err.splitlines() if line.startswith("swarm: ")]
+    saved = json.loads((out / "deterministic.json").read_text(encoding="utf-8"))
+    assert saved["buggify"] is True
+    assert f"{saved['nodes']} nodes" in header
+    assert f"state TTL {saved['state_ttl_s']:g} s" in header
+    assert saved["settings"]["weights"] != json.loads(json.dumps(RunSettings().weights))
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["deterministic"]["buggify"]["active"]
+    again = tmp_path / "again"
+    code, _, err = run(["simulate", "--replay", str(out), "--out", str(again)], tmp_path)
+    assert code == EXIT_VALID, err
+    assert (again / "history.jsonl").read_bytes() == (out / "history.jsonl").read_bytes()
+
+
+def test_workers_run_independent_seeds_with_one_merged_verdict(tmp_path: Path) -> None:
+    out = tmp_path / "seeds"
+    args = ["simulate", "--deterministic", "--workers", "2", "--seed", "7", "--flows", "40"]
+    code, _, err = run([*args, "--out", str(out)], tmp_path)
+    assert code == EXIT_VALID, err
+    assert "merged verdict: VALID (80 flows, 2 seeds)" in err
+    summary = json.loads((out / "seeds.json").read_text(encoding="utf-8"))
+    assert [r["seed"] for r in summary["runs"]] == [7, 8]
+    one = json.loads((out / "seed-7" / "results.json").read_text(encoding="utf-8"))
+    assert one["deterministic"]["history_sha256"] == summary["runs"][0]["history_sha256"]
+    assert summary["runs"][0]["history_sha256"] != summary["runs"][1]["history_sha256"]
