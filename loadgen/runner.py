@@ -61,6 +61,9 @@ class RunSettings:
     """Id of this process's first flow: processes of one run (``--workers``) get disjoint ids."""
     keep_samples: bool | None = None
     """Keep every FlowSample; None: only when ``flows`` is at most ``KEEP_SAMPLES_MAX``."""
+    exact_expiry: bool = False
+    """Aim expiry races at the exact millisecond (``FlowEnv.exact_expiry``): a deterministic
+    run only, where the Redis-clock estimate is exact."""
 
 
 @dataclass
@@ -223,6 +226,7 @@ class _Wiring:
             tag=self.settings.tag,
             root=names.root(t),
             clean_up_cut_short=self.settings.clean_up_cut_short,
+            exact_expiry=self.settings.exact_expiry,
         )
 
     def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:

@@ -188,8 +188,10 @@ async def simulate_deterministic(
     refuse_nondeterministic(options)
     settings = options.settings
     if settings.tag == "run":  # simulate's default draws a fresh tag; this one is the seed's
-        options = replace(options, settings=replace(settings, tag=f"d{settings.seed}"))
-        settings = options.settings
+        settings = replace(settings, tag=f"d{settings.seed}")
+    # The load's Redis-clock estimate is exact here: expiry races aim at the millisecond.
+    options = replace(options, settings=replace(settings, exact_expiry=True))
+    settings = options.settings
     started = time.perf_counter()
     config = simulation_config(options.state_ttl_s, settings.tenants)  # key ring: seeded bytes
     tenants = tenant_names(settings.tenants)
