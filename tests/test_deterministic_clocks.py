@@ -128,3 +128,28 @@ def test_a_simulation_with_skewed_drifting_node_clocks_writes_the_same_history()
     assert all(abs(c["offset_ms"]) < MARGIN for c in skewed.node_clocks)
     assert skewed.result.status == plain.result.status == "valid"
     assert skewed.history_sha256 == plain.history_sha256
+
+
+def test_a_simulation_aims_its_expiry_races_at_the_exact_millisecond() -> None:
+    sim = run_deterministic(SimulateOptions(nodes=2, settings=RunSettings(flows=60, seed=9)))
+    assert sim.result.status == "valid"
+    exp_of = {
+        o.value["nonce"]: o.value["exp_ms"]
+        for o in sim.history.ops
+        if o.f == "ask" and o.type == "ok" and "exp_ms" in o.value
+    }
+    outcome: dict[int, str] = {}
+    aimed: dict[str, list[tuple[int, int]]] = {"before_expiry": [], "expired": []}
+    for o in sim.history.ops:
+        if o.f != "confirm" or o.kind not in aimed:
+            continue
+        if o.type == "invoke":
+            aimed[o.kind].append((o.process, o.value["redis_send_ms"] - exp_of[o.value["nonce"]]))
+        else:
+            outcome[o.process] = "executed" if o.value.get("executed") else o.type
+    assert aimed["before_expiry"]
+    assert aimed["expired"]
+    assert all(delta == -1 for _, delta in aimed["before_expiry"])  # one ms before: honoured
+    assert all(outcome[p] == "executed" for p, _ in aimed["before_expiry"])
+    assert all(delta == 0 for _, delta in aimed["expired"])  # at the expiry: refused
+    assert all(outcome[p] != "executed" for p, _ in aimed["expired"])
