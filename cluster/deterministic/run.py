@@ -26,6 +26,7 @@ import trio
 from cluster.deterministic.clocks import NodeClocks, open_skewed_cluster
 from cluster.deterministic.world import EPOCH_S, deterministic_world, mock_clock
 from cluster.experiments.simulate import (
+    KEEP_OPS_MAX,
     SIM_REPLAY_GRACE_MS,
     STORE_SEAM_KINDS,
     SimulateOptions,
@@ -195,7 +196,8 @@ async def simulate_deterministic(
     started = time.perf_counter()
     config = simulation_config(options.state_ttl_s, settings.tenants)  # key ring: seeded bytes
     tenants = tenant_names(settings.tenants)
-    history = open_history(options.run_dir, keep=True)
+    keep = options.run_dir is None or settings.flows <= KEEP_OPS_MAX  # as simulate keeps it
+    history = open_history(options.run_dir, keep=keep)
     kinds = options.faults if options.injected is None else options.injected
     seed = settings.seed if options.fault_seed is None else options.fault_seed
     seam = StoreFaults(seed, stream_timeout(options)) if kinds & STORE_SEAM_KINDS else None
