@@ -1674,6 +1674,24 @@ def conformance(
 
 
 @main.command(
+    "shrink",
+    help="Search a failing deterministic run folder (simulate --deterministic) for a smaller "
+    "run of the same seed that fails the same invariant: fewer flows, faults, fault points and "
+    "nodes, within --budget seconds; the smallest is run into --out (default RUN_DIR/shrunk), "
+    "which simulate --replay runs again.",
+)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--budget", default=300.0, show_default=True, type=click.FloatRange(1, 86_400))
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
+def shrink_cmd(run_dir: Path, budget: float, out_dir: Path | None) -> None:
+    """``notes-cluster shrink`` (issue 19: ``cluster.deterministic.command``)."""
+    require_extra("sim")
+    from cluster.deterministic.command import shrink_folder
+
+    shrink_folder(run_dir, out_dir or run_dir / "shrunk", budget)
+
+
+@main.command(
     "conformance-table",
     help="The conformance pack against our 3-node demo cluster and the Python and TypeScript "
     "SDK references (as their docs show, and with what their authors must add), check by "

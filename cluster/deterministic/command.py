@@ -210,3 +210,38 @@ def _recorded_sha(run_dir: Path) -> str | None:
 def _say(text: str) -> None:
     """One line on stderr (never wrapped: tests and scripts read it)."""
     click.echo(text, err=True)
+
+
+def shrink_folder(run_dir: Path, out: Path, budget_s: float) -> NoReturn:
+    """``notes-cluster shrink RUN_DIR``: the smallest failing case, run into ``out``."""
+    from cluster.deterministic.run import options_from_json, read_settings, run_deterministic
+    from cluster.deterministic.shrink import Case, shrink
+    from cluster.exit_codes import EXIT_INVALID, EXIT_UNKNOWN
+    from loadgen.runfolder import RunFolderError, claim_out_dir
+
+    try:
+        saved = read_settings(run_dir)
+        options = options_from_json(saved, None)
+        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise click.UsageError(f"shrink: {exc}") from None
+    invalid = [v["name"] for v in results.get("invariants", []) if v.get("status") == "invalid"]
+    if not invalid:
+        raise click.UsageError(f"shrink: {run_dir} is not INVALID: nothing to shrink")
+    ensure_hash_seed()
+    try:
+        out = claim_out_dir(out, replace=True)
+    except RunFolderError as exc:
+        raise click.UsageError(f"shrink: {exc}") from None
+    case = Case(options, bool(saved.get("buggify", False)))
+    found = shrink(case, invalid[0], budget_s=budget_s)
+    sim = run_deterministic(replace(found.last.options, run_dir=out), buggify=found.last.buggify)
+    _say(found.summary())
+    _say(f"replay: notes-cluster simulate --replay {out}")
+    click.echo(f"{sim.result.status.upper()}: {', '.join(sorted(invalid_names(sim)))}")
+    sys.exit(EXIT_INVALID if invalid[0] in invalid_names(sim) else EXIT_UNKNOWN)
+
+
+def invalid_names(sim: Any) -> set[str]:
+    """The invariants a run found invalid."""
+    return {v.name for v in sim.result.verdicts if v.status == "invalid"}
