@@ -526,6 +526,36 @@ Examples:
     help="Load processes, each with its own in-process nodes and --concurrency flows at once, "
     "against one real Redis (--redis); their histories are checked together.",
 )
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Run the whole simulation in one trio run under virtual time on an in-process store, "
+    "every choice drawn from --seed: the seed replays bit for bit (README: Deterministic "
+    "simulation).",
+)
+@click.option(
+    "--check-determinism",
+    is_flag=True,
+    help="With --deterministic: run the seed twice and name the first divergent step.",
+)
+@click.option(
+    "--buggify",
+    is_flag=True,
+    help="With --deterministic: turn on the seeded fault points inside node and store code.",
+)
+@click.option(
+    "--swarm",
+    is_flag=True,
+    help="With --deterministic: the seed also picks nodes, race-kind weights, faults and TTL "
+    "(fault points on).",
+)
+@click.option(
+    "--replay",
+    "replay_dir",
+    default=None,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Run a deterministic run folder again (its seed and settings) into --out.",
+)
 def simulate_cmd(
     nodes: int,
     redis_url: str | None,
@@ -545,9 +575,21 @@ def simulate_cmd(
     min_completed: float,
     min_per_kind: int,
     workers: int,
+    deterministic: bool,
+    check_determinism: bool,
+    buggify: bool,
+    swarm: bool,
+    replay_dir: Path | None,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
+
+    if deterministic or check_determinism or buggify or swarm or replay_dir:  # issue 19's hook
+        from cluster.deterministic.command import simulate_deterministic_cmd
+
+        require_extra("sim")
+        simulate_deterministic_cmd(click.get_current_context().params)
+        return
 
     require_extra("sim")
     from rich.console import Console
@@ -1630,6 +1672,24 @@ def conformance(
     else:
         click.echo(markdown(checks, urls))
     sys.exit(EXIT_INVALID if failed(checks) else EXIT_VALID)
+
+
+@main.command(
+    "shrink",
+    help="Search a failing deterministic run folder (simulate --deterministic) for a smaller "
+    "run of the same seed that fails the same invariant: fewer flows, faults, fault points and "
+    "nodes, within --budget seconds; the smallest is run into --out (default RUN_DIR/shrunk), "
+    "which simulate --replay runs again.",
+)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--budget", default=300.0, show_default=True, type=click.FloatRange(1, 86_400))
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
+def shrink_cmd(run_dir: Path, budget: float, out_dir: Path | None) -> None:
+    """``notes-cluster shrink`` (issue 19: ``cluster.deterministic.command``)."""
+    require_extra("sim")
+    from cluster.deterministic.command import shrink_folder
+
+    shrink_folder(run_dir, out_dir or run_dir / "shrunk", budget)
 
 
 @main.command(

@@ -61,6 +61,9 @@ class RunSettings:
     """Id of this process's first flow: processes of one run (``--workers``) get disjoint ids."""
     keep_samples: bool | None = None
     """Keep every FlowSample; None: only when ``flows`` is at most ``KEEP_SAMPLES_MAX``."""
+    exact_expiry: bool = False
+    """Aim expiry races at the exact millisecond (``FlowEnv.exact_expiry``): a deterministic
+    run only, where the Redis-clock estimate is exact."""
 
 
 @dataclass
@@ -147,35 +150,49 @@ def _kind_cycle(kinds: list[str], weights: dict[str, float], rng: random.Random)
     return kinds + rest
 
 
+CUT_OFF_S = 30.0
+"""Flows still running this long after the run's duration are cut off (``_drive``)."""
+
+
 async def _drive(
     settings: RunSettings, started_s: float, one: Callable[[int, float], Awaitable[None]]
 ) -> None:
     """Start flows until ``settings.flows`` ran or ``duration_s`` passed: closed loop (each of
     ``concurrency`` workers starts its next flow when its last ended) or open loop (``rate``
-    flows per second, each at its intended time); flows still running 30 s after the duration
-    are cut off."""
-    deadline = started_s + settings.duration_s
+    flows per second, each at its intended time); flows still running ``CUT_OFF_S`` after the
+    duration are cut off.
+
+    Every decision is taken on trio's clock alone (so a run under ``trio.testing.MockClock``
+    is bounded by virtual time); the intended start handed to ``one`` is placed on the run's
+    own timeline, which starts at ``started_s``."""
+    t0 = trio.current_time()
+    deadline = t0 + settings.duration_s
+
+    def on_run_clock(t: float) -> float:
+        return started_s + (t - t0)
+
     ids = itertools.count()
-    with trio.move_on_at(trio.current_time() + settings.duration_s + 30):
+    with trio.move_on_at(deadline + CUT_OFF_S):
         async with trio.open_nursery() as nursery:
             if settings.rate is None:
 
                 async def worker() -> None:
                     for i in ids:
-                        if i >= settings.flows or time.monotonic() >= deadline:
+                        now = trio.current_time()
+                        if i >= settings.flows or now >= deadline:
                             return
-                        await one(settings.first_flow + i, time.monotonic())
+                        await one(settings.first_flow + i, on_run_clock(now))
 
                 for _ in range(settings.concurrency):
                     nursery.start_soon(worker)
             else:
                 period = 1.0 / settings.rate
                 for i in range(settings.flows):
-                    intended = started_s + i * period
+                    intended = t0 + i * period
                     if intended >= deadline:
                         break
-                    await trio.sleep(max(0.0, intended - time.monotonic()))
-                    nursery.start_soon(one, settings.first_flow + i, intended)
+                    await trio.sleep_until(intended)
+                    nursery.start_soon(one, settings.first_flow + i, on_run_clock(intended))
 
 
 @dataclass(frozen=True)
@@ -209,6 +226,7 @@ class _Wiring:
             tag=self.settings.tag,
             root=names.root(t),
             clean_up_cut_short=self.settings.clean_up_cut_short,
+            exact_expiry=self.settings.exact_expiry,
         )
 
     def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:

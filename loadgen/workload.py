@@ -191,6 +191,9 @@ class FlowEnv:
     """The root both principals of the tenant are granted (``notes_search``'s roots)."""
     clean_up_cut_short: bool = False
     """Whether this flow, cut short, deletes what it created (``run_flow``)."""
+    exact_expiry: bool = False
+    """Aim expiry races at the exact millisecond (``EXACT_EXPIRY``), not a margin away: only
+    where the Redis-clock estimate is exact (a deterministic run's virtual clock)."""
     steps: list[str] = field(default_factory=list)
     outcome: SetupOutcome = "completed"
     done: bool = False
@@ -577,24 +580,32 @@ async def _sleep_until_redis(env: FlowEnv, target_ms: int) -> None:
     await trio.sleep(max(0.0, (target_ms - env.redis_now_ms()) / 1000))
 
 
+EXACT_EXPIRY = {"before_expiry": (-1, 1), "expired": (0, 0)}
+"""With ``FlowEnv.exact_expiry``: kind -> (where the answer is aimed, in ms from the expiry on
+the Redis clock; the margin it records). One millisecond before (honoured), at it (refused)."""
+
+
 async def flow_expired(env: FlowEnv, asked: Asked, note: str) -> None:
-    await _sleep_until_redis(env, asked.exp_ms + EXPIRY_MARGIN_MS)
+    aim, margin = EXACT_EXPIRY["expired"] if env.exact_expiry else (EXPIRY_MARGIN_MS,) * 2
+    await _sleep_until_redis(env, asked.exp_ms + aim)
     await confirm(
         env,
         asked,
         note,
         expect="no_mutation",
-        extra={"redis_send_ms": env.redis_now_ms(), "margin_ms": EXPIRY_MARGIN_MS},
+        extra={"redis_send_ms": env.redis_now_ms(), "margin_ms": margin},
     )
 
 
 async def flow_before_expiry(env: FlowEnv, asked: Asked, note: str) -> None:
     # Aim at twice the margin before expiry, so that the send time recorded after waking is
     # still at least one margin before it (the checker holds the node to that).
-    await _sleep_until_redis(env, asked.exp_ms - 2 * EXPIRY_MARGIN_MS)
-    await confirm(
-        env, asked, note, extra={"redis_send_ms": env.redis_now_ms(), "margin_ms": EXPIRY_MARGIN_MS}
-    )
+    aim, margin = (-2 * EXPIRY_MARGIN_MS, EXPIRY_MARGIN_MS)
+    if env.exact_expiry:
+        aim, margin = EXACT_EXPIRY["before_expiry"]
+    await _sleep_until_redis(env, asked.exp_ms + aim)
+    sent = env.redis_now_ms()
+    await confirm(env, asked, note, extra={"redis_send_ms": sent, "margin_ms": margin})
 
 
 async def flow_edit_between(env: FlowEnv, asked: Asked, note: str) -> None:

@@ -29,7 +29,6 @@ import hmac
 import json
 import os
 import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json, to_json
+
+from store import entropy
 
 FORMAT_VERSION = "ns1"
 """Format version; first dot-separated part of every token and part of the associated data."""
@@ -112,7 +113,7 @@ class StatePayload(BaseModel):
 
 def new_nonce() -> str:
     """Return a fresh random url-safe nonce with 128 bits of entropy."""
-    return secrets.token_urlsafe(STATE_NONCE_BYTES)
+    return entropy.token_urlsafe(STATE_NONCE_BYTES)
 
 
 def args_digest(arguments: Mapping[str, object]) -> str:
@@ -175,7 +176,7 @@ class KeyRing:
         Raises `ValueError` if the token would exceed `MAX_TOKEN_CHARS` (it could never open).
         """
         plaintext = payload.model_dump_json().encode("utf-8")
-        nonce = secrets.token_bytes(NONCE_BYTES)
+        nonce = entropy.token_bytes(NONCE_BYTES)
         aad = _associated_data(self.active, payload.audience)
         sealed = nonce + self._aeads[self.active].encrypt(nonce, plaintext, aad)
         body = base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
@@ -224,7 +225,7 @@ class KeyRing:
     @classmethod
     def generate(cls, kid: str = "k1") -> KeyRing:
         """Return a ring with one fresh random key, for tests and ephemeral demos."""
-        return cls(keys={kid: secrets.token_bytes(KEY_BYTES)}, active=kid)
+        return cls(keys={kid: entropy.token_bytes(KEY_BYTES)}, active=kid)
 
     @classmethod
     def from_sources(cls, sources: Mapping[str, str], active: str) -> KeyRing:

@@ -7,9 +7,10 @@ this file while staying free of I/O. ``store.notes.NoteStore`` implements ``Note
 from __future__ import annotations
 
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
+
+from store import entropy
 
 ConfirmStatus = Literal[
     "executed",
@@ -109,7 +110,7 @@ class WriteOp:
     @classmethod
     def fresh(cls) -> WriteOp:
         """A random operation id for a write no client will name again."""
-        return cls("r" + secrets.token_hex(16))
+        return cls("r" + entropy.token_hex(16))
 
 
 @dataclass(frozen=True, slots=True)

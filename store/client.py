@@ -99,6 +99,9 @@ SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 """What the sync tooling (journal readers, load generator) talks to."""
 
 
+MEMORY_URL_HEAD = "memory://"
+"""URLs of in-process stores (``store.memory_transport``): deterministic simulations only."""
+
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 """URL schemes a store URL may have (what both Redis clients understand)."""
 
@@ -285,6 +288,10 @@ def sync_client(url: str, *, decode_responses: bool = False, timeout_s: float = 
     """A redis-py client for ``url``: ``redis.cluster.RedisCluster`` when the server is a Redis
     Cluster node (``INFO cluster``), else ``redis.Redis``. A server that refuses INFO (the
     embedded store) is taken as a plain Redis. Close it with ``close()``."""
+    if url.startswith(MEMORY_URL_HEAD):  # an in-process store (``store.memory_transport``)
+        from store.memory_transport import memory_server
+
+        return memory_server(url).sync_client(decode_responses=decode_responses)  # type: ignore[no-any-return]
     timeouts: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
     probe = redis.Redis.from_url(_without_db(url), **timeouts)
     try:
@@ -337,7 +344,14 @@ async def open_note_client(
     """The client a ``NoteStore`` should use on ``url``, checked like ``open_redis``: the
     store's own (``RespRedis``, or ``RespCluster`` when ``url`` is a cluster node), unless
     ``client_kind`` says coredis. A coredis client the caller already opened on ``url`` is
-    passed as ``shared`` and yielded as it is where coredis is the answer."""
+    passed as ``shared`` and yielded as it is where coredis is the answer. A ``memory://``
+    URL (an in-process store, ``store.memory_transport``) always gets the store's own client."""
+    if url.startswith(MEMORY_URL_HEAD):
+        from store.memory_transport import MemoryRedis
+
+        async with MemoryRedis(url, client_name=client_name) as memory:
+            yield memory
+        return
     if client_kind(kind) == "resp":
         opts: dict[str, Any] = {"client_name": client_name, "timeout_s": stream_timeout_s}
         cluster = not embedded and await is_cluster(url)

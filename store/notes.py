@@ -8,7 +8,6 @@ over TCP), on a real Redis and on a Redis Cluster, because every script touches 
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -17,6 +16,7 @@ from typing import Any, TypeVar, get_args
 import coredis
 import coredis.exceptions
 
+from store import entropy
 from store.api import (
     NO_QUOTA,
     Confirmation,
@@ -39,6 +39,7 @@ from store.api import (
     WriteOp,
     WriteOutcome,
 )
+from store.buggify import buggify_delay
 from store.client import before_resend, report_lost_reply
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
@@ -197,7 +198,7 @@ def _script(name: str) -> str:
 
 def _call_id() -> str:
     """A fresh id for one store call: its re-sends carry it, a later request does not."""
-    return secrets.token_hex(8)
+    return entropy.token_hex(8)
 
 
 WRITE_REPLY_FIELDS = 9
@@ -319,6 +320,7 @@ class NoteStore:
         return await self._resending(name, lambda: self._send(name, keys, args))
 
     async def _send(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
+        await buggify_delay("store.before_script")
         if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
             # coredis sends WAIT on the script's own connection right after its reply and
             # raises ReplicationError when fewer replicas acknowledged.
@@ -326,6 +328,7 @@ class NoteStore:
                 reply: Any = await self._scripts[name](keys=keys, args=args)
         else:
             reply = await self._scripts[name](keys=keys, args=args)
+        await buggify_delay("store.after_script")
         return list(reply)
 
     def _failed(self, exc: Exception, what: str) -> StoreUnavailable:
@@ -368,7 +371,7 @@ class NoteStore:
         op = op or WriteOp.fresh()
         call = _call_id()
         for _ in range(4):
-            note_id = "n" + secrets.token_hex(8)
+            note_id = "n" + entropy.token_hex(8)
             reply = await self._run(
                 "create",
                 [

@@ -45,7 +45,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, get_args
@@ -54,6 +53,7 @@ import anyio
 import coredis
 import coredis.exceptions
 
+from store import entropy
 from store.api import StoreFull, StoreUnavailable
 from store.client import before_resend, report_lost_reply
 
@@ -267,12 +267,12 @@ def principal_digest(principal: str) -> str:
 
 def new_session_id() -> str:
     """A fresh, unguessable session id (192 bits, url-safe)."""
-    return secrets.token_urlsafe(24)
+    return entropy.token_urlsafe(24)
 
 
 def new_request_id() -> str:
     """A fresh id for a server-to-client request (visible in the client's answer)."""
-    return "nc-" + secrets.token_urlsafe(16)
+    return "nc-" + entropy.token_urlsafe(16)
 
 
 def _record(session_id: str, flat: list[Any]) -> SessionRecord:

@@ -146,6 +146,11 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
 
     steady = result["scenarios"]["steady"]
     assert set(steady) == STEADY_KEYS
+    side = result["scenarios"]["deterministic"]  # deterministic against today's simulate
+    assert side["flows"] == 200
+    assert side["simulate"]["completed"] > 0
+    assert side["deterministic"]["completed"] > 0
+    assert side["per_core_ratio"] > 0
     assert steady["flows"] == 200
     assert 0 < steady["completed"] <= 200
     # 200 flows may fall short of the exercise rule (UNKNOWN); never a wall-clock bound here.

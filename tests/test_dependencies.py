@@ -37,9 +37,9 @@ SERVE_FILES = (
 commands import their libraries when they run, each behind ``require_extra``; that serve loads
 none of them is checked on a real process (tests/test_import_direction.py)."""
 
-EMBEDDED_STORE = "store/embedded.py"
-"""The embedded store (fakeredis) is the ``sim`` extra's: ``serve`` without ``--redis`` asks for
-it by name."""
+EMBEDDED_STORES = ("store/embedded.py", "store/memory_transport.py")
+"""The embedded stores (fakeredis: on a port, or in-process) are the ``sim`` extra's: ``serve``
+without ``--redis`` asks for it by name."""
 
 
 def _name(requirement: str) -> str:
@@ -108,7 +108,7 @@ def test_the_tests_import_only_what_the_test_extra_installs() -> None:
 def test_a_node_and_serve_need_only_the_base_install() -> None:
     base, _ = declared()
     files = _files("nodes/**/*.py", "store/**/*.py", *SERVE_FILES)
-    used = third_party([f for f in files if f != ROOT / EMBEDDED_STORE])
+    used = third_party([f for f in files if f not in {ROOT / e for e in EMBEDDED_STORES}])
     beyond = {dist: at for dist, at in used.items() if dist not in base}
     assert not beyond, beyond
     assert {"matplotlib", "fakeredis", "hdrhistogram", "rich", "mcp", "httpx"}.isdisjoint(base)

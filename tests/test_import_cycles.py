@@ -32,6 +32,9 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
         # Broken on branch i23-run (issue 23: workers supervise processes that run the pipeline).
         frozenset({"cluster.experiments.simulate", "cluster.experiments.workers"}),
+        # The deterministic runs' CLI part reaches back into cli.py's option helpers (issue 19,
+        # merged before the run pipeline; mended when it plugs in as a Target).
+        frozenset({"cluster.cli", "cluster.deterministic.command"}),
     }
 )
 """Cycles other branches of issue 23 remove; the lead empties this at their merge. Each must

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from nodes.legacy.bridge import (
 from nodes.legacy.inbox import InboxReader
 from nodes.legacy.stream import EventStream, StreamClosed
 from nodes.protocol import Node
+from store import entropy
 from store.api import StoreUnavailable
 from store.sessions import REQUEST_ID_PATTERN, SessionRecord, SessionStore
 
@@ -407,7 +407,7 @@ class LegacyAdapter:
             self._counters.refused_by_cap += 1
             log.info("legacy call refused: %d pending on this node", self._pending)
             raise _too_many("on this node", self.caps.pending_calls_per_node)
-        call_id = secrets.token_urlsafe(12)
+        call_id = entropy.token_urlsafe(12)
         now_ms = self.node.config.node_clock_ms()
         begun = await self.sessions.begin_call(
             session.session_id,

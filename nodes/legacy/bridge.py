@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +48,7 @@ from nodes.legacy.inbox import Drained, InboxReader, InboxWatch
 from nodes.legacy.stream import EventStream
 from nodes.protocol import Node, PreparedCall
 from nodes.sealing import StateRejected
+from store import entropy
 from store.api import StoreFull, StoreUnavailable
 from store.sessions import SessionRecord, SessionStore, new_request_id
 
@@ -303,7 +303,7 @@ class LegacyCall:
         urls: dict[str, str] = {}
         for key, (method, params) in fresh.items():
             if _url_of(method, params) is not None:
-                params["elicitationId"] = urls[key] = secrets.token_urlsafe(16)
+                params["elicitationId"] = urls[key] = entropy.token_urlsafe(16)
             elif confirmation is not None and method == "elicitation/create":
                 meta = params.get("_meta")
                 params["_meta"] = {

@@ -26,6 +26,7 @@ from nodes.tools.confirming_table import ConfirmingKind
 from nodes.tools.crud import TitleArg, WorkspaceArg, quota_refusal
 from nodes.tools.stateful import StatefulTool
 from store.api import Confirmation, ConfirmOutcome, QuotaExceeded
+from store.buggify import buggify_delay
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class ConfirmingTool(StatefulTool[C]):
         ws = ctx.authorize(args.workspace_uri)
         extra = self.bind(ctx, ws)
         snap = await ctx.store.find(ws.tenant, ws.uri, args.title, MAX_CANDIDATES_ERROR + 1)
+        await buggify_delay("node.ask.after_find")
         notes = tuple(n for n in snap.notes if n.workspace == ws.uri)
         if not notes:
             raise ToolFailure(f"No note titled {args.title!r} in {ws.uri}", **{self.done: False})
@@ -127,6 +129,7 @@ class ConfirmingTool(StatefulTool[C]):
         """Round 2: the store decides the answer atomically; map its decision to a result."""
         note_id = answer.note_id or ""
         target = self.target(ctx, payload) if answer.action == "accept" else ""
+        await buggify_delay("node.decide.before_confirm")
         out = await ctx.store.confirm(
             Confirmation(
                 tenant=payload.tenant,

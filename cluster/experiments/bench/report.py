@@ -299,6 +299,31 @@ def _clients(rows: list[dict[str, Any]] | None) -> list[str]:
     ]
 
 
+def _deterministic(side: dict[str, Any] | None) -> list[str]:
+    """Deterministic simulation against today's, side by side (issue 19)."""
+    if not side:
+        return []
+    rows = [
+        [
+            name,
+            side[key]["verdict"].upper(),
+            str(side[key]["completed"]),
+            f"{side[key]['flows_per_cpu_s']:g}",
+            f"{side[key]['flows_per_wall_s']:g}",
+        ]
+        for name, key in (("simulate", "simulate"), ("simulate --deterministic", "deterministic"))
+    ]
+    return [
+        f"## Deterministic simulation ({side['flows']} flows, seed {side['seed']}, embedded)",
+        "",
+        *_table(["run", "verdict", "flows", "flows/s per core", "flows/s wall"], rows),
+        "",
+        f"Deterministic over today's: × {side['per_core_ratio']} per core, "
+        f"× {side['wall_ratio']} wall.",
+        "",
+    ]
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The whole ``bench.md``."""
     m, s = result["machine"], result["settings"]
@@ -320,6 +345,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         *_clients(sc.get("clients")),
         *_sizes(sc["sizes"]),
         *_steady(sc.get("steady")),
+        *_deterministic(sc.get("deterministic")),
         "## Targets",
         "",
         *_table(

@@ -412,6 +412,17 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     with bench_store(options.redis_url, log) as where:  # refused before anything is said
         log(f"bench ({'quick' if options.quick else 'full'}): {plan.seconds:g} s per point")
         result = trio.run(partial(_run, options, plan, log, where))
+    result["scenarios"]["deterministic"] = _deterministic(options, plan, log)  # issue 19
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     write_report(result, render_markdown(result), options.out_dir / "bench", log)
     return result
+
+
+def _deterministic(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
+    """Deterministic simulation against today's, side by side (``cluster.deterministic.bench``);
+    on the embedded store, whatever store the rest of the bench ran on."""
+    from cluster.deterministic.bench import FULL_FLOWS, QUICK_FLOWS, side_by_side
+
+    log("deterministic simulation against simulate (embedded store, one process):")
+    flows = min(plan.steady_flows, QUICK_FLOWS if options.quick else FULL_FLOWS)
+    return side_by_side(flows, options.seed, log)

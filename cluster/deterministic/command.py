@@ -1,0 +1,247 @@
+"""``notes-cluster simulate --deterministic | --check-determinism | --replay RUN_DIR``.
+
+Layer: cluster (the CLI's part for deterministic runs; ``cluster.cli`` hands over its parsed
+options). Refusals are usage errors (exit 2, one line). A deterministic run needs a fixed hash
+seed for ``str``: the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not set
+so, before it claims a run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+HASH_SEED = "0"
+"""``PYTHONHASHSEED`` of every deterministic run."""
+
+
+def ensure_hash_seed() -> None:
+    """Re-execute this command with ``PYTHONHASHSEED=HASH_SEED`` unless it is set so; only when
+    this process is the CLI's own (not a test calling the command in its process)."""
+    if os.environ.get("PYTHONHASHSEED") == HASH_SEED:
+        return
+    argv = list(getattr(sys, "orig_argv", []))
+    ours = Path(sys.argv[0]).name == "notes-cluster" or any("cluster.cli" in a for a in argv)
+    if not ours or len(argv) < 2:
+        return
+    env = dict(os.environ, PYTHONHASHSEED=HASH_SEED)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *argv[1:]], env)  # noqa: S606 - the same command
+
+
+def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
+    """The ``simulate`` command's deterministic modes (``params``: its parsed options)."""
+    from cluster.cli import _exercise_rule, _fault_kinds, _report, claim_run_dir
+    from cluster.deterministic.divergence import file_lines, first_divergence
+    from cluster.deterministic.run import (
+        DeterministicUsageError,
+        options_from_json,
+        read_settings,
+        refuse_nondeterministic,
+    )
+    from cluster.deterministic.swarm import describe, swarm
+    from cluster.exit_codes import EXIT_INVALID
+    from cluster.experiments.simulate import SimulateOptions
+    from loadgen.runfolder import mark_complete
+    from loadgen.runner import RunSettings
+    from loadgen.workload import tenants_for
+
+    replay_dir: Path | None = params["replay_dir"]
+    workers: int = params["workers"]
+    buggify: bool = params["buggify"] or params["swarm"]
+    skew = True
+    if workers > 1 and (replay_dir is not None or params["check_determinism"]):
+        raise click.UsageError(
+            "--workers runs several seeds; --replay and --check-determinism take one run"
+        )
+    if replay_dir is not None:
+        if params["check_determinism"] or params["swarm"]:
+            raise click.UsageError(
+                "--replay runs a folder's settings: no --check-determinism or --swarm"
+            )
+        try:
+            saved = read_settings(replay_dir)
+            options = options_from_json(saved, None)
+            buggify, skew = bool(saved.get("buggify", False)), bool(saved.get("skew", True))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise click.UsageError(f"--replay: {exc}") from None
+    else:
+        seed = params["seed"]
+        if seed is None:
+            raise click.UsageError("--deterministic needs --seed N (the run is the seed's)")
+        flows = params["flows"]
+        options = SimulateOptions(
+            nodes=params["nodes"],
+            redis_url=params["redis_url"],
+            state_ttl_s=params["state_ttl"],
+            settings=RunSettings(
+                flows=flows,
+                duration_s=params["duration"],
+                concurrency=params["concurrency"],
+                rate=params["rate"],
+                seed=seed,
+                legacy_share=params["legacy_share"],
+                tenants=tenants_for(flows),
+            ),
+            faults=_fault_kinds(params["fault_kinds"], embedded=True),
+            fault_seed=params["fault_seed"],
+            wait_replicas=params["wait_replicas"],
+            exercise=_exercise_rule(params["min_completed"], params["min_per_kind"]),
+        )
+    try:
+        refuse_nondeterministic(options)
+    except DeterministicUsageError as exc:
+        raise click.UsageError(str(exc)) from None
+    ensure_hash_seed()
+    run_dir = claim_run_dir(params["out_dir"], params["replace"], "%Y%m%d-%H%M%S")
+    options = replace(options, run_dir=run_dir)
+    if workers > 1:
+        _seeds(options, workers, buggify=buggify, swarmed=params["swarm"])
+    if params["swarm"]:
+        options = swarm(options)
+    s = options.settings
+    faults = ", ".join(sorted(options.faults)) or "none"
+    _say(
+        f"deterministic: seed {s.seed}; {options.nodes} nodes, {s.flows} flows, state TTL "
+        f"{options.state_ttl_s:g} s, faults {faults}, fault points {'on' if buggify else 'off'}; "
+        f"run folder {run_dir}"
+    )
+    if params["swarm"]:
+        _say(describe(options))
+    with _logs_in(run_dir, nodes=bool(options.faults) or buggify):
+        sim = _run(options, run_dir, buggify=buggify, skew=skew, check=params["check_determinism"])
+    if replay_dir is not None:
+        recorded = _recorded_sha(replay_dir)
+        if recorded is not None and recorded != sim.history_sha256:
+            found = first_divergence(
+                file_lines(replay_dir / "history.jsonl"), file_lines(run_dir / "history.jsonl")
+            )
+            said = "" if found is None else f": {found.describe()}"
+            _say(f"replay differs from {replay_dir}{said}")
+            mark_complete(run_dir)
+            sys.exit(EXIT_INVALID)
+        _say(f"replay of {replay_dir}: same history bytes")
+    _report(sim, run_dir, params["as_json"])
+
+
+def _run(options: Any, run_dir: Path, *, buggify: bool, skew: bool, check: bool) -> Any:
+    """One deterministic run, or (``check``) the seed twice with the first divergence named."""
+    from cluster.deterministic.divergence import check_determinism
+    from cluster.deterministic.run import run_deterministic
+    from cluster.exit_codes import EXIT_INVALID
+    from loadgen.runfolder import mark_complete
+
+    if check:
+        outcome = check_determinism(options, buggify=buggify, skew=skew)
+        sim = outcome.first
+        if outcome.divergence is not None:
+            _say(f"NOT deterministic: {outcome.divergence.describe()}")
+            mark_complete(run_dir)
+            sys.exit(EXIT_INVALID)
+        _say(f"deterministic: both runs wrote history sha256 {sim.history_sha256}")
+    else:
+        sim = run_deterministic(options, buggify=buggify, skew=skew)
+        _say(f"history sha256 {sim.history_sha256}")
+    return sim
+
+
+@contextmanager
+def _logs_in(run_dir: Path, *, nodes: bool) -> Iterator[None]:
+    """The fault points' firings to ``run_dir/buggify.log``; the nodes' log to
+    ``run_dir/nodes.log`` when faults make it talk (as ``simulate`` does)."""
+    from cluster.run_log import nodes_log_to
+
+    handler = logging.FileHandler(run_dir / "buggify.log", encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    points = logging.getLogger("notes_cluster.buggify")
+    level = points.level
+    points.addHandler(handler)
+    points.setLevel(logging.INFO)
+    try:
+        with nodes_log_to(run_dir / "nodes.log" if nodes else None):
+            yield
+    finally:
+        points.removeHandler(handler)
+        points.setLevel(level)
+        handler.close()
+
+
+def _seeds(options: Any, workers: int, *, buggify: bool, swarmed: bool) -> NoReturn:
+    """``--workers N``: N seeds in N processes, one merged verdict (exit code)."""
+    from cluster.deterministic.swarm import run_seeds
+    from cluster.exit_codes import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+    from loadgen.runfolder import mark_complete
+
+    s = options.settings
+    _say(
+        f"deterministic: seeds {s.seed}..{s.seed + workers - 1} in {workers} processes, "
+        f"{s.flows} flows each; run folder {options.run_dir}"
+    )
+    verdict, runs = run_seeds(options, workers, buggify=buggify, swarmed=swarmed)
+    for r in runs:
+        _say(
+            f"seed {r.seed}: {r.verdict.upper()}, {r.flows} flows in {r.wall_s:.1f} s, "
+            f"history sha256 {r.history_sha256} ({r.run_dir})"
+        )
+    flows = sum(r.flows for r in runs)
+    _say(f"merged verdict: {verdict.upper()} ({flows} flows, {workers} seeds)")
+    mark_complete(options.run_dir)
+    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(verdict, EXIT_UNKNOWN))
+
+
+def _recorded_sha(run_dir: Path) -> str | None:
+    try:
+        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        return str(results["deterministic"]["history_sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _say(text: str) -> None:
+    """One line on stderr (never wrapped: tests and scripts read it)."""
+    click.echo(text, err=True)
+
+
+def shrink_folder(run_dir: Path, out: Path, budget_s: float) -> NoReturn:
+    """``notes-cluster shrink RUN_DIR``: the smallest failing case, run into ``out``."""
+    from cluster.deterministic.run import options_from_json, read_settings, run_deterministic
+    from cluster.deterministic.shrink import Case, shrink
+    from cluster.exit_codes import EXIT_INVALID, EXIT_UNKNOWN
+    from loadgen.runfolder import RunFolderError, claim_out_dir
+
+    try:
+        saved = read_settings(run_dir)
+        options = options_from_json(saved, None)
+        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise click.UsageError(f"shrink: {exc}") from None
+    invalid = [v["name"] for v in results.get("invariants", []) if v.get("status") == "invalid"]
+    if not invalid:
+        raise click.UsageError(f"shrink: {run_dir} is not INVALID: nothing to shrink")
+    ensure_hash_seed()
+    try:
+        out = claim_out_dir(out, replace=True)
+    except RunFolderError as exc:
+        raise click.UsageError(f"shrink: {exc}") from None
+    case = Case(options, bool(saved.get("buggify", False)))
+    found = shrink(case, invalid[0], budget_s=budget_s)
+    sim = run_deterministic(replace(found.last.options, run_dir=out), buggify=found.last.buggify)
+    _say(found.summary())
+    _say(f"replay: notes-cluster simulate --replay {out}")
+    click.echo(f"{sim.result.status.upper()}: {', '.join(sorted(invalid_names(sim)))}")
+    sys.exit(EXIT_INVALID if invalid[0] in invalid_names(sim) else EXIT_UNKNOWN)
+
+
+def invalid_names(sim: Any) -> set[str]:
+    """The invariants a run found invalid."""
+    return {v.name for v in sim.result.verdicts if v.status == "invalid"}
