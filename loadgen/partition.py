@@ -40,8 +40,14 @@ from loadgen.history import (
     wrong_shape,
 )
 from loadgen.limits import FaultWindow, Limits
-from loadgen.runfolder import fault_rows, history_files, read_tenant_facts, store_meta
-from loadgen.tally import ExerciseRule, judge, merge, read_tallies
+from loadgen.run.folder import (
+    FAULTS_FILE,
+    META_FILE,
+    STORE_DIR,
+    fault_rows,
+    read_tenant_facts,
+    store_meta,
+)
 
 MAX_EVIDENCE = 200
 """Most history indices (and journal ids) a merged verdict lists; the summary counts them all."""
@@ -179,9 +185,9 @@ def check_folders(
     histories: Sequence[Path], facts_dir: Path, jobs: int | None = None
 ) -> CheckResult:
     """Check ``histories`` (one file per load process) against the store facts in ``facts_dir``
-    (``runfolder``), tenant by tenant, and merge the verdicts. ``jobs`` processes (default: one
-    per CPU for a big run) split the histories and check tenants side by side; memory is then up
-    to ``jobs`` tenants' at once, time about 1/``jobs``."""
+    (``loadgen.run.folder``), tenant by tenant, and merge the verdicts. ``jobs`` processes
+    (default: one per CPU for a big run) split the histories and check tenants side by side;
+    memory is then up to ``jobs`` tenants' at once, time about 1/``jobs``."""
     jobs = default_jobs(histories) if jobs is None else max(1, jobs)
     started = time.monotonic()
     meta = store_meta(facts_dir)
@@ -229,7 +235,7 @@ def _limits_and_faults(
 ) -> tuple[Limits | None, tuple[FaultWindow, ...] | None]:
     """The configured bounds in ``store/meta.json`` and the fault windows every load process
     recorded beside its history (None: not recorded, an older folder)."""
-    path = facts_dir / "store" / "meta.json"
+    path = facts_dir / STORE_DIR / META_FILE
     try:
         limits = Limits.from_json(meta["limits"]) if "limits" in meta else None
     except SHAPE_ERRORS as exc:
@@ -242,7 +248,7 @@ def _limits_and_faults(
     try:
         faults = None if rows is None else tuple(FaultWindow.from_record(r) for r in rows)
     except SHAPE_ERRORS as exc:
-        raise DamagedRunFile(f"{facts_dir}: a faults.json row is not a fault ({exc!r})") from None
+        raise DamagedRunFile(f"{facts_dir}: a {FAULTS_FILE} row is not a fault ({exc!r})") from None
     return limits, faults
 
 
@@ -289,30 +295,3 @@ def _summed(summaries: Iterable[str]) -> str:
     numbers = [[int(n) for n in re.findall(r"\d+", t)] for t in texts]
     totals = iter([sum(col) for col in zip(*numbers, strict=True)])
     return re.sub(r"\d+", lambda _: str(next(totals)), texts[0])
-
-
-def recheck(
-    run_dirs: Sequence[Path],
-    facts_dir: Path,
-    rule: ExerciseRule,
-    legacy_share: float,
-    weights: dict[str, float] | None = None,
-    jobs: int | None = None,
-) -> dict[str, Any]:
-    """``notes-cluster check``: the verdict of run folders from their files alone (histories,
-    tallies, and the store facts in ``facts_dir``), as the ``results.json`` fields it decides,
-    and what the check cost (``check``: jobs, seconds, peak resident memory)."""
-    histories = [p for d in run_dirs for p in history_files(d)]
-    tally = merge(read_tallies(d) for d in run_dirs)
-    result = judge(check_folders(histories, facts_dir, jobs), tally, legacy_share, rule, weights)
-    return {
-        "verdict": result.status,
-        "invariants": [v.to_json() for v in result.verdicts],
-        "counts": dict(result.counts),
-        "model": result.model,
-        "kinds": tally.per_kind(),
-        "flows": {"total": tally.total, "completed": tally.completed},
-        "flows_per_s_by_tenth": tally.tenth_rates(),
-        "histories": [str(p) for p in histories],
-        "check": result.cost,
-    }

@@ -9,20 +9,15 @@ Layer: loadgen. Pure data, mergeable: every load process (``simulate --workers``
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from loadgen.checker import CheckResult, Verdict
-from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file
 from loadgen.legacy_clients import LEGACY_KINDS
 from loadgen.workload import RACE_KINDS
-
-TALLY_FILE = "tally.json"
 
 MIN_COMPLETED_SHARE = 0.95
 """Default: fewer flows than this share got past round 1 and ran their race: UNKNOWN."""
@@ -151,22 +146,6 @@ def merge(tallies: Iterable[Tally]) -> Tally:
     return out
 
 
-def write_tally(run_dir: Path, tally: Tally) -> None:
-    """Write ``tally.json`` into ``run_dir``."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / TALLY_FILE).write_text(json.dumps(tally.to_json()) + "\n", encoding="utf-8")
-
-
-def read_tally(run_dir: Path) -> Tally:
-    """Read ``run_dir/tally.json`` (``DamagedRunFile`` if it is missing or something else)."""
-    path = run_dir / TALLY_FILE
-    d = read_json_file(path, "the run's counters per race kind")
-    try:
-        return Tally.from_json(d)
-    except SHAPE_ERRORS as exc:
-        raise DamagedRunFile(f"{path}: not the run's counters ({exc!r})") from None
-
-
 def exercise_verdict(
     tally: Tally,
     families: Sequence[Sequence[str]],
@@ -239,13 +218,6 @@ def judge(
     """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
     verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
     return dataclasses.replace(result, verdicts=(*result.verdicts, verdict))
-
-
-def read_tallies(run_dir: Path) -> Tally:
-    """A folder's ``tally.json``, or the sum of its subfolders' (one per load process)."""
-    if (run_dir / TALLY_FILE).exists():
-        return read_tally(run_dir)
-    return merge(read_tally(p.parent) for p in sorted(run_dir.glob(f"*/{TALLY_FILE}")))
 
 
 def tenths_row(tenths: dict[str, Any]) -> tuple[str, str]:
