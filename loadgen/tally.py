@@ -8,14 +8,13 @@ Layer: loadgen. Pure data, mergeable: every load process (``simulate --workers``
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.checker import CheckResult, Verdict
+from loadgen.checker import Verdict
 from loadgen.legacy_clients import LEGACY_KINDS
 from loadgen.workload import RACE_KINDS
 
@@ -206,18 +205,6 @@ def expected_kinds(legacy_share: float) -> list[list[str]]:
     if legacy_share > 0:
         families.append(list(LEGACY_KINDS))
     return families
-
-
-def judge(
-    result: CheckResult,
-    tally: Tally,
-    legacy_share: float,
-    rule: ExerciseRule,
-    weights: Mapping[str, float] | None = None,
-) -> CheckResult:
-    """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
-    verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
-    return dataclasses.replace(result, verdicts=(*result.verdicts, verdict))
 
 
 def tenths_row(tenths: dict[str, Any]) -> tuple[str, str]:

@@ -195,7 +195,7 @@ async def _run_and_check(options: SimulateOptions, prefix: str) -> Simulation:
         ctx.Process(
             target=_worker_main,
             args=(options, k, prefix, reader, os.getpid()),
-            name=f"worker-{k}",
+            name=RunFolder(options.run_dir).worker(k).path.name,
         )
         for k in range(options.workers)
     ]

@@ -260,9 +260,10 @@ async def check_history(
     folder: RunFolder | None = None,
     fault_rows: list[dict[str, Any]] | None = None,
 ) -> CheckResult:
-    """Settle, read the store, check ``history`` against it (not judged). With a run folder, the store facts are written into it first (with the limits and the
-    fault windows) and the check streams the folder tenant by tenant (``loadgen.partition``);
-    without one, it runs in memory. ``fault_rows`` None: unknown outcomes not held to any."""
+    """Settle, read the store, check ``history`` against it (not judged). With a run folder,
+    the store facts are written into it first (with the limits and the fault windows) and the
+    check streams the folder tenant by tenant (``loadgen.partition``); without one, it runs in
+    memory. ``fault_rows`` None: unknown outcomes not held to any."""
     await settle(store, history.max_exp_ms)
     if folder is not None:
         if fault_rows is not None:
