@@ -984,9 +984,8 @@ def check_cmd(
     from loadgen.history import DamagedRunFile
     from loadgen.report import print_check
     from loadgen.run.folder import RunFolder
-    from loadgen.run.pipeline import MissingFacts, recheck
+    from loadgen.run.pipeline import MissingFacts, folders_store, recheck
     from loadgen.run.results import Results
-    from loadgen.run.target import StoreAccess
     from loadgen.tenants import tenants as tenant_names
 
     folders = [RunFolder(d) for d in run_dirs]
@@ -1000,9 +999,7 @@ def check_cmd(
     store = None
     if redis_url is not None:
         require_store(redis_url)
-        grace = saved.replay_grace_ms
-        names = tuple(tenant_names(tenants))
-        store = StoreAccess(redis_url, prefix, names, DEFAULT_GRACE_MS if grace is None else grace)
+        store = folders_store(redis_url, prefix, tenant_names(tenants), saved)
     rule = saved.exercise(min_completed, min_per_kind)
     try:
         checked = _run_stoppable(lambda: recheck(folders, store, exercise=rule, jobs=jobs))
@@ -1016,10 +1013,6 @@ def check_cmd(
     else:
         print_check(results, Console())
     _exit_for(results.verdict)
-
-
-DEFAULT_GRACE_MS = 1_000
-"""``check --redis`` of a folder whose ``results.json`` records no replay grace: a simulation's."""
 
 
 def _check_foreign(

@@ -85,6 +85,8 @@ async def simulate(
     """Run the workload on an in-process cluster and check the recorded history (one load
     process: ``workers.simulate_workers`` runs several); ``transport_hook`` wraps the
     transport the load uses (tests plant faults of their own)."""
+    if options.workers > 1:
+        raise ValueError("several load processes: run workers.simulate_workers")
     plan = options.plan()
     folder = None if options.run_dir is None else RunFolder(options.run_dir)
     async with open_in_process_target(

@@ -360,6 +360,18 @@ async def recheck(
     return Rechecked(judged(found, tally, rule, run), tally, tuple(str(p) for p in histories))
 
 
+FALLBACK_GRACE_MS = 1_000
+"""The replay grace of folders whose ``results.json`` records none (a simulation's)."""
+
+
+def folders_store(url: str, prefix: str, tenants: Sequence[str], run: Settings) -> StoreAccess:
+    """Where ``notes-cluster check --redis`` reads the facts of folders whose run recorded
+    ``run``: the grace they recorded (else ``FALLBACK_GRACE_MS``), the journal from where they
+    started (found by ``recheck``)."""
+    grace = FALLBACK_GRACE_MS if run.replay_grace_ms is None else run.replay_grace_ms
+    return StoreAccess(url, prefix, tuple(tenants), grace)
+
+
 class MissingFacts(RuntimeError):
     """No folder of a check holds store facts, and no store was given to read them from."""
 
