@@ -556,8 +556,8 @@ def simulate_cmd(
 
     from cluster.experiments.simulate import SimulateOptions, simulate
     from cluster.experiments.workers import simulate_workers
-    from cluster.local import needs_real_redis
     from cluster.run_log import nodes_log_to
+    from cluster.stores import needs_real_redis
     from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
@@ -1681,7 +1681,7 @@ def _wait_replicas(text: str | None, redis_url: str | None) -> WaitReplicas | No
         waits = None if text is None else parse_wait_replicas(text)
     except ValueError:
         raise click.UsageError("--wait-replicas: 'auto' or a number from 0 to 16") from None
-    from cluster.local import needs_real_redis
+    from cluster.stores import needs_real_redis
 
     why = needs_real_redis(wait_replicas=0 if waits in (None, "auto") else int(waits))
     if why and redis_url is None:

@@ -43,9 +43,10 @@ from urllib.parse import urlsplit
 import redis
 import trio
 
-from cluster.local import LocalCluster, needs_real_redis
+from cluster.local import LocalCluster
 from cluster.reply_dropping_proxy import SCRIPT_COMMANDS, ReplyDroppingProxy
 from cluster.store_faults import StoreFaults
+from cluster.stores import needs_real_redis
 from loadgen.transport import NodeDown, Reply, Transport
 
 FaultKind = Literal["nodes", "redis", "client", "lost-reply", "stall"]

@@ -9,7 +9,7 @@ requests are cancelled and nothing it held survives, except what is in the store
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -226,20 +226,3 @@ class InProcessTransport:
 def node_urls(host: str, base_port: int, n: int) -> Sequence[str]:
     """The endpoint URLs of ``n`` HTTP nodes on consecutive ports."""
     return [f"http://{host}:{base_port + i}/mcp" for i in range(n)]
-
-
-def needs_real_redis(
-    *, wait_replicas: int = 0, workers: int = 1, faults: Collection[str] = ()
-) -> str | None:
-    """Why a run asked for cannot run on the embedded store (None: it can). The one place the
-    rule is kept: the CLI refuses with it (exit 2), a target refuses to open with it."""
-    if wait_replicas:
-        return "--wait-replicas needs a real Redis (--redis): no WAIT embedded"
-    if workers > 1:
-        return "--workers needs a real Redis (--redis): the embedded store lives in one process"
-    if "redis" in faults:
-        return (
-            "--faults redis needs a real Redis (--redis redis://HOST:PORT): the embedded store "
-            "accepts CLIENT KILL and CLIENT PAUSE but ignores them"
-        )
-    return None

@@ -41,11 +41,11 @@ from cluster.local import (
     InProcessTransport,
     LocalCluster,
     StoreOptions,
-    needs_real_redis,
     open_local_cluster,
 )
 from cluster.reply_dropping_proxy import ReplyDroppingProxy, open_reply_dropping_proxy
 from cluster.store_faults import StoreFaults
+from cluster.stores import needs_real_redis
 from loadgen.legacy_clients import LegacyHttp
 from loadgen.limits import Limits
 from loadgen.run.target import StoreAccess

@@ -35,8 +35,8 @@ from cluster.experiments.in_process_target import (
 )
 from cluster.experiments.simulate import SimulateOptions, Simulation
 from cluster.faults import FaultRecord, records_from_rows
-from cluster.local import needs_real_redis
 from cluster.run_log import nodes_log_to
+from cluster.stores import needs_real_redis
 from loadgen.history import History
 from loadgen.run.folder import RunFolder
 from loadgen.run.pipeline import Plan, Run, availability, recheck, run, settings_of
