@@ -1455,7 +1455,8 @@ def failover_experiment(
         raise NotCarriedOut(f"{exc}; is redis-server installed and free to start?") from None
     mark_complete(out)
     click.echo(table(runs))
-    click.echo(f"results: {RunFolder(out).failover_file}, {out / 'failover.md'}")
+    folder = RunFolder(out)
+    click.echo(f"results: {folder.failover_file}, {folder.failover_table_file}")
 
 
 @main.command(

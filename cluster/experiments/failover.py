@@ -366,4 +366,4 @@ def write_results(options: FailoverOptions, runs: Sequence[FailoverRun]) -> None
     }
     doc = {"settings": settings, "runs": [r.to_json() for r in runs]}
     RunFolder(options.out_dir).failover_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
-    (options.out_dir / "failover.md").write_text(table(runs), "utf-8")
+    RunFolder(options.out_dir).failover_table_file.write_text(table(runs), "utf-8")

@@ -49,6 +49,7 @@ WORKER_PREFIX = "worker-"
 FINAL_STATE_FILE = "final_state.json"
 """A ``loadgen --foreign`` run's final state, listed through the target (no journal)."""
 FAILOVER_FILE = "failover.json"
+FAILOVER_TABLE_FILE = "failover.md"
 NODES_LOG = "nodes.log"
 PICTURE_FILE = "report.png"
 PAGE_FILE = "report.html"
@@ -314,6 +315,10 @@ class RunFolder:
     @property
     def failover_file(self) -> Path:
         return self.path / FAILOVER_FILE
+
+    @property
+    def failover_table_file(self) -> Path:
+        return self.path / FAILOVER_TABLE_FILE
 
     def make(self) -> RunFolder:
         """Create the folder (and its parents) if missing; return it."""
