@@ -248,10 +248,6 @@ class Results:
             faults=tuple(faults) if settings.faults else (),
         )
 
-    @property
-    def exit_status(self) -> Status:
-        return self.verdict
-
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "verdict": self.verdict,
