@@ -34,9 +34,11 @@ from cluster.exit_codes import (
 
 if TYPE_CHECKING:
     from cluster.durability import WaitReplicas
-    from cluster.experiments.simulate import Simulation
     from cluster.faults import FaultKind
     from loadgen.check.exercise import ExerciseRule
+    from loadgen.run.folder import RunFolder
+    from loadgen.run.pipeline import Run
+    from loadgen.run.results import Settings
     from loadgen.runner import FlowSample
 
 T = TypeVar("T")
@@ -216,7 +218,7 @@ def _mark_stopped(ctx: click.Context, why: str) -> None:
     a run folder, such as ``serve``, loads nothing of the load generator here)."""
     run_dir = ctx.find_root().meta.get(RUN_DIR_META)
     if isinstance(run_dir, Path) and run_dir.is_dir():
-        from loadgen.runfolder import mark_incomplete
+        from loadgen.run.folder import mark_incomplete
 
         with suppress(OSError):
             mark_incomplete(run_dir, f"{time.strftime('%Y-%m-%d %H:%M:%S')} {why}")
@@ -288,7 +290,7 @@ def claim_run_dir(out_dir: Path | None, replace: bool, stem: str) -> Path:
     and the root context learns it (a failure or stop signal is written into the marker)."""
     import shlex
 
-    from loadgen.runfolder import RunFolderError, claim_out_dir, mark_incomplete, new_run_dir
+    from loadgen.run.folder import RunFolderError, claim_out_dir, mark_incomplete, new_run_dir
 
     try:
         if out_dir is not None:
@@ -595,17 +597,17 @@ def simulate_cmd(
     from rich.console import Console
 
     from cluster.experiments.simulate import SimulateOptions, simulate
+    from cluster.experiments.workers import simulate_workers
     from cluster.run_log import nodes_log_to
+    from cluster.stores import needs_real_redis
+    from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
 
     kinds = _fault_kinds(fault_kinds, embedded=redis_url is None)
-    if wait_replicas and redis_url is None:
-        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
-    if workers > 1 and redis_url is None:
-        raise click.UsageError(
-            "--workers needs a real Redis (--redis): the embedded store lives in one process"
-        )
+    why = needs_real_redis(wait_replicas=wait_replicas, workers=workers)
+    if why and redis_url is None:
+        raise click.UsageError(why)
     if redis_url is not None:
         require_store(redis_url)
     err = Console(stderr=True)
@@ -636,11 +638,15 @@ def simulate_cmd(
         exercise=_exercise_rule(min_completed, min_per_kind),
         workers=workers,
     )
-    with nodes_log_to(run_dir / "nodes.log" if kinds else None), _no_verdict_on_workers_error():
-        sim = _with_progress(
-            flows, lambda advance: _run_stoppable(lambda: simulate(options, advance))
-        )
-    _report(sim, run_dir, as_json)
+    folder = RunFolder(run_dir)
+    with nodes_log_to(folder.nodes_log if kinds else None), _no_verdict_on_workers_error():
+        if workers > 1:
+            sim = _run_stoppable(lambda: simulate_workers(options))
+        else:
+            sim = _with_progress(
+                flows, lambda advance: _run_stoppable(lambda: simulate(options, advance))
+            )
+    _report(sim, folder, as_json)
 
 
 def _run_stoppable(fn: Callable[[], Any]) -> Any:
@@ -706,7 +712,7 @@ def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]
         return work(lambda _: progress.advance(task))
 
 
-def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
+def _report(run: Run, folder: RunFolder, as_json: bool) -> NoReturn:
     """Pictures, summary (or JSON) and the exit code of a run."""
     import json
 
@@ -714,20 +720,21 @@ def _report(sim: Simulation, run_dir: Path, as_json: bool) -> NoReturn:
 
     from loadgen.pictures import write_pictures
     from loadgen.report import print_summary
-    from loadgen.runfolder import mark_complete
 
-    results = sim.to_json()
-    windows = [
-        (f["start_s"], f["end_s"], f"{f['kind']} {f['action']}") for f in results.get("faults", [])
-    ]
-    write_pictures(run_dir, sim, faults=windows)
-    mark_complete(run_dir)
+    results = run.results
+    windows = [(f["start_s"], f["end_s"], f"{f['kind']} {f['action']}") for f in results.faults]
+    write_pictures(folder, results, run.stats, faults=windows)
+    folder.mark_complete()
     if as_json:
-        click.echo(json.dumps(results, indent=2))
+        click.echo(json.dumps(results.to_json(), indent=2))
     else:
         print_summary(results, Console())
-        click.echo(f"run folder: {run_dir}")
-    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(sim.result.status, EXIT_UNKNOWN))
+        click.echo(f"run folder: {folder}")
+    _exit_for(results.verdict)
+
+
+def _exit_for(verdict: str) -> NoReturn:
+    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(verdict, EXIT_UNKNOWN))
 
 
 simulate_cmd.name = "simulate"
@@ -852,10 +859,9 @@ def loadgen(
 
     from cluster.config import ConfigError
     from cluster.experiments.remote import TargetsNotReady, run_remote, wait_until_ready
-    from cluster.experiments.simulate import INDEX_STRIDE
-    from cluster.experiments.workers import FLOW_STRIDE
     from cluster.load_fixture import load_tokens
     from cluster.serve import STATE_KEY_ENV, settings_for
+    from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
 
     urls = _loopback_targets(targets)
@@ -886,7 +892,6 @@ def loadgen(
         concurrency=concurrency,
         rate=rate,
         seed=seed,
-        first_flow=process_id * FLOW_STRIDE,
     )
     sim = _with_progress(
         flows,
@@ -900,11 +905,11 @@ def loadgen(
                 run_dir=run_dir,
                 on_flow=advance,
                 exercise=_exercise_rule(min_completed, min_per_kind),
-                first_index=process_id * INDEX_STRIDE,
+                process=process_id,
             )
         ),
     )
-    _report(sim, run_dir, as_json)
+    _report(sim, RunFolder(run_dir), as_json)
 
 
 def _loadgen_foreign(
@@ -922,6 +927,7 @@ def _loadgen_foreign(
 
     from cluster.experiments.foreign import run_foreign
     from cluster.load_fixture import load_tokens
+    from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
 
     if state_ttl is None:
@@ -954,7 +960,7 @@ def _loadgen_foreign(
             )
         ),
     )
-    _report(sim, run_dir, p["as_json"])
+    _report(sim, RunFolder(run_dir), p["as_json"])
 
 
 @main.command(
@@ -1017,48 +1023,44 @@ def check_cmd(
 
     from rich.console import Console
 
-    from cluster.experiments.simulate import EXPIRY_SETTLE_S, SIM_REPLAY_GRACE_MS
     from loadgen.history import DamagedRunFile
-    from loadgen.partition import recheck
     from loadgen.report import print_check
-    from loadgen.runfolder import STORE_DIR, dump_store_facts
+    from loadgen.run.folder import RunFolder
+    from loadgen.run.pipeline import MissingFacts, folders_store, recheck
+    from loadgen.run.results import Results
     from loadgen.tenants import tenants as tenant_names
 
-    _refuse_incomplete(run_dirs)
-    first = run_dirs[0]
-    saved = _saved_settings(first)
-    if (first / "final_state.json").exists():  # a `loadgen --foreign` folder: no journal
-        _check_foreign(run_dirs, redis_url, saved, min_completed, min_per_kind, as_json)
-    if redis_url is not None:
-        require_store(redis_url)
-        grace = int(saved.get("replay_grace_ms", SIM_REPLAY_GRACE_MS))
-        # Every state of the runs must have expired, plus grace, before the store is read.
-        time.sleep(_expiry_wait_s(run_dirs, redis_url, saved, grace) + EXPIRY_SETTLE_S)
-        since = _journal_since(run_dirs, redis_url)
-        dump_store_facts(first, redis_url, prefix, tenant_names(tenants), grace, since_ms=since)
-    facts = next((d for d in run_dirs if (d / STORE_DIR / "meta.json").exists()), None)
-    if facts is None:
-        raise click.UsageError(f"no store facts in {first}/{STORE_DIR}: give --redis URL")
-    rule = _exercise_rule(
-        saved.get("min_completed_share") if min_completed is None else min_completed,
-        saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
-    )
-    legacy_share = float(saved.get("legacy_share", 0.0))
+    folders = [RunFolder(d) for d in run_dirs]
+    _refuse_incomplete(folders)
     try:
-        results = recheck(list(run_dirs), facts, rule, legacy_share, saved.get("weights"), jobs)
+        saved = Results.saved_settings(folders[0])
     except DamagedRunFile as exc:
         raise DamagedFolder(f"{exc}. Nothing was checked.") from None
+    if folders[0].is_foreign():  # a `loadgen --foreign` folder: no journal
+        _check_foreign(folders, redis_url, saved, min_completed, min_per_kind, as_json)
+    store = None
+    if redis_url is not None:
+        require_store(redis_url)
+        store = folders_store(redis_url, prefix, tenant_names(tenants), saved)
+    rule = saved.exercise(min_completed, min_per_kind)
+    try:
+        checked = _run_stoppable(lambda: recheck(folders, store, exercise=rule, jobs=jobs))
+    except DamagedRunFile as exc:
+        raise DamagedFolder(f"{exc}. Nothing was checked.") from None
+    except MissingFacts:
+        raise click.UsageError(f"no store facts in {folders[0]}: give --redis URL") from None
+    results = checked.results()
     if as_json:
-        click.echo(json.dumps(results, indent=2))
+        click.echo(json.dumps(results.to_json(), indent=2))
     else:
         print_check(results, Console())
-    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+    _exit_for(results.verdict)
 
 
 def _check_foreign(
-    run_dirs: tuple[Path, ...],
+    folders: list[RunFolder],
     redis_url: str | None,
-    saved: dict[str, Any],
+    saved: Settings,
     min_completed: float | None,
     min_per_kind: int | None,
     as_json: bool,
@@ -1072,71 +1074,29 @@ def _check_foreign(
     from loadgen.history import DamagedRunFile
     from loadgen.report import print_check
 
-    if len(run_dirs) != 1 or redis_url is not None:
+    if len(folders) != 1 or redis_url is not None:
         raise click.UsageError("a --foreign run folder is checked alone, without --redis")
-    rule = _exercise_rule(
-        saved.get("min_completed_share") if min_completed is None else min_completed,
-        saved.get("min_runs_per_kind") if min_per_kind is None else min_per_kind,
-    )
+    rule = saved.exercise(min_completed, min_per_kind)
     try:
-        results = recheck_foreign(run_dirs[0], rule)
+        results = recheck_foreign(folders[0].path, rule)
     except DamagedRunFile as exc:
         raise DamagedFolder(f"{exc}. Nothing was checked.") from None
     if as_json:
-        click.echo(json.dumps(results, indent=2))
+        click.echo(json.dumps(results.to_json(), indent=2))
     else:
         print_check(results, Console())
-    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(results["verdict"], EXIT_UNKNOWN))
+    _exit_for(results.verdict)
 
 
-def _expiry_wait_s(
-    run_dirs: tuple[Path, ...], redis_url: str, saved: dict[str, Any], grace_ms: int
-) -> float:
-    """How long until the last state of the runs expired plus grace: from the latest expiry the
-    runs recorded (Redis clock; what the nodes really sealed, whatever TTL they were given),
-    else a whole state TTL from now."""
-    from cluster.experiments.simulate import redis_offset_ms
-
-    ends = [_saved_settings(d).get("max_exp_ms") for d in run_dirs]
-    if ends and all(isinstance(e, int) for e in ends):
-        redis_now_ms = int(time.time() * 1000) + redis_offset_ms(redis_url)
-        last = max(int(e) for e in ends if e is not None)
-        return max(0.0, (last + grace_ms - redis_now_ms) / 1000)
-    return float(saved.get("state_ttl_s", 0)) + grace_ms / 1000
-
-
-JOURNAL_SINCE_WALL_MARGIN_MS = 1_000
-"""``check --redis`` of loadgen folders made without ``--redis``: their start is known by their
-own wall clock only, so the journal is read from a second before it (a run that ended earlier
-waited out its states' expiry and grace before its check: nothing of it falls in the margin)."""
-
-
-def _journal_since(run_dirs: tuple[Path, ...], redis_url: str) -> int:
-    """Where the runs' journal starts (Redis clock): what every folder recorded (loadgen with
-    --redis), else the earliest start by the load processes' wall clocks converted to the Redis
-    clock (their machines' clocks must agree within a second), else 0: the whole journal."""
-    from cluster.experiments.simulate import redis_offset_ms
-
-    saved = [_saved_settings(d) for d in run_dirs]
-    starts = [s.get("journal_since_ms") for s in saved]
-    if starts and all(isinstance(s, int) and s > 0 for s in starts):
-        return min(int(s) for s in starts if s is not None)
-    walls = [s.get("started_wall_ms") for s in saved]
-    if walls and all(isinstance(w, int) and w > 0 for w in walls):
-        first = min(int(w) for w in walls if w is not None)
-        return first + redis_offset_ms(redis_url) - JOURNAL_SINCE_WALL_MARGIN_MS
-    return 0
-
-
-def _refuse_incomplete(run_dirs: tuple[Path, ...]) -> None:
+def _refuse_incomplete(folders: list[RunFolder]) -> None:
     """A folder whose run never finished cannot be checked: say why (exit 4, no verdict)."""
-    from loadgen.runfolder import INCOMPLETE_FILE, incomplete_reason
+    from loadgen.run.folder import INCOMPLETE_FILE
 
-    for run_dir in run_dirs:
-        reason = incomplete_reason(run_dir)
+    for folder in folders:
+        reason = folder.incomplete_reason()
         if reason is not None:
             raise NotCarriedOut(
-                f"{run_dir}: its run did not finish, so it holds no complete history or store "
+                f"{folder}: its run did not finish, so it holds no complete history or store "
                 f"facts ({INCOMPLETE_FILE}: {reason}). Nothing was checked; run it again."
             )
 
@@ -1149,22 +1109,6 @@ def _exercise_rule(min_completed: float | None, min_per_kind: int | None) -> Exe
         MIN_COMPLETED_SHARE if min_completed is None else float(min_completed),
         MIN_RUNS_PER_KIND if min_per_kind is None else int(min_per_kind),
     )
-
-
-def _saved_settings(run_dir: Path) -> dict[str, Any]:
-    """The settings a run folder's ``results.json`` recorded ({} without one)."""
-    import json
-
-    path = run_dir / "results.json"
-    if not path.exists():
-        return {}
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8")).get("settings", {})
-    except (ValueError, AttributeError) as exc:
-        raise DamagedFolder(f"{path}: not a run's results ({exc}). Nothing was checked.") from None
-    if not isinstance(settings, dict):
-        raise DamagedFolder(f"{path}: its settings are not an object. Nothing was checked.")
-    return settings
 
 
 def _loopback_targets(targets: tuple[str, ...]) -> list[str]:
@@ -1526,7 +1470,7 @@ def failover_experiment(
     )
     from cluster.redis_cluster import RedisClusterError
     from cluster.run_log import nodes_log_to
-    from loadgen.runfolder import mark_complete
+    from loadgen.run.folder import RunFolder, mark_complete
 
     chosen = tuple(s.strip() for s in scenarios.split(",") if s.strip())
     unknown = sorted(set(chosen) - set(SCENARIOS))
@@ -1548,13 +1492,14 @@ def failover_experiment(
     )
     click.echo(HEADER, err=True)
     try:
-        with nodes_log_to(out / "nodes.log"):
+        with nodes_log_to(RunFolder(out).nodes_log):
             runs = run_experiment(options, lambda line: click.echo(line, err=True))
     except RedisClusterError as exc:
         raise NotCarriedOut(f"{exc}; is redis-server installed and free to start?") from None
     mark_complete(out)
     click.echo(table(runs))
-    click.echo(f"results: {out / 'failover.json'}, {out / 'failover.md'}")
+    folder = RunFolder(out)
+    click.echo(f"results: {folder.failover_file}, {folder.failover_table_file}")
 
 
 @main.command(
@@ -1798,8 +1743,11 @@ def _wait_replicas(text: str | None, redis_url: str | None) -> WaitReplicas | No
         waits = None if text is None else parse_wait_replicas(text)
     except ValueError:
         raise click.UsageError("--wait-replicas: 'auto' or a number from 0 to 16") from None
-    if waits not in (None, "auto", 0) and redis_url is None:
-        raise click.UsageError("--wait-replicas needs a real Redis (--redis): no WAIT embedded")
+    from cluster.stores import needs_real_redis
+
+    why = needs_real_redis(wait_replicas=0 if waits in (None, "auto") else int(waits))
+    if why and redis_url is None:
+        raise click.UsageError(why)
     return waits
 
 

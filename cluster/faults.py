@@ -32,13 +32,11 @@ and wall clock) and a detail line for people.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -48,6 +46,7 @@ import trio
 from cluster.local import LocalCluster
 from cluster.reply_dropping_proxy import SCRIPT_COMMANDS, ReplyDroppingProxy
 from cluster.store_faults import StoreFaults
+from cluster.stores import needs_real_redis
 from loadgen.transport import NodeDown, Reply, Transport
 
 FaultKind = Literal["nodes", "redis", "client", "lost-reply", "stall"]
@@ -123,11 +122,9 @@ def parse_kinds(text: str) -> frozenset[FaultKind]:
 def check_kinds(kinds: Collection[str], *, embedded: bool) -> None:
     """Refuse kinds that cannot run on this store (``redis`` needs a real Redis: the embedded
     store accepts CLIENT KILL and CLIENT PAUSE but does nothing)."""
-    if "redis" in kinds and embedded:
-        raise FaultUsageError(
-            "--faults redis needs a real Redis (--redis redis://HOST:PORT): the embedded store "
-            "accepts CLIENT KILL and CLIENT PAUSE but ignores them"
-        )
+    why = needs_real_redis(faults=kinds)
+    if why and embedded:
+        raise FaultUsageError(why)
 
 
 @dataclass(frozen=True)
@@ -219,27 +216,20 @@ class FaultRecord:
         }
 
 
-FAULTS_FILE = "faults.json"
-"""In a ``--workers`` worker's folder: the faults it injected (its parent reports them all)."""
+def fault_rows(records: Sequence[FaultRecord]) -> list[dict[str, Any]]:
+    """``records`` as ``faults.json`` rows (``RunFolder.write_faults``): by wall clock only,
+    since monotonic clocks are private to a process."""
+    return [{k: v for k, v in asdict(r).items() if not k.endswith("_mono")} for r in records]
 
 
-def write_faults(folder: Path, records: Sequence[FaultRecord]) -> None:
-    """Write ``records`` to ``folder/faults.json``, by wall clock (monotonic clocks are private)."""
-    rows = [{k: v for k, v in asdict(r).items() if not k.endswith("_mono")} for r in records]
-    (folder / FAULTS_FILE).write_text(json.dumps(rows) + "\n", encoding="utf-8")
-
-
-def read_faults(
-    folder: Path, started_mono: float, started_wall: float, label: str = ""
+def records_from_rows(
+    rows: Sequence[dict[str, Any]], started_mono: float, started_wall: float, label: str = ""
 ) -> list[FaultRecord]:
-    """The faults another process wrote to ``folder``, placed on this process's monotonic clock
-    by their wall-clock times (the run started at ``started_mono`` / ``started_wall``); each
-    detail starts with ``label``. No file: none."""
-    path = folder / FAULTS_FILE
-    if not path.exists():
-        return []
+    """Fault rows another process wrote, placed on this process's monotonic clock by their
+    wall-clock times (the run started at ``started_mono`` / ``started_wall``); each detail
+    starts with ``label``."""
     out = []
-    for row in json.loads(path.read_text(encoding="utf-8")):
+    for row in rows:
         start, end = float(row["start_wall"]), float(row["end_wall"])
         out.append(
             FaultRecord(

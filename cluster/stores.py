@@ -6,7 +6,7 @@ Layer: cluster. Shared by the in-process clusters (``cluster.local``) and the HT
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
 from cluster.demo import DEMO_NOTES, DEMO_TENANT
@@ -30,3 +30,20 @@ async def seed_demo(store: NoteStore) -> None:
     """Create the demo notes (see ``cluster.demo``)."""
     for n in DEMO_NOTES:
         await store.create(DEMO_TENANT, n.workspace, n.title, n.body, n.owner, n.created_ms)
+
+
+def needs_real_redis(
+    *, wait_replicas: int = 0, workers: int = 1, faults: Collection[str] = ()
+) -> str | None:
+    """Why a run asked for cannot run on the embedded store (None: it can). The one place the
+    rule is kept: the CLI refuses with it (exit 2), a target refuses to open with it."""
+    if wait_replicas:
+        return "--wait-replicas needs a real Redis (--redis): no WAIT embedded"
+    if workers > 1:
+        return "--workers needs a real Redis (--redis): the embedded store lives in one process"
+    if "redis" in faults:
+        return (
+            "--faults redis needs a real Redis (--redis redis://HOST:PORT): the embedded store "
+            "accepts CLIENT KILL and CLIENT PAUSE but ignores them"
+        )
+    return None

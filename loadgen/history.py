@@ -80,6 +80,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO, TypeVar, get_args
@@ -251,19 +252,16 @@ def iter_history(path: Path) -> Iterator[Op]:
     return read_json_lines(path, Op.from_dict, "the history's entries")
 
 
-def open_history(run_dir: Path | None, *, keep: bool = True, first_index: int = 0) -> History:
-    """A history streaming to ``run_dir/history.jsonl`` (created), or kept in memory only.
-    ``keep`` False keeps nothing in memory (needs ``run_dir``); ``first_index`` numbers the
-    entries from there (processes of one run get disjoint indices)."""
+@contextmanager
+def recording(path: Path | None, *, keep: bool = True, first_index: int = 0) -> Iterator[History]:
+    """A history streaming to the file ``path`` (created, with its folder; ``RunFolder``
+    names it), or kept in memory only; the file is closed when the block ends. ``keep`` False
+    keeps nothing in memory (needs ``path``); ``first_index`` numbers the entries from there
+    (processes of one run get disjoint indices)."""
     counter = itertools.count(first_index)
-    if run_dir is None:
-        return History(_counter=counter)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sink = (run_dir / "history.jsonl").open("w", encoding="utf-8")
-    return History(sink=sink, _counter=counter, keep=keep)
-
-
-def close_history(history: History) -> None:
-    """Flush and close the history's file, if it has one."""
-    if history.sink is not None:
-        history.sink.close()
+    if path is None:
+        yield History(_counter=counter)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as sink:
+        yield History(sink=sink, _counter=counter, keep=keep)

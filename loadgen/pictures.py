@@ -1,8 +1,8 @@
 """Pictures of a run: ``report.png`` (throughput and latency over time) and ``report.html``.
 
-Layer: loadgen. Reads what a finished run measured (its ``results.json`` shape and its flow
-samples) and writes files into the run's folder; no network, no cluster, no store. The console
-summary lives in ``loadgen.report``.
+Layer: loadgen. Reads what a finished run measured (its ``Results`` and its flow samples) and
+writes files into the run's folder; no network, no cluster, no store. The console summary lives
+in ``loadgen.report``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import matplotlib
 
@@ -23,6 +23,8 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from loadgen.fault_windows import LISTED_MAX, share, summarize
+from loadgen.run.folder import RunFolder
+from loadgen.run.results import Results, Settings
 from loadgen.runner import FlowSample, RunStats
 from loadgen.tally import Tally, tenths_row
 
@@ -41,19 +43,6 @@ MAX_OPS_SHOWN = 20
 
 STATUS_COLOR = {"valid": "#1a7f37", "invalid": "#cf222e", "unknown": "#bf8700"}
 FAULT_COLOR = "#d1242f"
-
-
-class RunLike(Protocol):
-    """What the pictures need from a run (``cluster.experiments.simulate.Simulation`` fits)."""
-
-    @property
-    def stats(self) -> RunStats:
-        """The flow samples and the run's start and end."""
-        ...
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``results.json`` content."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -121,14 +110,16 @@ def tally_timeline(tally: Tally, bucket_s: float = 1.0) -> list[Bucket]:
 
 
 def write_pictures(
-    run_dir: Path, sim: RunLike, faults: Sequence[Fault] = (), bucket_s: float = 1.0
+    folder: RunFolder,
+    results: Results,
+    stats: RunStats,
+    faults: Sequence[Fault] = (),
+    bucket_s: float = 1.0,
 ) -> tuple[Path, Path]:
-    """Write ``report.png`` and ``report.html`` into ``run_dir``; return their paths."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    results = sim.to_json()
-    stats = sim.stats
+    """Write ``report.png`` and ``report.html`` into the run's folder; return their paths."""
+    folder.make()
     duration_s = max(stats.ended_s - stats.started_s, 0.0)
-    png = run_dir / "report.png"
+    png = folder.picture_file
     render_png(
         png,
         timeline(stats.samples, stats.started_s, bucket_s)
@@ -139,7 +130,7 @@ def write_pictures(
         bucket_s=bucket_s,
         duration_s=duration_s,
     )
-    page = run_dir / "report.html"
+    page = folder.page_file
     page.write_text(render_html(results, png.read_bytes(), faults), encoding="utf-8")
     return png, page
 
@@ -147,23 +138,26 @@ def write_pictures(
 # --- the PNG ------------------------------------------------------------------------------------
 
 
-def title_line(results: dict[str, Any]) -> str:
+def title_line(results: Results) -> str:
     """Verdict and settings in one line, for the figure's title."""
-    s = results.get("settings", {})
-    rate = s.get("rate")
-    load = f"open loop {rate:g}/s" if rate else f"closed loop x{s.get('concurrency', '?')}"
+    s = results.settings or Settings()
+
+    def known(v: object) -> object:
+        return "?" if v is None else v
+
+    load = f"open loop {s.rate:g}/s" if s.rate else f"closed loop x{known(s.concurrency)}"
     return (
-        f"Verdict: {str(results.get('verdict', '?')).upper()}   |   "
-        f"{s.get('nodes', '?')} nodes, {s.get('store', '?')} store, {load}, "
-        f"{s.get('flows', '?')} flows max, {s.get('duration_s', '?')} s max, "
-        f"state TTL {s.get('state_ttl_s', '?')} s, seed {s.get('seed', '?')}"
+        f"Verdict: {results.verdict.upper()}   |   "
+        f"{known(s.nodes)} nodes, {known(s.store)} store, {load}, "
+        f"{known(s.flows)} flows max, {known(s.duration_s)} s max, "
+        f"state TTL {known(s.state_ttl_s)} s, seed {known(s.seed)}"
     )
 
 
 def render_png(
     path: Path,
     buckets: Sequence[Bucket],
-    results: dict[str, Any],
+    results: Results,
     faults: Sequence[Fault] = (),
     *,
     bucket_s: float = 1.0,
@@ -174,10 +168,11 @@ def render_png(
         2, 1, sharex=True, figsize=FIGURE_SIZE_IN, dpi=FIGURE_DPI, height_ratios=(1, 1.3)
     )
     try:
-        verdict = str(results.get("verdict", "unknown"))
-        fig.suptitle(title_line(results), color=STATUS_COLOR.get(verdict, "black"), fontsize=12)
+        color = STATUS_COLOR.get(results.verdict, "black")
+        fig.suptitle(title_line(results), color=color, fontsize=12)
         _throughput(top, buckets, bucket_s)
-        _latency(bottom, buckets, bucket_s, results.get("latency_ms") or {})
+        latency = {} if results.measured is None else results.measured.latency_ms
+        _latency(bottom, buckets, bucket_s, latency)
         end = max(duration_s, len(buckets) * bucket_s, *(f[1] for f in faults), bucket_s)
         bottom.set_xlim(0, end)
         bottom.set_xlabel("seconds since run start")
@@ -334,31 +329,33 @@ def _invariants(invariants: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = ()) -> str:
+def render_html(results: Results, png: bytes, faults: Sequence[Fault] = ()) -> str:
     """A self-contained page: verdict, invariants, races, load, settings and the embedded PNG."""
-    verdict = str(results.get("verdict", "unknown"))
+    verdict = results.verdict
     color = STATUS_COLOR.get(verdict, "#57606a")
-    flows = results.get("flows", {})
-    load = [
-        ("flows completed", f"{_e(flows.get('completed', '?'))} of {_e(flows.get('total', '?'))}"),
-        ("throughput", f"{_number(results.get('throughput_flows_per_s', '?'), '.1f')} flows/s"),
-        ("elapsed", f"{_number(results.get('elapsed_s', '?'), '.1f')} s"),
+    flows = results.flows
+    m = results.measured
+    load: list[tuple[object, str]] = [
+        ("flows completed", f"{_e(flows.completed)} of {_e(flows.total)}"),
+        ("throughput", f"{_number('?' if m is None else m.throughput_flows_per_s, '.1f')} flows/s"),
+        ("elapsed", f"{_number('?' if m is None else m.elapsed_s, '.1f')} s"),
     ]
     load += [
         (f"flow latency {k}", f"{_number(v, '.1f')} ms")
-        for k, v in results.get("latency_ms", {}).items()
+        for k, v in ({} if m is None else m.latency_ms).items()
     ]
-    tenths = results.get("flows_per_s_by_tenth")
+    tenths = results.flows_per_s_by_tenth
     if tenths:
         label, value = tenths_row(tenths)
         load.append((label, _e(value)))
+    settings = {} if results.settings is None else results.settings.to_json()
     sections = [
         _pairs("Races exercised: started, completed, other outcomes", _kinds(results)),
         _pairs("Load", load),
-        _pairs("Checker counts", _counted(results.get("counts", {}))),
-        _pairs("Settings", [(k, _e(v)) for k, v in results.get("settings", {}).items()]),
+        _pairs("Checker counts", _counted(results.counts)),
+        _pairs("Settings", [(k, _e(v)) for k, v in settings.items()]),
     ]
-    windows = results.get("faults", [])
+    windows = list(results.faults)
     if len(windows) > LISTED_MAX:  # a long run: one row per kind and action
         sections.append(
             _pairs(f"Faults ({len(windows)} windows; each in results.json)", _summary(windows))
@@ -376,9 +373,9 @@ def render_html(results: dict[str, Any], png: bytes, faults: Sequence[Fault] = (
         f"<title>notes-cluster run: {_e(verdict)}</title><style>{CSS}</style></head><body>"
         f'<h1>Verdict: <span class="verdict" style="background:{color}">'
         f"{_e(verdict.upper())}</span></h1>"
-        f"{_invariants(results.get('invariants', []))}"
+        f"{_invariants(list(results.invariants))}"
         f'<div class="grid">{"".join(sections)}</div>'
-        f"{_model(results.get('model') or {})}"
+        f"{_model(results.model)}"
         f'<h2>Over time</h2><img alt="throughput and latency over time" '
         f'src="data:image/png;base64,{image}">'
         "</body></html>\n"
@@ -404,11 +401,11 @@ def _model(model: dict[str, list[dict[str, Any]]]) -> str:
     )
 
 
-def _kinds(results: dict[str, Any]) -> list[tuple[object, str]]:
+def _kinds(results: Results) -> list[tuple[object, str]]:
     """Per race kind: started, completed and the other outcomes (races only, for old runs)."""
-    kinds = results.get("kinds")
+    kinds = results.kinds
     if not kinds:
-        return _counted(results.get("races", {}))
+        return _counted(results.races or {})
     rows: list[tuple[object, str]] = []
     for kind, k in kinds.items():
         other = ", ".join(f"{o} {n}" for o, n in k["outcomes"].items() if o != "completed")

@@ -11,42 +11,42 @@ from rich.console import Console
 from rich.table import Table
 
 from loadgen.fault_windows import LISTED_MAX, share, summarize
+from loadgen.run.results import Results
 from loadgen.tally import tenths_row
 
 STATUS_STYLE = {"valid": "bold green", "invalid": "bold red", "unknown": "bold yellow"}
 
 
-def summary_tables(results: dict[str, Any]) -> list[Table]:
+def summary_tables(results: Results) -> list[Table]:
     """The end-of-run tables: verdict per invariant, races exercised, throughput and latency."""
     verdicts = verdict_table(results)
-    races = kinds_table(results.get("kinds", {}))
+    races = kinds_table(results.kinds)
 
     perf = Table(title="Load", title_justify="left")
     perf.add_column("measure")
     perf.add_column("value", justify="right")
-    s = results["settings"]
-    perf.add_row("nodes / store", f"{s['nodes']} / {s['store']}")
-    perf.add_row(
-        "flows completed", f"{results['flows']['completed']} of {results['flows']['total']}"
-    )
-    perf.add_row("throughput", f"{results['throughput_flows_per_s']:.1f} flows/s")
-    tenths = results.get("flows_per_s_by_tenth")
-    if tenths:
-        perf.add_row(*tenths_row(tenths))
-    for name, ms in results["latency_ms"].items():
+    s = results.settings
+    if s is not None:
+        perf.add_row("nodes / store", f"{s.nodes} / {s.store}")
+    perf.add_row("flows completed", f"{results.flows.completed} of {results.flows.total}")
+    m = results.measured
+    if m is not None:
+        perf.add_row("throughput", f"{m.throughput_flows_per_s:.1f} flows/s")
+    if results.flows_per_s_by_tenth:
+        perf.add_row(*tenths_row(results.flows_per_s_by_tenth))
+    for name, ms in ({} if m is None else m.latency_ms).items():
         perf.add_row(f"flow latency {name}", f"{ms:.1f} ms")
-    for name, n in sorted(results["counts"].items()):
+    for name, n in sorted(results.counts.items()):
         perf.add_row(name, str(n))
-    for master, n in results.get("key_distribution", {}).items():
+    for master, n in (results.key_distribution or {}).items():
         perf.add_row(f"keys on master {master}", str(n))
-    cost = results.get("check")
-    if cost:
-        perf.add_row("check", check_cost(cost))
+    if results.check:
+        perf.add_row("check", check_cost(results.check))
     tables = [verdicts, races, perf]
-    if results.get("model"):
-        tables.append(model_table(results["model"]))
-    if results.get("faults"):
-        tables.append(faults_table(results["faults"]))
+    if results.model:
+        tables.append(model_table(results.model))
+    if results.faults:
+        tables.append(faults_table(list(results.faults)))
     return tables
 
 
@@ -79,13 +79,13 @@ def kinds_table(kinds: dict[str, Any]) -> Table:
     return table
 
 
-def verdict_table(results: dict[str, Any]) -> Table:
+def verdict_table(results: Results) -> Table:
     """Verdict per invariant, with its evidence."""
-    verdicts = Table(title=f"Verdict: {results['verdict'].upper()}", title_justify="left")
+    verdicts = Table(title=f"Verdict: {results.verdict.upper()}", title_justify="left")
     verdicts.add_column("invariant")
     verdicts.add_column("status")
     verdicts.add_column("evidence", overflow="fold")
-    for inv in results["invariants"]:
+    for inv in results.invariants:
         style = STATUS_STYLE.get(inv["status"], "")
         ops = inv["ops"][:8]
         evidence = inv["summary"] + (f" (ops {ops})" if ops and inv["status"] != "valid" else "")
@@ -93,18 +93,16 @@ def verdict_table(results: dict[str, Any]) -> Table:
     return verdicts
 
 
-def print_check(results: dict[str, Any], console: Console) -> None:
+def print_check(results: Results, console: Console) -> None:
     """``notes-cluster check``: the verdict, the kinds exercised, the answers against the model
     and the flows."""
     console.print(verdict_table(results))
-    console.print(kinds_table(results["kinds"]))
-    if results.get("model"):
-        console.print(model_table(results["model"]))
-    flows = results["flows"]
-    console.print(f"flows completed {flows['completed']} of {flows['total']}")
-    cost = results.get("check")
-    if cost:
-        console.print(f"checked in {check_cost(cost)}")
+    console.print(kinds_table(results.kinds))
+    if results.model:
+        console.print(model_table(results.model))
+    console.print(f"flows completed {results.flows.completed} of {results.flows.total}")
+    if results.check:
+        console.print(f"checked in {check_cost(results.check)}")
 
 
 def check_cost(cost: dict[str, Any]) -> str:
@@ -158,7 +156,7 @@ def _faults_summary_table(faults: list[dict[str, Any]]) -> Table:
     return table
 
 
-def print_summary(results: dict[str, Any], console: Console) -> None:
+def print_summary(results: Results, console: Console) -> None:
     """Print the summary tables."""
     for table in summary_tables(results):
         console.print(table)

@@ -9,16 +9,10 @@ Layer: loadgen. Pure data, mergeable: every load process (``simulate --workers``
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file
-
-TALLY_FILE = "tally.json"
 
 
 @dataclass
@@ -125,29 +119,6 @@ def merge(tallies: Iterable[Tally]) -> Tally:
         out.elapsed_s = max(out.elapsed_s, t.elapsed_s)
         out.loaded_s = max(out.loaded_s, t.loaded_s)
     return out
-
-
-def write_tally(run_dir: Path, tally: Tally) -> None:
-    """Write ``tally.json`` into ``run_dir``."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / TALLY_FILE).write_text(json.dumps(tally.to_json()) + "\n", encoding="utf-8")
-
-
-def read_tally(run_dir: Path) -> Tally:
-    """Read ``run_dir/tally.json`` (``DamagedRunFile`` if it is missing or something else)."""
-    path = run_dir / TALLY_FILE
-    d = read_json_file(path, "the run's counters per race kind")
-    try:
-        return Tally.from_json(d)
-    except SHAPE_ERRORS as exc:
-        raise DamagedRunFile(f"{path}: not the run's counters ({exc!r})") from None
-
-
-def read_tallies(run_dir: Path) -> Tally:
-    """A folder's ``tally.json``, or the sum of its subfolders' (one per load process)."""
-    if (run_dir / TALLY_FILE).exists():
-        return read_tally(run_dir)
-    return merge(read_tally(p.parent) for p in sorted(run_dir.glob(f"*/{TALLY_FILE}")))
 
 
 def tenths_row(tenths: dict[str, Any]) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from cluster.cli import EXIT_INVALID, EXIT_UNKNOWN, EXIT_USAGE, EXIT_VALID, main
 from loadgen.history import DamagedRunFile, iter_history
-from loadgen.runfolder import read_tenant_facts, store_meta, tenants_of
+from loadgen.run.folder import read_tenant_facts, store_meta, tenants_of
 
 
 @pytest.fixture(scope="module")

@@ -32,12 +32,13 @@ from cluster.faults import (
     FaultRecord,
     FaultUsageError,
     check_kinds,
+    fault_rows,
     parse_kinds,
     plan_faults,
-    read_faults,
-    write_faults,
+    records_from_rows,
 )
 from cluster.redis_cluster import redis_server_available
+from loadgen.run.folder import RunFolder
 from nodes.protocol import Node
 from store.api import StoreUnavailable, WriteOp
 from store.client import redis_client
@@ -197,13 +198,15 @@ def test_two_workers_with_faults_share_one_redis_schedule_and_report_every_worke
 
 def test_faults_written_by_a_worker_come_back_on_the_readers_clock(tmp_path: Path) -> None:
     record = FaultRecord("redis", "latency", "CLIENT PAUSE", 5.0, 6.5, 1000.25, 1001.75)
-    write_faults(tmp_path, [record])
-    (back,) = read_faults(tmp_path, started_mono=50.0, started_wall=1000.0, label="worker-1: ")
+    folder = RunFolder(tmp_path)
+    folder.write_faults(fault_rows([record]))
+    rows = folder.own_fault_rows()
+    (back,) = records_from_rows(rows, started_mono=50.0, started_wall=1000.0, label="worker-1: ")
     assert (back.start_mono, back.end_mono) == (50.25, 51.75)
     assert (back.start_wall, back.end_wall) == (1000.25, 1001.75)
     assert back.detail == "worker-1: CLIENT PAUSE"
     assert back.kind == "redis"
-    assert read_faults(tmp_path / "none", 0.0, 0.0) == []
+    assert RunFolder(tmp_path / "none").own_fault_rows() == []
 
 
 # --- unknown outcomes: the retry finds the recorded outcome ---------------------------------------

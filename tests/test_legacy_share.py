@@ -19,20 +19,16 @@ from typing import Any
 import pytest
 import trio
 
+from cluster.experiments.in_process_target import SIM_REPLAY_GRACE_MS, simulation_config
 from cluster.experiments.legacy_nodes import serve_legacy_nodes
-from cluster.experiments.simulate import (
-    SIM_REPLAY_GRACE_MS,
-    SimulateOptions,
-    check_run,
-    redis_offset_ms,
-    simulate,
-    simulation_config,
-)
+from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.load_fixture import load_tokens
 from loadgen.check.invariants import check
 from loadgen.check.verdict import CheckResult
 from loadgen.history import History, Op
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, run_legacy_flow
+from loadgen.run.pipeline import check_history
+from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
 from loadgen.workload import RACE_KINDS
 from store.client import sync_client
@@ -169,8 +165,8 @@ async def test_a_violation_planted_in_a_legacy_history_is_invalid(
     dup_posts = [op for op in ops if op.flow == dup_flow and op.f == "confirm"]
     assert len({op.value["node"] for op in dup_posts if op.type == "invoke"}) == 2
 
-    offset = await trio.to_thread.run_sync(redis_offset_ms, redis_url)
-    honest = await check_run(history, redis_url, key_prefix, tenants, offset, SIM_REPLAY_GRACE_MS)
+    store = StoreAccess(redis_url, key_prefix, tuple(tenants), SIM_REPLAY_GRACE_MS)
+    honest = await check_history(history, store)
     assert honest.status == "valid", [v for v in honest.verdicts if v.status != "valid"]
     assert honest.counts["deletes"] == 3  # plain, cross_node, duplicate (once)
     journal, final, replay, end_ms = await trio.to_thread.run_sync(

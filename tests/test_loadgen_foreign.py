@@ -112,7 +112,7 @@ async def test_with_a_used_state_store_every_decidable_invariant_holds(
     _undecided_named(sim.result)
     # The run folder holds what the check needs: checked again offline, the same verdicts.
     again = await trio.to_thread.run_sync(recheck_foreign, tmp_path, ExerciseRule())
-    assert {v["name"]: v["status"] for v in again["invariants"]} == statuses
+    assert {v["name"]: v["status"] for v in again.invariants} == statuses
 
 
 async def test_our_nodes_driven_as_a_foreign_target_show_no_violation(

@@ -15,15 +15,12 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.experiments.simulate import (
-    SIM_REPLAY_GRACE_MS,
-    check_run,
-    redis_offset_ms,
-    simulation_config,
-)
+from cluster.experiments.in_process_target import SIM_REPLAY_GRACE_MS, simulation_config
 from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History
+from loadgen.run.pipeline import check_history, redis_offset_ms
+from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings, run_load
 from loadgen.transport import Reply
 from store.api import Confirmation, ConfirmOutcome, NoteStoreAPI
@@ -120,9 +117,8 @@ async def run_kind(
             history,
             redis_offset_ms=offset,
         )
-        return await check_run(
-            history, cluster.redis_url, cluster.prefix, ["load0"], offset, SIM_REPLAY_GRACE_MS
-        )
+        store = StoreAccess(cluster.redis_url, cluster.prefix, ("load0",), SIM_REPLAY_GRACE_MS)
+        return await check_history(history, store)
 
 
 def verdict_of(result: CheckResult, name: str) -> Verdict:

@@ -32,14 +32,11 @@ import trio
 
 from cluster.demo import ALICE_NOTES
 from cluster.exit_codes import EXIT_CTRL_C
-from cluster.experiments.simulate import (
-    SIM_REPLAY_GRACE_MS,
-    check_run,
-    redis_offset_ms,
-    simulation_config,
-)
+from cluster.experiments.in_process_target import SIM_REPLAY_GRACE_MS, simulation_config
 from cluster.local import InProcessTransport, LocalCluster, open_local_cluster
 from loadgen.history import History, Op
+from loadgen.run.pipeline import check_history, redis_offset_ms
+from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings, run_load
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import NodeDown
@@ -442,7 +439,8 @@ async def test_nodes_restarted_mid_load_lose_no_answer_and_double_no_deletion() 
                     redis_offset_ms=offset,
                 )
                 done.set()
-            result = await check_run(history, url, "nc", tenants, offset, SIM_REPLAY_GRACE_MS)
+            store = StoreAccess(url, "nc", tuple(tenants), SIM_REPLAY_GRACE_MS)
+            result = await check_history(history, store)
 
     print(f"restarts {restarts}; NodeDown {len(transport.downs)}; counts {result.counts}")
     assert len(stats.samples) == settings.flows, f"seed {seed}"

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from loadgen.pictures import Bucket, render_html, timeline, write_pictures
+from loadgen.run.folder import RunFolder
+from loadgen.run.results import Results
 from loadgen.runner import FlowSample, RunStats
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -68,8 +70,13 @@ class FakeRun:
     stats: RunStats
     results: dict[str, Any] = field(default_factory=results)
 
-    def to_json(self) -> dict[str, Any]:
-        return self.results
+    def pictures(
+        self, folder: Path, faults: list[tuple[float, float, str]] | None = None
+    ) -> tuple[Path, Path]:
+        """``write_pictures`` of this run into ``folder``."""
+        return write_pictures(
+            RunFolder(folder), Results.from_json(self.results), self.stats, faults=faults or []
+        )
 
 
 def stats(samples: list[FlowSample], duration_s: float = 3.0) -> RunStats:
@@ -121,7 +128,7 @@ def test_timeline_honours_the_bucket_width() -> None:
 
 def test_write_pictures_writes_a_png_and_a_page_embedding_it(tmp_path: Path) -> None:
     run = FakeRun(stats([sample(i / 7, 5 + i) for i in range(20)]))
-    png, page = write_pictures(tmp_path, run, faults=[(1.0, 2.0, "kill node 2")])
+    png, page = run.pictures(tmp_path, faults=[(1.0, 2.0, "kill node 2")])
     assert (png, page) == (tmp_path / "report.png", tmp_path / "report.html")
     data = png.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
@@ -132,20 +139,20 @@ def test_write_pictures_writes_a_png_and_a_page_embedding_it(tmp_path: Path) -> 
 
 
 def test_the_png_is_about_1200_by_700_pixels(tmp_path: Path) -> None:
-    png, _ = write_pictures(tmp_path, FakeRun(stats([sample(0.5)])))
+    png, _ = FakeRun(stats([sample(0.5)])).pictures(tmp_path)
     width, height = int.from_bytes(png.read_bytes()[16:20]), int.from_bytes(png.read_bytes()[20:24])
     assert (width, height) == (1200, 700)
 
 
 def test_an_empty_run_still_gets_both_files(tmp_path: Path) -> None:
-    png, page = write_pictures(tmp_path, FakeRun(stats([], duration_s=0.0)))
+    png, page = FakeRun(stats([], duration_s=0.0)).pictures(tmp_path)
     assert png.read_bytes().startswith(PNG_SIGNATURE)
     assert "VALID" in page.read_text(encoding="utf-8")
 
 
 def test_the_page_shows_the_verdict_and_every_invariant(tmp_path: Path) -> None:
     run = FakeRun(stats([sample(0.5)]), results("invalid"))
-    _, page = write_pictures(tmp_path, run)
+    _, page = run.pictures(tmp_path)
     text = page.read_text(encoding="utf-8")
     assert "INVALID" in text
     for inv in run.results["invariants"]:
@@ -156,13 +163,13 @@ def test_the_page_shows_the_verdict_and_every_invariant(tmp_path: Path) -> None:
 
 def test_the_page_escapes_what_it_shows() -> None:
     evil = '<script>alert("x")</script>'
-    text = render_html(results("unknown", summary=evil), b"")
+    text = render_html(Results.from_json(results("unknown", summary=evil)), b"")
     assert "<script" not in text
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
 
 
 def test_the_page_loads_nothing_from_elsewhere() -> None:
-    text = render_html(results(), PNG_SIGNATURE)
+    text = render_html(Results.from_json(results()), PNG_SIGNATURE)
     assert not re.search(r"(src|href)=\"(?!data:)", text)
     assert "http://" not in text
     assert "https://" not in text

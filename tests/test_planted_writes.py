@@ -18,17 +18,17 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.experiments.simulate import (
+from cluster.experiments.in_process_target import (
     SIM_LIST_PAGE_SIZE,
     SIM_REPLAY_GRACE_MS,
-    check_run,
-    redis_offset_ms,
     simulation_config,
 )
 from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
 from loadgen.check.limits import Limits
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, Op
+from loadgen.run.pipeline import check_history, redis_offset_ms
+from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings, run_load
 from store.api import (
     Confirmation,
@@ -204,16 +204,11 @@ async def run_kind(kind: str, wrap: Wrap | None = None) -> tuple[CheckResult, li
             history,
             redis_offset_ms=offset,
         )
-        result = await check_run(
-            history,
-            cluster.redis_url,
-            cluster.prefix,
-            ["load0"],
-            offset,
-            SIM_REPLAY_GRACE_MS,
-            limits=Limits(config.list_page_size, config.state_ttl_ms),
-            faults=[],
+        limits = Limits(config.list_page_size, config.state_ttl_ms)
+        store = StoreAccess(
+            cluster.redis_url, cluster.prefix, ("load0",), SIM_REPLAY_GRACE_MS, limits
         )
+        result = await check_history(history, store, fault_rows=[])
     return result, history.ops
 
 

@@ -23,6 +23,7 @@ from cluster.cli import EXAMPLES, main
 from loadgen import pictures
 from loadgen.pictures import Bucket, render_html
 from loadgen.report import print_summary
+from loadgen.run.results import Results
 from loadgen.tally import Tally
 from nodes import setup_page
 
@@ -92,21 +93,23 @@ def test_the_report_page_has_the_answers_against_the_model_table() -> None:
     assert ("expired", "accept", "refusal", "refusal 2") in rows
 
 
-def _results(tenths: dict[str, object]) -> dict[str, object]:
-    return {
-        "verdict": "valid",
-        "invariants": [],
-        "counts": {},
-        "races": {},
-        "model": MODEL,
-        "kinds": {},
-        "flows": {"total": 3, "completed": 3},
-        "throughput_flows_per_s": 1.0,
-        "flows_per_s_by_tenth": tenths,
-        "elapsed_s": 3.0,
-        "latency_ms": {"p50": 1.0, "max": 2.0},
-        "settings": {"nodes": 3, "store": "embedded"},
-    }
+def _results(tenths: dict[str, object]) -> Results:
+    return Results.from_json(
+        {
+            "verdict": "valid",
+            "invariants": [],
+            "counts": {},
+            "races": {},
+            "model": MODEL,
+            "kinds": {},
+            "flows": {"total": 3, "completed": 3},
+            "throughput_flows_per_s": 1.0,
+            "flows_per_s_by_tenth": tenths,
+            "elapsed_s": 3.0,
+            "latency_ms": {"p50": 1.0, "max": 2.0},
+            "settings": {"nodes": 3, "store": "embedded"},
+        }
+    )
 
 
 def _help(*args: str) -> str:

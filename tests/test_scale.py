@@ -33,6 +33,7 @@ from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.fault_windows import LISTED_MAX, summarize
 from loadgen.pictures import render_html, tally_timeline
 from loadgen.report import faults_table
+from loadgen.run.results import Results
 from loadgen.runner import RunSettings
 from loadgen.tally import Tally
 from loadgen.transport import Reply, Transport
@@ -111,7 +112,7 @@ async def test_a_store_that_refuses_round_one_makes_the_run_unknown() -> None:
         return hooks[-1]
 
     settings = RunSettings(flows=60, concurrency=8, seed=12)
-    sim = await simulate(SimulateOptions(settings=settings, transport_hook=hook))
+    sim = await simulate(SimulateOptions(settings=settings), transport_hook=hook)
     results = sim.to_json()
     assert hooks
     assert hooks[0].refused > 0
@@ -339,7 +340,7 @@ def test_the_report_page_shows_each_kind_and_each_fault_window() -> None:
             },
         ],
     }
-    page = render_html(results, b"png")
+    page = render_html(_as_results(results), b"png")
     assert '<th>plain</th><td class="n">3 / 2 (ask_unknown 1)</td>' in page
     assert 'redis kill 1.0–2.0 s</th><td class="n">75%</td>' in page
     assert 'nodes restart 3.0–4.0 s</th><td class="n">-</td>' in page
@@ -392,6 +393,14 @@ def test_a_long_runs_fault_windows_are_summed_per_kind_and_action() -> None:
     assert "window 27" not in many
     assert f"Faults injected ({LISTED_MAX + 4} windows, by kind" in many
     assert "40% / 20%" in many
-    page = render_html({"verdict": "valid", "faults": _windows(LISTED_MAX + 4)}, b"png")
+    page = render_html(
+        _as_results({"verdict": "valid", "faults": _windows(LISTED_MAX + 4)}), b"png"
+    )
     assert "14 windows, 14 s; answered 40% median, 20% worst" in page
     assert "window 27" not in page
+
+
+def _as_results(partial: dict[str, Any]) -> Results:
+    """A run's results holding ``partial``, the rest empty."""
+    empty = {"invariants": [], "counts": {}, "flows": {"total": 0, "completed": 0}}
+    return Results.from_json(empty | partial)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.experiments.simulate import SimulateOptions, simulate, simulation_config
+from cluster.experiments.in_process_target import simulation_config
+from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.local import InProcessTransport, open_local_cluster
 from loadgen.clients import request
 from loadgen.runner import RunSettings

@@ -52,7 +52,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     from cluster.deterministic.swarm import describe, swarm
     from cluster.exit_codes import EXIT_INVALID
     from cluster.experiments.simulate import SimulateOptions
-    from loadgen.runfolder import mark_complete
+    from loadgen.run.folder import mark_complete
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
 
@@ -139,7 +139,7 @@ def _run(options: Any, run_dir: Path, *, buggify: bool, skew: bool, check: bool)
     from cluster.deterministic.divergence import check_determinism
     from cluster.deterministic.run import run_deterministic
     from cluster.exit_codes import EXIT_INVALID
-    from loadgen.runfolder import mark_complete
+    from loadgen.run.folder import mark_complete
 
     if check:
         outcome = check_determinism(options, buggify=buggify, skew=skew)
@@ -180,7 +180,7 @@ def _seeds(options: Any, workers: int, *, buggify: bool, swarmed: bool) -> NoRet
     """``--workers N``: N seeds in N processes, one merged verdict (exit code)."""
     from cluster.deterministic.swarm import run_seeds
     from cluster.exit_codes import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
-    from loadgen.runfolder import mark_complete
+    from loadgen.run.folder import mark_complete
 
     s = options.settings
     _say(
@@ -217,7 +217,7 @@ def shrink_folder(run_dir: Path, out: Path, budget_s: float) -> NoReturn:
     from cluster.deterministic.run import options_from_json, read_settings, run_deterministic
     from cluster.deterministic.shrink import Case, shrink
     from cluster.exit_codes import EXIT_INVALID, EXIT_UNKNOWN
-    from loadgen.runfolder import RunFolderError, claim_out_dir
+    from loadgen.run.folder import RunFolderError, claim_out_dir
 
     try:
         saved = read_settings(run_dir)

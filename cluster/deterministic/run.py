@@ -52,7 +52,7 @@ from loadgen.check.limits import FaultWindow
 from loadgen.check.partition import check_folders
 from loadgen.check.verdict import CheckResult
 from loadgen.history import History, Op, close_history, open_history
-from loadgen.runfolder import dump_store_facts, history_files
+from loadgen.run.folder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
 from store.buggify import Buggify, buggify_on

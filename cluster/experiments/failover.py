@@ -38,6 +38,7 @@ from cluster.experiments.simulate import SimulateOptions, Simulation, simulate
 from cluster.faults import CustomFault
 from cluster.redis_cluster import HOST, RedisClusterInfo, local_redis_cluster
 from loadgen.pictures import percentile, write_pictures
+from loadgen.run.folder import RunFolder
 from loadgen.runner import RunSettings
 from loadgen.tenants import tenants as tenant_names
 
@@ -236,8 +237,10 @@ def _fault(scenario: str, rc: RedisClusterInfo, options: FailoverOptions) -> Cus
 
 
 def _measure(scenario: str, wait: int, sim: Simulation) -> FailoverRun:
-    results = sim.to_json()
-    counts = results["counts"]
+    results = sim.results
+    counts = results.counts
+    measured = results.measured
+    assert measured is not None, "a run measures its load"
     unknown = sum(
         1 for op in sim.history.ops if op.type == "info" and op.value.get("code") == -32603
     )
@@ -245,18 +248,18 @@ def _measure(scenario: str, wait: int, sim: Simulation) -> FailoverRun:
     return FailoverRun(
         scenario=scenario,
         wait_replicas=wait,
-        verdict=results["verdict"],
-        invalid=tuple(v["name"] for v in results["invariants"] if v["status"] == "invalid"),
-        flows_per_s=round(results["throughput_flows_per_s"], 1),
-        p50_ms=results["latency_ms"]["p50"],
-        p99_ms=results["latency_ms"]["p99"],
+        verdict=results.verdict,
+        invalid=tuple(v["name"] for v in results.invariants if v["status"] == "invalid"),
+        flows_per_s=round(measured.throughput_flows_per_s, 1),
+        p50_ms=measured.latency_ms["p50"],
+        p99_ms=measured.latency_ms["p99"],
         plain_p50_ms=round(percentile(plain, 50), 2) if plain else 0.0,
         plain_p99_ms=round(percentile(plain, 99), 2) if plain else 0.0,
         confirms_forgotten=int(counts.get("confirms_forgotten", 0)),
         archive_confirms_forgotten=int(counts.get("archive_confirms_forgotten", 0)),
         creates_forgotten=int(counts.get("creates_forgotten", 0)),
         unknown_outcomes=unknown,
-        faults=results.get("faults", []),
+        faults=list(results.faults),
         run_dir=None if sim.run_dir is None else str(sim.run_dir),
     )
 
@@ -282,7 +285,7 @@ def _run(scenario: str, wait: int, rc: RedisClusterInfo, options: FailoverOption
     sim = trio.run(simulate, sim_options)
     if run_dir is not None:
         windows = [(f["start_s"], f["end_s"], f["action"]) for f in sim.faults_json()]
-        write_pictures(run_dir, sim, faults=windows)
+        write_pictures(RunFolder(run_dir), sim.results, sim.stats, faults=windows)
     return _measure(scenario, wait, sim)
 
 
@@ -362,5 +365,5 @@ def write_results(options: FailoverOptions, runs: Sequence[FailoverRun]) -> None
         "failover_at_s": FAILOVER_AT_S,
     }
     doc = {"settings": settings, "runs": [r.to_json() for r in runs]}
-    (options.out_dir / "failover.json").write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
-    (options.out_dir / "failover.md").write_text(table(runs), "utf-8")
+    RunFolder(options.out_dir).failover_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+    RunFolder(options.out_dir).failover_table_file.write_text(table(runs), "utf-8")

@@ -1,38 +1,34 @@
 """``notes-cluster loadgen``: the race workload against remote HTTP nodes.
 
-Layer: cluster (an experiment). Drives nodes it did not start, over Streamable HTTP; reads the
-store (when given its URL) only after the run, to check invariants. It needs the cluster's key ring
-to learn each state's nonce and expiry for the history (a trusted harness), and a bearer token per
-principal.
+Layer: cluster (an experiment). A composition of the run pipeline (``loadgen.run``) with remote
+nodes as its target (``RemoteTarget``): drives nodes it did not start, over Streamable HTTP;
+reads the store (when given its URL) only after the run, to check invariants. It needs the
+cluster's key ring to learn each state's nonce and expiry for the history (a trusted harness),
+and a bearer token per principal.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import trio
 
 from cluster.config import ClusterSettings
-from cluster.experiments.simulate import (
-    SimulateOptions,
-    Simulation,
-    check_run,
-    finish,
-    races,
-    redis_offset_ms,
-)
-from loadgen.check.exercise import ExerciseRule, judge
-from loadgen.check.verdict import CheckResult, Verdict
-from loadgen.history import close_history, open_history
-from loadgen.runner import FlowSample, RunSettings, run_load
+from loadgen.check.exercise import ExerciseRule
+from loadgen.legacy_clients import LegacyHttp
+from loadgen.run.folder import RunFolder
+from loadgen.run.pipeline import Plan, Run, redis_offset_ms, run
+from loadgen.run.target import StoreAccess
+from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
-from loadgen.transport import HttpTransport
+from loadgen.transport import HttpTransport, Transport
+from nodes.sealing import KeyRing
 from store.notes import DEFAULT_PREFIX
 
 HTTP_POOL = 256
@@ -42,17 +38,6 @@ JOURNAL_SINCE_MARGIN_MS = 100
 """The run's journal is read from its start less this (the clock offset is read over a round
 trip); an earlier run checked its own journal only after every state expired plus grace, so
 nothing of it falls in the margin."""
-
-NOT_CHECKED = CheckResult(
-    (
-        Verdict(
-            "checked",
-            "unknown",
-            "No --redis given: the history was recorded but not checked against the store.",
-        ),
-    )
-)
-
 
 READY_POLL_S = 0.2
 """How often ``wait_until_ready`` asks a target that is not ready yet."""
@@ -96,74 +81,78 @@ async def wait_until_ready(urls: Sequence[str], timeout_s: float) -> None:
         )
 
 
+@dataclass
+class RemoteTarget:
+    """Nodes someone else started, over HTTP (a ``loadgen.run.Target``); they inject no faults
+    and keep no fault record."""
+
+    transport: Transport
+    settings: ClusterSettings
+    nodes: int
+    store: StoreAccess | None
+    legacy: LegacyHttp | None = None
+
+    @property
+    def key_ring(self) -> KeyRing:
+        return self.settings.node.key_ring
+
+    @property
+    def audience(self) -> str:
+        return self.settings.node.server_name
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "store": "remote",
+            "state_ttl_s": self.settings.node.state_ttl_ms / 1000,
+            "replay_grace_ms": self.settings.replay_grace_ms,
+        }
+
+    async def nemesis(self) -> None:
+        return None
+
+    def fault_rows(self) -> list[dict[str, Any]] | None:
+        return None
+
+    def fault_windows(self, started_s: float) -> list[dict[str, Any]]:
+        return []
+
+    async def key_distribution(self) -> dict[str, int] | None:
+        return None
+
+
 async def run_remote(
     urls: Sequence[str],
     settings: ClusterSettings,
     tokens: Mapping[str, str],
-    run: RunSettings,
+    run_settings: RunSettings,
     *,
     redis_url: str | None = None,
     prefix: str = DEFAULT_PREFIX,
     run_dir: Path | None = None,
     on_flow: Callable[[FlowSample], None] | None = None,
     exercise: ExerciseRule | None = None,
-    first_index: int = 0,
-) -> Simulation:
-    """Run the workload against ``urls`` and, given ``redis_url``, check the history."""
-    if run.tag == "run":  # a store outlives runs: each run's titles are its own
-        run = replace(run, tag=secrets.token_hex(3))
+    process: int = 0,
+) -> Run:
+    """Run the workload against ``urls`` and, given ``redis_url``, check the history. Load
+    process ``process`` of several gets its own flow ids and history indices."""
     # The nodes outlive the run: a flow cut short deletes its notes through them.
-    run = replace(run, clean_up_cut_short=True)
-    options = SimulateOptions(
-        nodes=len(urls),
-        redis_url=redis_url,
-        state_ttl_s=settings.node.state_ttl_ms / 1000,
-        settings=run,
-        run_dir=run_dir,
-        exercise=exercise or ExerciseRule(),
-        replay_grace_ms=settings.replay_grace_ms,
-    )
-    history = open_history(run_dir, keep=run_dir is None, first_index=first_index)
-    limits = httpx.Limits(max_connections=HTTP_POOL, max_keepalive_connections=HTTP_POOL)
-    try:
-        offset = (
-            0 if redis_url is None else await trio.to_thread.run_sync(redis_offset_ms, redis_url)
-        )
+    run_settings = replace(run_settings, clean_up_cut_short=True)
+    rule = exercise or ExerciseRule()
+    # A store outlives runs: each run's titles are its own (``fresh``); the history streams to
+    # the folder, not kept in memory too.
+    plan = Plan(run_settings, rule, process, keep_history=False).fresh()
+    store = None
+    if redis_url is not None:  # without it the Redis clock is unknown: check reads all
         # The store outlives runs: its journal holds earlier loads' entries, which this run's
         # history cannot explain. Only entries from now on (Redis clock) are this run's.
-        since_ms = 0
-        if redis_url is not None:  # without it the Redis clock is unknown: check reads all
-            since_ms = int(time.time() * 1000) + offset - JOURNAL_SINCE_MARGIN_MS
-            options = replace(options, journal_since_ms=since_ms)
-        async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
-            transport = HttpTransport(urls, dict(tokens), client)
-            stats = await run_load(
-                transport,
-                settings.node.key_ring,
-                settings.node.server_name,
-                run,
-                history,
-                redis_offset_ms=offset,
-                on_flow=on_flow,
-            )
-        if redis_url is None:
-            result = NOT_CHECKED
-        else:
-            tenants = tenant_names(run.tenants)
-            close_history(history)
-            result = await check_run(
-                history,
-                redis_url,
-                prefix,
-                tenants,
-                offset,
-                settings.replay_grace_ms,
-                run_dir,
-                since_ms=since_ms,
-            )
-    finally:
-        close_history(history)
-    result = judge(result, stats.tally, run.legacy_share, options.exercise, run.weights)
-    return finish(
-        Simulation(result, stats, history, races(stats.tally), run_dir, options, "remote")
-    )
+        offset = await trio.to_thread.run_sync(redis_offset_ms, redis_url)
+        since_ms = int(time.time() * 1000) + offset - JOURNAL_SINCE_MARGIN_MS
+        tenants = tuple(tenant_names(plan.settings.tenants))
+        store = StoreAccess(redis_url, prefix, tenants, settings.replay_grace_ms, None, since_ms)
+    limits = httpx.Limits(max_connections=HTTP_POOL, max_keepalive_connections=HTTP_POOL)
+    async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
+        transport = HttpTransport(urls, dict(tokens), client)
+        target = RemoteTarget(transport, settings, len(urls), store)
+        folder = None if run_dir is None else RunFolder(run_dir)
+        return await run(target, plan, folder, on_flow)

@@ -1,17 +1,15 @@
 """``simulate --workers N``: N load processes, one store, one merged history and verdict.
 
-Layer: cluster (an experiment). Each worker is a process of its own (multiprocessing, spawn) running
-``simulate`` with its own in-process nodes against the same real Redis (or Redis Cluster) under
-one key prefix, with disjoint flow ids and history indices; it writes ``worker-<k>/`` (its
-``history.jsonl``, ``tally.json``, ``latency.hdr``) and checks nothing. The parent then waits for
-every state to expire, writes the store facts into the run folder and checks all the workers'
-histories together (``loadgen.check.partition``): the same merge ``notes-cluster check`` does for
-several ``loadgen`` processes. The embedded store is refused: it lives inside one process.
+Layer: cluster (an experiment). Each worker is a process of its own (multiprocessing, spawn) that
+runs the pipeline (``loadgen.run.pipeline.run``, recording only) with its own in-process nodes
+against the same real Redis (or Redis Cluster) under one key prefix, with disjoint flow ids and
+history indices, into ``worker-<k>/`` of the run folder. The parent supervises them, then checks
+all their histories together (``pipeline.recheck``: the same merge ``notes-cluster check`` does
+for several ``loadgen`` processes). The embedded store is refused: it lives inside one process.
 """
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -25,41 +23,31 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import trio
-from hdrh.histogram import HdrHistogram
 
-from cluster.experiments.simulate import (
-    EXPIRY_SETTLE_S,
-    LATENCY_FILE,
+from cluster.experiments.in_process_target import (
     SIM_REPLAY_GRACE_MS,
-    SimulateOptions,
-    Simulation,
+    describe,
     drop_keys,
-    finish,
     key_distribution,
     new_prefix,
-    races,
+    open_in_process_target,
     sim_limits,
-    simulate,
 )
-from cluster.faults import read_faults
+from cluster.experiments.simulate import SimulateOptions, Simulation
+from cluster.faults import FaultRecord, records_from_rows
 from cluster.run_log import nodes_log_to
-from loadgen.check.exercise import judge
-from loadgen.check.partition import check_folders
+from cluster.stores import needs_real_redis
 from loadgen.history import History
-from loadgen.runfolder import dump_store_facts, history_files
+from loadgen.run.folder import RunFolder
+from loadgen.run.pipeline import Plan, Run, availability, recheck, run, settings_of
+from loadgen.run.results import Results
+from loadgen.run.target import StoreAccess
 from loadgen.runner import RunStats
-from loadgen.tally import merge, read_tally
+from loadgen.tally import merge
 from loadgen.tenants import tenants as tenant_names
-
-FLOW_STRIDE = 10**9
-"""Worker k's flow ids start at k * FLOW_STRIDE."""
 
 WORKER_GRACE_S = 120.0
 """How long past the run's duration the parent waits for a worker before giving up on it."""
-
-
-PIDS_FILE = "workers.json"
-"""In the run folder: the parent's and the workers' pids and the run's key prefix."""
 
 STOP_GRACE_S = 5.0
 """How long a worker gets to end on SIGTERM before SIGKILL."""
@@ -84,36 +72,37 @@ class WorkersStopped(WorkersError):
         super().__init__(f"stopped by {name}: workers stopped, no verdict (run folder {run_dir})")
 
 
-def worker_options(options: SimulateOptions, k: int, prefix: str) -> SimulateOptions:
-    """Worker ``k``'s options: its share of the flows, its ids, its folder."""
-    assert options.run_dir is not None
-    n = options.workers
-    s = options.settings
+def worker_plan(options: SimulateOptions, k: int) -> Plan:
+    """Worker ``k``'s plan: its share of the flows, recorded, not checked."""
+    n, s = options.workers, options.settings
     share = s.flows // n + (1 if k < s.flows % n else 0)
-    seed = options.fault_seed if options.fault_seed is not None else s.seed
-    return replace(
-        options,
-        worker=k,
-        prefix=prefix,
-        run_dir=options.run_dir / f"worker-{k}",
-        keep_keys=True,
-        fault_seed=seed + k,
-        injected=options.faults if k == 0 else options.faults - {"redis", "stall"},
-        transport_hook=None,
-        settings=replace(s, flows=share, first_flow=k * FLOW_STRIDE),
-    )
+    plan = options.plan()
+    return replace(plan, settings=replace(plan.settings, flows=share), process=k, record_only=True)
 
 
-def _worker_main(options: SimulateOptions, parent: Connection, parent_pid: int) -> None:
+async def record(options: SimulateOptions, k: int, prefix: str) -> None:
+    """Worker ``k``'s part of the run: its own nodes, its share of the load, its folder."""
+    assert options.run_dir is not None
+    plan = worker_plan(options, k)
+    spec = replace(options.nodes_spec(), keep_keys=True)  # the parent drops them
+    folder = RunFolder(options.run_dir).worker(k)
+    async with open_in_process_target(spec, plan.settings, prefix=prefix, process=k) as target:
+        await run(target, plan, folder)
+
+
+def _worker_main(
+    options: SimulateOptions, k: int, prefix: str, parent: Connection, parent_pid: int
+) -> None:
     """A worker process: its share of the load, unless its parent goes away first."""
     # Ctrl-C (and a terminal's hangup) reaches the whole process group: the parent alone
     # decides, and stops its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    message = _orphaned(options.worker, parent_pid)
-    log = options.run_dir / "nodes.log" if options.faults and options.run_dir else None
+    message = _orphaned(k, parent_pid)
+    assert options.run_dir is not None
+    log = RunFolder(options.run_dir).worker(k).nodes_log if options.faults else None
     with nodes_log_to(log):
-        ran = trio.run(_run_unless_orphaned, options, parent, message)
+        ran = trio.run(_run_unless_orphaned, options, k, prefix, parent, message)
     if not ran:
         sys.stderr.write(message)
         sys.exit(ORPHAN_EXIT)
@@ -123,8 +112,10 @@ def _orphaned(worker: int | None, parent_pid: int) -> str:
     return f"worker {worker}: its parent process {parent_pid} is gone: run stopped, no verdict\n"
 
 
-async def _run_unless_orphaned(options: SimulateOptions, parent: Connection, message: str) -> bool:
-    """Run ``simulate``; False when the parent went away first (the run is then cancelled).
+async def _run_unless_orphaned(
+    options: SimulateOptions, k: int, prefix: str, parent: Connection, message: str
+) -> bool:
+    """Run worker ``k``'s part; False when the parent went away first (the run is then cancelled).
 
     The parent holds the only write end of ``parent``'s pipe and never writes: the read end
     turns readable (EOF) exactly when the parent is gone, however it ended (SIGKILL included).
@@ -140,7 +131,7 @@ async def _run_unless_orphaned(options: SimulateOptions, parent: Connection, mes
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch)
-        await simulate(options)
+        await record(options, k, prefix)
         nursery.cancel_scope.cancel()
     return not orphaned
 
@@ -164,13 +155,10 @@ async def simulate_workers(options: SimulateOptions) -> Simulation:
     ``WorkersStopped``; a worker that fails stops the others and raises ``WorkersError``.
     """
     if options.redis_url is None:
-        raise ValueError("--workers needs a real Redis (--redis): the embedded store is private")
+        raise ValueError(needs_real_redis(workers=options.workers))
     if options.run_dir is None:
         raise ValueError("--workers needs a run folder: the workers' histories are files")
-    if options.settings.tag == "run":
-        import secrets
-
-        options = replace(options, settings=replace(options.settings, tag=secrets.token_hex(3)))
+    options = replace(options, settings=options.plan().settings)  # one tag for every worker
     signals_seen: list[int] = []
     sims: list[Simulation] = []
     failed: list[WorkersError] = []
@@ -206,8 +194,8 @@ async def _run_and_check(options: SimulateOptions, prefix: str) -> Simulation:
     procs = [
         ctx.Process(
             target=_worker_main,
-            args=(worker_options(options, k, prefix), reader, os.getpid()),
-            name=f"worker-{k}",
+            args=(options, k, prefix, reader, os.getpid()),
+            name=RunFolder(options.run_dir).worker(k).path.name,
         )
         for k in range(options.workers)
     ]
@@ -217,7 +205,7 @@ async def _run_and_check(options: SimulateOptions, prefix: str) -> Simulation:
         for p in procs:
             p.start()
         reader.close()
-        _write_pids(options.run_dir, prefix, procs)
+        RunFolder(options.run_dir).write_pids(os.getpid(), [p.pid for p in procs], prefix)
         limit = options.settings.duration_s + WORKER_GRACE_S + options.state_ttl_s
         await _supervise(procs, limit)
         ended = time.monotonic()
@@ -228,13 +216,6 @@ async def _run_and_check(options: SimulateOptions, prefix: str) -> Simulation:
         if not options.keep_keys:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(drop_keys, url, prefix)
-
-
-def _write_pids(run_dir: Path, prefix: str, procs: Sequence[BaseProcess]) -> None:
-    """``workers.json``: who runs this run (to watch or stop it from outside) and its key prefix."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    pids = {"parent": os.getpid(), "workers": [p.pid for p in procs], "prefix": prefix}
-    (run_dir / PIDS_FILE).write_text(json.dumps(pids) + "\n", encoding="utf-8")
 
 
 async def _supervise(procs: Sequence[BaseProcess], limit_s: float) -> None:
@@ -278,38 +259,44 @@ def _stop(procs: Sequence[BaseProcess]) -> None:
 async def _check_merged(
     options: SimulateOptions, prefix: str, started: float, ended: float, started_wall_ms: int
 ) -> Simulation:
+    """The workers' histories checked as one run, their tallies and latencies added up."""
     assert options.run_dir is not None
     assert options.redis_url is not None
-    run_dir, url = options.run_dir, options.redis_url
-    folders = sorted(run_dir.glob("worker-*"))
-    stats = _merged_stats(folders, started, ended, started_wall_ms)
-    faults = [
-        record
-        for f in folders
-        for record in read_faults(f, started, started_wall_ms / 1000, f"{f.name}: ")
+    folder, url = RunFolder(options.run_dir), options.redis_url
+    workers = folder.workers()
+    stats = _merged_stats(workers, started, ended, started_wall_ms)
+    wall = started_wall_ms / 1000
+    records = [
+        r
+        for w in workers
+        for r in records_from_rows(w.own_fault_rows(), started, wall, f"{w.path.name}: ")
     ]
-    await trio.sleep(options.state_ttl_s + SIM_REPLAY_GRACE_MS / 1000 + EXPIRY_SETTLE_S)
-    tenants = tenant_names(options.settings.tenants)
-    grace = SIM_REPLAY_GRACE_MS
-    limits = sim_limits(options).to_json()
-    await trio.to_thread.run_sync(dump_store_facts, run_dir, url, prefix, tenants, grace, limits)
-    result = await trio.to_thread.run_sync(check_folders, history_files(run_dir), run_dir)
-    s = options.settings
-    result = judge(result, stats.tally, s.legacy_share, options.exercise, s.weights)
+    tenants = tuple(tenant_names(options.settings.tenants))
+    limits = sim_limits(options.state_ttl_s)
+    store = StoreAccess(url, prefix, tenants, SIM_REPLAY_GRACE_MS, limits)
     dist = await trio.to_thread.run_sync(key_distribution, url, prefix)
-    store = "redis" if dist is None else "redis-cluster"
+    seed = options.settings.seed if options.fault_seed is None else options.fault_seed
+    target = describe(options.nodes_spec(), dist is not None, seed)
+    last_exp = max((w.worker_record().max_exp_ms for w in workers), default=0)
+    settings = settings_of(target, options.plan(), last_exp, started_wall_ms)
+    checked = await recheck([folder], store, settings=settings, exercise=options.exercise)
+    windows = availability([r.to_json(started) for r in sorted(records, key=_start)], stats)
+    results = Results.of_run(checked.result, stats, settings, key_distribution=dist, faults=windows)
+    folder.write_tally(stats.tally)
+    results.write(folder)
     history = History(keep=False)  # the merged history is the workers' files
-    sim = Simulation(
-        result, stats, history, races(stats.tally), run_dir, options, store, dist, faults
-    )
-    return finish(sim)
+    return Run(results, checked.result, stats, history, folder)
+
+
+def _start(record: FaultRecord) -> float:
+    return record.start_mono
 
 
 def _merged_stats(
-    folders: list[Path], started: float, ended: float, started_wall_ms: int
+    folders: list[RunFolder], started: float, ended: float, started_wall_ms: int
 ) -> RunStats:
     """The workers' tallies and latency histograms added up (no per-flow samples)."""
-    tally = merge(read_tally(f) for f in folders)
+    tally = merge(f.tally() for f in folders)
     # The load's span is the longest worker's, not the parent's (which adds process start-up).
     end = min(ended, started + tally.elapsed_s) if tally.elapsed_s else ended
     stats = RunStats(
@@ -317,5 +304,5 @@ def _merged_stats(
     )
     stats.tally = tally
     for f in folders:
-        stats.histogram.add(HdrHistogram.decode((f / LATENCY_FILE).read_bytes()))
+        stats.histogram.add(f.latency())
     return stats

@@ -5,9 +5,9 @@ to bottom; each imports only modules below it (``tests/test_import_cycles.py`` f
 cycle), and the shared types sit at the bottom, as h11 keeps ``_events.py``::
 
     partition       the check over run folders, tenant by tenant  -> invariants, merge, limits,
-                                                                     verdict (loadgen.runfolder)
+                                                                     verdict (loadgen.run.folder)
     merge           per-tenant results folded verdict by verdict -> conformance, verdict
-    exercise        the ``exercised`` verdict, ``judge``          -> verdict (loadgen.tally)
+    exercise        the ``exercised`` verdict (applied by run.pipeline) -> verdict (loadgen.tally)
     blackbox_check  the check of a target without a journal       -> context, verdict
     invariants      ``check``: every invariant of one run         -> reads, writes, conformance,
                                                                      limits, context, verdict
@@ -24,6 +24,6 @@ cycle), and the shared types sit at the bottom, as h11 keeps ``_events.py``::
     verdict         Verdict, CheckResult, Finding, ``verdict``    -> nothing
 
 Outside the package the checker uses ``loadgen.history`` (and, at the top, ``loadgen.tally``,
-``loadgen.workload``'s race kinds and ``loadgen.runfolder``); nothing below ``exercise`` and
+``loadgen.workload``'s race kinds and ``loadgen.run.folder``); nothing below ``exercise`` and
 ``partition`` knows the load.
 """

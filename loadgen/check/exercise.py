@@ -3,19 +3,19 @@ the invariants say. Fewer flows than a share got past round 1, or a race kind co
 rarely for its share of the draws: the run proves nothing about what it did not exercise.
 
 Layer: loadgen.check, beside the invariants: it reads the load's counters
-(``loadgen.tally.Tally``, which the load processes write and ``merge``) and adds the
-``exercised`` verdict to a ``CheckResult`` (``judge``).
+(``loadgen.tally.Tally``, which the load processes write and ``merge``) and gives the
+``exercised`` verdict (``exercise_verdict``), which ``loadgen.run.pipeline.judged`` adds to a
+run's check: the one place it is applied.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from loadgen.check.verdict import CheckResult, Verdict
+from loadgen.check.verdict import Verdict
 from loadgen.legacy_clients import LEGACY_KINDS
 from loadgen.tally import Tally
 from loadgen.workload import RACE_KINDS
@@ -101,15 +101,3 @@ def expected_kinds(legacy_share: float) -> list[list[str]]:
     if legacy_share > 0:
         families.append(list(LEGACY_KINDS))
     return families
-
-
-def judge(
-    result: CheckResult,
-    tally: Tally,
-    legacy_share: float,
-    rule: ExerciseRule,
-    weights: Mapping[str, float] | None = None,
-) -> CheckResult:
-    """The checker's verdicts plus ``exercised``: an under-exercised run is UNKNOWN."""
-    verdict = exercise_verdict(tally, expected_kinds(legacy_share), rule, weights)
-    return dataclasses.replace(result, verdicts=(*result.verdicts, verdict))

@@ -1,6 +1,6 @@
 """The checker over run folders, one tenant at a time: memory stays bounded as runs grow.
 
-Layer: loadgen.check, the top: it reads run folders (``loadgen.runfolder``) and runs
+Layer: loadgen.check, the top: it reads run folders (``loadgen.run.folder``) and runs
 ``invariants.check`` per tenant. Every invariant of ``loadgen.check.invariants`` is local to a
 tenant: a flow works in one tenant, every journal stream, note, nonce and replay entry belongs
 to one. So one streaming pass splits the histories (``history.jsonl`` of each load process) into
@@ -42,7 +42,14 @@ from loadgen.history import (
     json_lines,
     wrong_shape,
 )
-from loadgen.runfolder import fault_rows, read_tenant_facts, store_meta
+from loadgen.run.folder import (
+    FAULTS_FILE,
+    META_FILE,
+    STORE_DIR,
+    fault_rows,
+    read_tenant_facts,
+    store_meta,
+)
 
 UNROUTED = "_unrouted"
 """Partition of answers whose invoke no history holds, and of invokes naming no tenant (with
@@ -177,9 +184,9 @@ def check_folders(
     histories: Sequence[Path], facts_dir: Path, jobs: int | None = None
 ) -> CheckResult:
     """Check ``histories`` (one file per load process) against the store facts in ``facts_dir``
-    (``runfolder``), tenant by tenant, and merge the verdicts. ``jobs`` processes (default: one
-    per CPU for a big run) split the histories and check tenants side by side; memory is then up
-    to ``jobs`` tenants' at once, time about 1/``jobs``."""
+    (``loadgen.run.folder``), tenant by tenant, and merge the verdicts. ``jobs`` processes
+    (default: one per CPU for a big run) split the histories and check tenants side by side;
+    memory is then up to ``jobs`` tenants' at once, time about 1/``jobs``."""
     jobs = default_jobs(histories) if jobs is None else max(1, jobs)
     started = time.monotonic()
     meta = store_meta(facts_dir)
@@ -227,7 +234,7 @@ def _limits_and_faults(
 ) -> tuple[Limits | None, tuple[FaultWindow, ...] | None]:
     """The configured bounds in ``store/meta.json`` and the fault windows every load process
     recorded beside its history (None: not recorded, an older folder)."""
-    path = facts_dir / "store" / "meta.json"
+    path = facts_dir / STORE_DIR / META_FILE
     try:
         limits = Limits.from_json(meta["limits"]) if "limits" in meta else None
     except SHAPE_ERRORS as exc:
@@ -240,5 +247,5 @@ def _limits_and_faults(
     try:
         faults = None if rows is None else tuple(FaultWindow.from_record(r) for r in rows)
     except SHAPE_ERRORS as exc:
-        raise DamagedRunFile(f"{facts_dir}: a faults.json row is not a fault ({exc!r})") from None
+        raise DamagedRunFile(f"{facts_dir}: a {FAULTS_FILE} row is not a fault ({exc!r})") from None
     return limits, faults

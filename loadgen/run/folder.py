@@ -1,4 +1,10 @@
-"""A run folder that checks offline: the store facts the checker needs, written as files.
+"""A run's folder: the only code that names or reads a run's files (``RunFolder``).
+
+A run folder holds, per load process, ``history.jsonl``, ``tally.json``, ``latency.hdr``,
+``faults.json`` and ``worker.json`` (a ``--workers`` run: one ``worker-<k>/`` subfolder each, and
+``workers.json`` with the pids); the run's ``results.json`` (``loadgen.run.results``), its
+pictures, ``nodes.log`` under faults, ``INCOMPLETE`` until the run wrote everything, and the store
+facts below, so that the folder checks offline.
 
 Layer: loadgen. Reads the store once after a run (``store.journal``) and writes, per tenant,
 ``store/<tenant>.journal.jsonl``, ``store/<tenant>.notes.jsonl`` and ``store/<tenant>.replay.jsonl``
@@ -11,11 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hdrh.histogram import HdrHistogram
+
 from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file, read_json_lines
+from loadgen.tally import Tally, merge
 from store.client import sync_client
 from store.journal import (
     JournalEntry,
@@ -28,6 +38,21 @@ from store.journal import (
 STORE_DIR = "store"
 META_FILE = "meta.json"
 HISTORY_FILE = "history.jsonl"
+TALLY_FILE = "tally.json"
+LATENCY_FILE = "latency.hdr"
+RESULTS_FILE = "results.json"
+PIDS_FILE = "workers.json"
+"""The parent's and the workers' pids and the run's key prefix (to watch or stop it)."""
+WORKER_FILE = "worker.json"
+"""What a worker recorded for its parent: its last state expiry and its start (Redis clock)."""
+WORKER_PREFIX = "worker-"
+FINAL_STATE_FILE = "final_state.json"
+"""A ``loadgen --foreign`` run's final state, listed through the target (no journal)."""
+FAILOVER_FILE = "failover.json"
+FAILOVER_TABLE_FILE = "failover.md"
+NODES_LOG = "nodes.log"
+PICTURE_FILE = "report.png"
+PAGE_FILE = "report.html"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +158,7 @@ def read_tenant_facts(run_dir: Path, tenant: str) -> TenantFacts:
 
 
 FAULTS_FILE = "faults.json"
-"""The faults a load process injected (``cluster.faults.write_faults``), by wall clock."""
+"""The faults a load process injected (``RunFolder.write_faults``), by wall clock."""
 
 
 def fault_rows(run_dir: Path) -> list[dict[str, Any]] | None:
@@ -164,7 +189,7 @@ INCOMPLETE_FILE = "INCOMPLETE"
 """In a run folder while its run has not finished (and for good when it never did): what ran,
 when, and, once known, why it stopped. ``check`` refuses a folder that holds one."""
 
-RUN_MARKERS = (HISTORY_FILE, "results.json", INCOMPLETE_FILE, "workers.json", "failover.json")
+RUN_MARKERS = (HISTORY_FILE, RESULTS_FILE, INCOMPLETE_FILE, PIDS_FILE, FAILOVER_FILE)
 """Files only a run writes: a folder holding one of them is a run's, which ``--replace`` may
 delete; any other non-empty folder is never deleted."""
 
@@ -190,8 +215,6 @@ def new_run_dir(parent: Path, stem: str) -> Path:
 def claim_out_dir(path: Path, *, replace: bool) -> Path:
     """``--out PATH``: an empty or new folder is used as it is; a non-empty one only with
     ``replace`` and only when it holds a run (it is then deleted and made again)."""
-    import shutil
-
     if path.exists() and not path.is_dir():
         raise RunFolderError(f"--out {path}: a file of that name exists")
     if path.is_dir() and any(path.iterdir()):
@@ -228,3 +251,185 @@ def incomplete_reason(run_dir: Path) -> str | None:
         return None
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     return "; ".join(line for line in lines if line) or "no reason recorded"
+
+
+def read_tally(run_dir: Path) -> Tally:
+    """Read ``run_dir/tally.json`` (``DamagedRunFile`` if it is missing or something else)."""
+    path = run_dir / TALLY_FILE
+    d = read_json_file(path, "the run's counters per race kind")
+    try:
+        return Tally.from_json(d)
+    except SHAPE_ERRORS as exc:
+        raise DamagedRunFile(f"{path}: not the run's counters ({exc!r})") from None
+
+
+def read_tallies(run_dir: Path) -> Tally:
+    """A folder's ``tally.json``, or the sum of its subfolders' (one per load process)."""
+    if (run_dir / TALLY_FILE).exists():
+        return read_tally(run_dir)
+    return merge(read_tally(p.parent) for p in sorted(run_dir.glob(f"*/{TALLY_FILE}")))
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRecord:
+    """``worker.json``: what a load process that does not check leaves its checker."""
+
+    max_exp_ms: int
+    """The last expiry of a state it recorded (Redis clock; 0: none)."""
+    started_wall_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFolder:
+    """One run's folder (or one load process's subfolder of it), its files by what they hold."""
+
+    path: Path
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def history_file(self) -> Path:
+        return self.path / HISTORY_FILE
+
+    @property
+    def results_file(self) -> Path:
+        return self.path / RESULTS_FILE
+
+    @property
+    def nodes_log(self) -> Path:
+        return self.path / NODES_LOG
+
+    @property
+    def picture_file(self) -> Path:
+        return self.path / PICTURE_FILE
+
+    @property
+    def page_file(self) -> Path:
+        return self.path / PAGE_FILE
+
+    @property
+    def final_state_file(self) -> Path:
+        return self.path / FINAL_STATE_FILE
+
+    @property
+    def failover_file(self) -> Path:
+        return self.path / FAILOVER_FILE
+
+    @property
+    def failover_table_file(self) -> Path:
+        return self.path / FAILOVER_TABLE_FILE
+
+    def make(self) -> RunFolder:
+        """Create the folder (and its parents) if missing; return it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    # --- load processes --------------------------------------------------------------------
+
+    def worker(self, k: int) -> RunFolder:
+        """Worker ``k``'s subfolder."""
+        return RunFolder(self.path / f"{WORKER_PREFIX}{k}")
+
+    def workers(self) -> list[RunFolder]:
+        """The subfolders of the run's workers, in order."""
+        found = self.path.glob(f"{WORKER_PREFIX}*")
+        return [RunFolder(p) for p in sorted(found, key=lambda p: _worker_number(p.name))]
+
+    def histories(self) -> list[Path]:
+        """The folder's ``history.jsonl`` and those of its subfolders (one per load process)."""
+        return history_files(self.path)
+
+    def write_tally(self, tally: Tally) -> None:
+        self.make()
+        (self.path / TALLY_FILE).write_text(json.dumps(tally.to_json()) + "\n", encoding="utf-8")
+
+    def tally(self) -> Tally:
+        """The run's tally: its own, or its load processes' summed."""
+        return read_tallies(self.path)
+
+    def write_latency(self, histogram: HdrHistogram) -> None:
+        self.make()
+        (self.path / LATENCY_FILE).write_bytes(histogram.encode())
+
+    def latency(self) -> HdrHistogram:
+        """The latency histogram one load process wrote."""
+        path = self.path / LATENCY_FILE
+        try:
+            return HdrHistogram.decode(path.read_bytes())
+        except OSError as exc:
+            raise DamagedRunFile(f"{path}: cannot read the latency histogram ({exc})") from None
+
+    def write_faults(self, rows: Sequence[dict[str, Any]]) -> None:
+        """``faults.json``: the fault windows a load process injected, by wall clock."""
+        self.make()
+        (self.path / FAULTS_FILE).write_text(json.dumps(list(rows)) + "\n", encoding="utf-8")
+
+    def fault_rows(self) -> list[dict[str, Any]] | None:
+        """Every fault window the folder's load processes recorded (None: no file at all)."""
+        return fault_rows(self.path)
+
+    def own_fault_rows(self) -> list[dict[str, Any]]:
+        """The fault windows this one load process recorded ([] without a file)."""
+        path = self.path / FAULTS_FILE
+        if not path.exists():
+            return []
+        found = read_json_file(path, "the faults a load process injected")
+        if not isinstance(found, list):
+            raise DamagedRunFile(f"{path}: not a list of faults")
+        return found
+
+    def write_worker_record(self, record: WorkerRecord) -> None:
+        self.make()
+        text = json.dumps(dataclasses.asdict(record)) + "\n"
+        (self.path / WORKER_FILE).write_text(text, encoding="utf-8")
+
+    def worker_record(self) -> WorkerRecord:
+        path = self.path / WORKER_FILE
+        d = read_json_file(path, "what a load process recorded for its parent")
+        try:
+            return WorkerRecord(int(d["max_exp_ms"]), int(d["started_wall_ms"]))
+        except SHAPE_ERRORS as exc:
+            raise DamagedRunFile(f"{path}: not a worker's record ({exc!r})") from None
+
+    def write_pids(self, parent: int, workers: Sequence[int | None], prefix: str) -> None:
+        """``workers.json``: who runs this run (to watch or stop it from outside), its prefix."""
+        self.make()
+        pids = {"parent": parent, "workers": list(workers), "prefix": prefix}
+        (self.path / PIDS_FILE).write_text(json.dumps(pids) + "\n", encoding="utf-8")
+
+    # --- store facts -----------------------------------------------------------------------
+
+    def has_store_facts(self) -> bool:
+        return (self.path / STORE_DIR / META_FILE).exists()
+
+    def dump_store_facts(
+        self,
+        url: str,
+        prefix: str,
+        tenants: Iterable[str],
+        grace_ms: int,
+        limits: dict[str, int] | None = None,
+        since_ms: int = 0,
+    ) -> None:
+        dump_store_facts(self.path, url, prefix, tenants, grace_ms, limits, since_ms)
+
+    # --- the run's state -------------------------------------------------------------------
+
+    def is_foreign(self) -> bool:
+        """A ``loadgen --foreign`` folder: its final state listed, no journal."""
+        return self.final_state_file.exists()
+
+    def mark_incomplete(self, text: str) -> None:
+        mark_incomplete(self.path, text)
+
+    def mark_complete(self) -> None:
+        mark_complete(self.path)
+
+    def incomplete_reason(self) -> str | None:
+        return incomplete_reason(self.path)
+
+
+def _worker_number(name: str) -> tuple[int, str]:
+    tail = name.removeprefix(WORKER_PREFIX)
+    return (int(tail), "") if tail.isdigit() else (1 << 30, tail)
