@@ -120,18 +120,13 @@ class LeakyTransport:
         return Wrapped()
 
 
-def _options(leak: LeakyTransport, run_dir: Path | None) -> SimulateOptions:
-    return SimulateOptions(
-        nodes=2,
-        run_dir=run_dir,
-        settings=RunSettings(flows=FLOWS, seed=3),
-        transport_hook=leak.install,
-    )
+def _options(run_dir: Path | None) -> SimulateOptions:
+    return SimulateOptions(nodes=2, run_dir=run_dir, settings=RunSettings(flows=FLOWS, seed=3))
 
 
 def test_check_determinism_control_finds_no_divergence(tmp_path: Path) -> None:
     leak = LeakyTransport(nth=120, delay_s=0.0)
-    outcome = check_determinism(_options(leak, tmp_path / "run"))
+    outcome = check_determinism(_options(tmp_path / "run"), transport_hook=leak.install)
     assert outcome.divergence is None
     assert outcome.first.history_sha256 == outcome.second.history_sha256
     assert outcome.first.result.status == "valid"
@@ -142,7 +137,7 @@ def test_check_determinism_control_finds_no_divergence(tmp_path: Path) -> None:
 @pytest.mark.planted(control="test_check_determinism_control_finds_no_divergence")
 def test_check_determinism_names_the_step_a_planted_leak_changes(tmp_path: Path) -> None:
     leak = LeakyTransport(nth=120, delay_s=0.004)
-    outcome = check_determinism(_options(leak, tmp_path / "run"))
+    outcome = check_determinism(_options(tmp_path / "run"), transport_hook=leak.install)
     found = outcome.divergence
     assert found is not None
     assert outcome.first.history_sha256 != outcome.second.history_sha256

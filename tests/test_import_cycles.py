@@ -30,8 +30,6 @@ PACKAGES = ("cluster", "loadgen", "nodes", "store")
 
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
-        # Broken on branch i23-run (issue 23: workers supervise processes that run the pipeline).
-        frozenset({"cluster.experiments.simulate", "cluster.experiments.workers"}),
         # The deterministic runs' CLI part reaches back into cli.py's option helpers (issue 19,
         # merged before the run pipeline; mended when it plugs in as a Target).
         frozenset({"cluster.cli", "cluster.deterministic.command"}),

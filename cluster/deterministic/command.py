@@ -52,7 +52,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     from cluster.deterministic.swarm import describe, swarm
     from cluster.exit_codes import EXIT_INVALID
     from cluster.experiments.simulate import SimulateOptions
-    from loadgen.run.folder import mark_complete
+    from loadgen.run.folder import RunFolder, mark_complete
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
 
@@ -131,7 +131,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
             mark_complete(run_dir)
             sys.exit(EXIT_INVALID)
         _say(f"replay of {replay_dir}: same history bytes")
-    _report(sim, run_dir, params["as_json"])
+    _report(sim, RunFolder(run_dir), params["as_json"])
 
 
 def _run(options: Any, run_dir: Path, *, buggify: bool, skew: bool, check: bool) -> Any:

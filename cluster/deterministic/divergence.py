@@ -8,8 +8,9 @@ client, the node the client sent to (an answer names its request's node) and the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from cluster.deterministic.run import DeterministicSimulation, run_deterministic
 from cluster.deterministic.world import EPOCH_S
 from cluster.experiments.simulate import SimulateOptions
 from loadgen.history import Op
+from loadgen.transport import Transport
 
 
 @dataclass(frozen=True)
@@ -129,12 +131,17 @@ class DeterminismCheck:
 
 
 def check_determinism(
-    options: SimulateOptions, *, buggify: bool = False, skew: bool = True
+    options: SimulateOptions,
+    *,
+    buggify: bool = False,
+    skew: bool = True,
+    transport_hook: Callable[[Transport], Transport] | None = None,
 ) -> DeterminismCheck:
     """Run ``options`` twice (the first into its run folder, if any; the second in memory) and
-    compare the histories (``buggify``, ``skew``: ``run_deterministic``'s)."""
-    first = run_deterministic(options, buggify=buggify, skew=skew)
-    second = run_deterministic(replace(options, run_dir=None), buggify=buggify, skew=skew)
+    compare the histories (``buggify``, ``skew``, ``transport_hook``: ``run_deterministic``'s)."""
+    again = partial(run_deterministic, buggify=buggify, skew=skew, transport_hook=transport_hook)
+    first = again(options)
+    second = again(replace(options, run_dir=None))
     if options.run_dir is not None:
         lines: Iterable[str] = file_lines(options.run_dir / "history.jsonl")
     else:

@@ -1,12 +1,13 @@
 """A deterministic simulation: nodes, load, in-process store and check in one virtual-time run.
 
-Layer: cluster (an experiment). Composes ``cluster.experiments.simulate``'s pieces (the nodes'
-configuration, the local cluster, the load with its faults, the judge, ``results.json``) over
-``store.memory_transport``'s in-process store, with no socket and no thread, inside one
-``trio.run`` under ``cluster.deterministic.world``. The check reads the store in the trio thread
-(the virtual clock stands still while it does). ``results.json`` gains a ``deterministic`` block:
-the seed, ``history_sha256`` (of ``history.jsonl``'s bytes) and the wall-clock figures (with
-``MACHINE_FIELDS``, the only fields two runs of one seed may differ in).
+Layer: cluster (an experiment). A composition of the run pipeline (``loadgen.run``) with a
+target of its own (``open_deterministic_target``): the in-process nodes of ``simulate``, each on
+its own skewed clock, over ``store.memory_transport``'s in-process store, with no socket and no
+thread, inside one ``trio.run`` under ``cluster.deterministic.world``. The pipeline reads the
+store and checks in the trio thread (``StoreAccess.inline``: the virtual clock stands still
+meanwhile). ``results.json`` gains a ``deterministic`` block: the seed, ``history_sha256`` (of
+``history.jsonl``'s bytes) and the wall-clock figures (with ``MACHINE_FIELDS``, the only fields
+two runs of one seed may differ in).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,36 +26,30 @@ import trio
 
 from cluster.deterministic.clocks import NodeClocks, open_skewed_cluster
 from cluster.deterministic.world import EPOCH_S, deterministic_world, mock_clock
-from cluster.experiments.simulate import (
-    KEEP_OPS_MAX,
+from cluster.experiments.in_process_target import (
     SIM_REPLAY_GRACE_MS,
     STORE_SEAM_KINDS,
-    SimulateOptions,
-    Simulation,
+    InProcessTarget,
+    Nodes,
     StoreNemeses,
-    _load,
-    _read_store,
-    _row,
-    finish,
-    races,
     scripts_loaded,
     sim_limits,
     simulation_config,
     store_options,
     stream_timeout,
-    wait_for_expiry,
 )
-from cluster.faults import FaultRecord, write_faults
+from cluster.experiments.simulate import SimulateOptions
+from cluster.faults import open_injector
+from cluster.local import InProcessTransport
 from cluster.store_faults import StoreFaults
-from loadgen.check.exercise import ExerciseRule, judge
-from loadgen.check.invariants import check
-from loadgen.check.limits import FaultWindow
-from loadgen.check.partition import check_folders
-from loadgen.check.verdict import CheckResult
-from loadgen.history import History, Op, close_history, open_history
-from loadgen.run.folder import dump_store_facts, history_files
+from loadgen.check.exercise import ExerciseRule
+from loadgen.history import History, Op
+from loadgen.run.folder import RunFolder
+from loadgen.run.pipeline import Plan, Run, run
+from loadgen.run.target import StoreAccess
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
+from loadgen.transport import Transport
 from store.buggify import Buggify, buggify_on
 from store.memory_transport import serve_memory_store
 
@@ -113,29 +108,15 @@ def refuse_nondeterministic(options: SimulateOptions) -> None:
 
 
 @dataclass
-class DeterministicSimulation(Simulation):
-    """A ``Simulation`` that ran deterministically: ``results.json`` says how to check it."""
+class DeterministicSimulation(Run):
+    """A pipeline ``Run`` that ran deterministically, with what made it so."""
 
+    options: SimulateOptions = field(default_factory=SimulateOptions)
     history_sha256: str = ""
     wall_s: float = 0.0
     virtual_s: float = 0.0
     node_clocks: list[dict[str, Any]] = field(default_factory=list)
     buggify: dict[str, Any] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
-        completed = self.stats.tally.completed
-        out["deterministic"] = {
-            "seed": self.options.settings.seed,
-            "history_sha256": self.history_sha256,
-            "virtual_s": round(self.virtual_s, 6),
-            "python_hash_seed": os.environ.get("PYTHONHASHSEED"),
-            "node_clocks": self.node_clocks,
-            "buggify": self.buggify,
-            "wall_s": round(self.wall_s, 3),
-            "flows_per_wall_s": round(completed / max(self.wall_s, 1e-9), 1),
-        }
-        return out
 
 
 def history_sha256(history: History, run_dir: Path | None) -> str:
@@ -164,7 +145,7 @@ def settings_json(
         "state_ttl_s": options.state_ttl_s,
         "faults": sorted(options.faults),
         "fault_seed": options.fault_seed,
-        "replay_grace_ms": options.replay_grace_ms,
+        "replay_grace_ms": SIM_REPLAY_GRACE_MS,
         "exercise": asdict(options.exercise),
         "settings": {
             "flows": s.flows,
@@ -179,11 +160,63 @@ def settings_json(
     }
 
 
+@asynccontextmanager
+async def open_deterministic_target(
+    spec: Nodes,
+    plan: RunSettings,
+    url: str,
+    clocks: NodeClocks | None,
+    transport_hook: Callable[[Transport], Transport] | None = None,
+) -> AsyncIterator[InProcessTarget]:
+    """``simulate``'s in-process nodes as a ``Target`` over the in-process store at ``url``,
+    each node on its own clock (``clocks``; None: the Redis clock), the faults' schedule and the
+    store seam drawn from the seed, the store read inline; ``transport_hook`` wraps the
+    transport (tests plant nondeterminism with it)."""
+    config = simulation_config(spec.state_ttl_s, plan.tenants)  # key ring: seeded bytes
+    seed = plan.seed if spec.fault_seed is None else spec.fault_seed
+    seam = StoreFaults(seed, stream_timeout(spec)) if spec.faults & STORE_SEAM_KINDS else None
+    async with open_skewed_cluster(
+        config,
+        spec.nodes,
+        url,
+        clocks=clocks,
+        prefix=PREFIX,
+        replay_grace_ms=SIM_REPLAY_GRACE_MS,
+        store_options=store_options(spec, PREFIX, StoreNemeses(seam=seam)),
+    ) as cluster:
+        await scripts_loaded(cluster)
+        transport: Transport = InProcessTransport(cluster)
+        if transport_hook is not None:
+            transport = transport_hook(transport)
+        injector = None
+        if spec.faults:
+            injector = await open_injector(
+                cluster,
+                transport,
+                spec.faults,
+                seed=seed,
+                horizon_s=plan.duration_s,
+                client_name_prefix=f"{cluster.prefix}-node-",
+                store_faults=seam,
+            )
+            transport = injector.transport
+        store = StoreAccess(
+            url,
+            PREFIX,
+            tuple(tenant_names(plan.tenants)),
+            SIM_REPLAY_GRACE_MS,
+            limits=sim_limits(spec.state_ttl_s),
+            inline=True,
+        )
+        yield InProcessTarget(spec, cluster, transport, None, store, False, seed, injector)
+
+
 async def simulate_deterministic(
     options: SimulateOptions,
     on_flow: Callable[[FlowSample], None] | None = None,
     clocks: NodeClocks | None = None,
     points: Buggify | None = None,
+    transport_hook: Callable[[Transport], Transport] | None = None,
 ) -> DeterministicSimulation:
     """The run (see the module docstring); call it inside ``run_deterministic``. ``clocks``:
     the nodes' own clocks (``cluster.deterministic.clocks``); None: the Redis clock."""
@@ -193,17 +226,10 @@ async def simulate_deterministic(
         settings = replace(settings, tag=f"d{settings.seed}")
     # The load's Redis-clock estimate is exact here: expiry races aim at the millisecond.
     options = replace(options, settings=replace(settings, exact_expiry=True))
-    settings = options.settings
     started = time.perf_counter()
-    config = simulation_config(options.state_ttl_s, settings.tenants)  # key ring: seeded bytes
-    tenants = tenant_names(settings.tenants)
-    keep = options.run_dir is None or settings.flows <= KEEP_OPS_MAX  # as simulate keeps it
-    history = open_history(options.run_dir, keep=keep)
-    kinds = options.faults if options.injected is None else options.injected
-    seed = settings.seed if options.fault_seed is None else options.fault_seed
-    seam = StoreFaults(seed, stream_timeout(options)) if kinds & STORE_SEAM_KINDS else None
-    nemeses = StoreNemeses(seam=seam)
+    folder = None if options.run_dir is None else RunFolder(options.run_dir)
     if options.run_dir is not None:
+        options.run_dir.mkdir(parents=True, exist_ok=True)
         (options.run_dir / SETTINGS_FILE).write_text(
             json.dumps(
                 settings_json(options, buggify=points is not None, skew=clocks is not None),
@@ -212,73 +238,41 @@ async def simulate_deterministic(
             + "\n",
             encoding="utf-8",
         )
-    try:
-        with serve_memory_store() as url:
-            async with open_skewed_cluster(
-                config,
-                options.nodes,
-                url,
-                clocks=clocks,
-                prefix=PREFIX,
-                replay_grace_ms=SIM_REPLAY_GRACE_MS,
-                store_options=store_options(options, PREFIX, nemeses),
-            ) as cluster:
-                await scripts_loaded(cluster)
-                stats, faults = await _load(
-                    options, cluster, config, history, 0, on_flow, None, nemeses
-                )
-                close_history(history)
-                result = await _check(options, history, url, tenants, faults)
-    finally:
-        close_history(history)
-    result = judge(result, stats.tally, settings.legacy_share, options.exercise, settings.weights)
-    sim = DeterministicSimulation(
-        result,
-        stats,
-        history,
-        races(stats.tally),
-        options.run_dir,
-        options,
-        "embedded",
-        None,
-        faults,
-        history_sha256=history_sha256(history, options.run_dir),
-        node_clocks=[] if clocks is None else clocks.to_json(),
-        buggify=None if points is None else {"active": points.active(), "fired": points.fired},
-        wall_s=time.perf_counter() - started,
+    plan = Plan(options.settings, options.exercise, keep_history=options.keep_history)
+    with serve_memory_store() as url:
+        async with open_deterministic_target(
+            options.nodes_spec(), options.settings, url, clocks, transport_hook
+        ) as target:
+            ran = await run(target, plan, folder, on_flow)
+    sha = history_sha256(ran.history, options.run_dir)
+    node_clocks = [] if clocks is None else clocks.to_json()
+    fired = None if points is None else {"active": points.active(), "fired": points.fired}
+    wall_s = time.perf_counter() - started
+    block = {
+        "seed": options.settings.seed,
+        "history_sha256": sha,
+        "virtual_s": round(trio.current_time(), 6),
+        "python_hash_seed": os.environ.get("PYTHONHASHSEED"),
+        "node_clocks": node_clocks,
+        "buggify": fired,
+        "wall_s": round(wall_s, 3),
+        "flows_per_wall_s": round(ran.stats.tally.completed / max(wall_s, 1e-9), 1),
+    }
+    results = replace(ran.results, deterministic=block)
+    if folder is not None:
+        results.write(folder)
+    return DeterministicSimulation(
+        results,
+        ran.result,
+        ran.stats,
+        ran.history,
+        ran.folder,
+        options=options,
+        history_sha256=sha,
+        wall_s=wall_s,
         virtual_s=trio.current_time(),
-    )
-    finish(sim)
-    return sim
-
-
-async def _check(
-    options: SimulateOptions,
-    history: History,
-    url: str,
-    tenants: list[str],
-    faults: list[FaultRecord],
-) -> CheckResult:
-    """``simulate.check_run`` without threads: wait out the expiries (virtual time: free), read
-    the in-process store and check, in this thread."""
-    await wait_for_expiry(history.max_exp_ms, 0, SIM_REPLAY_GRACE_MS)
-    limits = sim_limits(options)
-    if options.run_dir is not None:
-        write_faults(options.run_dir, faults)
-        dump_store_facts(
-            options.run_dir, url, PREFIX, tenants, SIM_REPLAY_GRACE_MS, limits=limits.to_json()
-        )
-        return check_folders(history_files(options.run_dir), options.run_dir)
-    journal, final, replay, redis_end_ms = _read_store(url, PREFIX, tenants)
-    return check(
-        history.ops,
-        journal,
-        final,
-        replay,
-        redis_end_ms=redis_end_ms,
-        grace_ms=SIM_REPLAY_GRACE_MS,
-        limits=limits,
-        faults=[FaultWindow.from_record(_row(r)) for r in faults],
+        node_clocks=node_clocks,
+        buggify=fired,
     )
 
 
@@ -289,17 +283,21 @@ def run_deterministic(
     skew: bool = True,
     node_offsets_ms: tuple[int, ...] | None = None,
     buggify: bool = False,
+    transport_hook: Callable[[Transport], Transport] | None = None,
 ) -> DeterministicSimulation:
     """One deterministic run in its own ``trio.run`` (this thread). The nodes' clocks are
     skewed from the seed (``skew``), or by ``node_offsets_ms`` when given; ``buggify`` turns
-    the fault points of node and store code on (``store.buggify``), seeded by the seed."""
+    the fault points of node and store code on (``store.buggify``), seeded by the seed;
+    ``transport_hook`` wraps the load's transport (a test's planted nondeterminism)."""
     refuse_nondeterministic(options)
     clock = mock_clock()
     seed = options.settings.seed
     clocks = NodeClocks(seed, offsets_ms=node_offsets_ms) if skew or node_offsets_ms else None
     faults = Buggify(seed) if buggify else None
     with deterministic_world(seed, clock), buggify_on(faults) if faults else nullcontext():
-        return trio.run(simulate_deterministic, options, on_flow, clocks, faults, clock=clock)
+        return trio.run(
+            simulate_deterministic, options, on_flow, clocks, faults, transport_hook, clock=clock
+        )
 
 
 def virtual_s_of(op: Op) -> float:
@@ -315,7 +313,6 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
         state_ttl_s=float(saved["state_ttl_s"]),
         faults=frozenset(saved["faults"]),
         fault_seed=saved["fault_seed"],
-        replay_grace_ms=int(saved["replay_grace_ms"]),
         exercise=ExerciseRule(**saved["exercise"]),
         run_dir=run_dir,
         settings=RunSettings(

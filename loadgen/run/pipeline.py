@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -33,6 +33,8 @@ from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.tally import Tally, merge
 from store.client import sync_client
 from store.journal import list_replay_entries, read_final_notes, read_journal
+
+T = TypeVar("T")
 
 KEEP_OPS_MAX = 50_000
 """Runs of up to this many flows also keep their history in memory (tests read it); longer
@@ -123,7 +125,7 @@ async def run(
     if plan.keep_history is not None and folder is not None:
         keep = plan.keep_history
     store = target.store
-    offset = 0 if store is None else await trio.to_thread.run_sync(redis_offset_ms, store.url)
+    offset = 0 if store is None else await off_loop(store, redis_offset_ms, store.url)
     history_file = None if folder is None else folder.history_file
     with recording(history_file, keep=keep, first_index=plan.process * INDEX_STRIDE) as history:
         async with trio.open_nursery() as nursery:
@@ -229,6 +231,14 @@ def judged(
 # --- settle: the one wait for expiry --------------------------------------------------------
 
 
+async def off_loop(store: StoreAccess, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` (a blocking store read or the check) in a worker thread, or in this one
+    for an inline store (``StoreAccess.inline``: virtual time stands still meanwhile)."""
+    if store.inline:
+        return fn(*args)
+    return await trio.to_thread.run_sync(fn, *args)
+
+
 def redis_offset_ms(url: str) -> int:
     """The Redis clock minus this machine's wall clock, in ms."""
     client = sync_client(url)
@@ -245,7 +255,7 @@ async def settle(store: StoreAccess, last_exp_ms: int, fallback_s: float = 0.0) 
     a known last expiry (0: an older folder), ``fallback_s`` plus grace from now."""
     grace_s = store.replay_grace_ms / 1000
     if last_exp_ms > 0:
-        offset = await trio.to_thread.run_sync(redis_offset_ms, store.url)
+        offset = await off_loop(store, redis_offset_ms, store.url)
         now_ms = int(time.time() * 1000) + offset
         wait_s = max(0.0, (last_exp_ms - now_ms) / 1000 + grace_s)
     else:
@@ -271,8 +281,8 @@ async def check_history(
         if fault_rows is not None:
             folder.write_faults(fault_rows)
         await _dump_facts(folder, store)
-        return await trio.to_thread.run_sync(check_folders, folder.histories(), folder.path)
-    facts = await trio.to_thread.run_sync(_read_store, store)
+        return await off_loop(store, check_folders, folder.histories(), folder.path)
+    facts = await off_loop(store, _read_store, store)
     windows = None if fault_rows is None else [FaultWindow.from_record(r) for r in fault_rows]
     journal, final, replay, redis_end_ms = facts
     return check(
@@ -290,9 +300,7 @@ async def check_history(
 async def _dump_facts(folder: RunFolder, store: StoreAccess) -> None:
     limits = None if store.limits is None else store.limits.to_json()
     dump = partial(folder.dump_store_facts, limits=limits, since_ms=store.journal_since_ms)
-    await trio.to_thread.run_sync(
-        dump, store.url, store.prefix, list(store.tenants), store.replay_grace_ms
-    )
+    await off_loop(store, dump, store.url, store.prefix, list(store.tenants), store.replay_grace_ms)
 
 
 def _read_store(store: StoreAccess) -> tuple[Any, Any, Any, int]:

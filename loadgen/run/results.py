@@ -212,6 +212,9 @@ class Results:
     """``"host:port" -> keys`` per master after the run (a Redis Cluster only)."""
     faults: tuple[dict[str, Any], ...] = ()
     """Every fault window, by start, in seconds from the run's start, with its availability."""
+    deterministic: dict[str, Any] | None = None
+    """A deterministic run's seed, ``history_sha256``, virtual and wall time, node clocks and
+    fault points (``cluster.deterministic.run``)."""
 
     @staticmethod
     def of_check(result: CheckResult, tally: Tally, **more: Any) -> Results:
@@ -279,6 +282,8 @@ class Results:
             out["key_distribution"] = self.key_distribution
         if self.faults:
             out["faults"] = list(self.faults)
+        if self.deterministic is not None:
+            out["deterministic"] = self.deterministic
         return out
 
     @staticmethod
@@ -310,6 +315,7 @@ class Results:
             check=dict(d.get("check") or {}),
             key_distribution=d.get("key_distribution"),
             faults=tuple(d.get("faults") or ()),
+            deterministic=None if d.get("deterministic") is None else dict(d["deterministic"]),
         )
 
     def write(self, folder: RunFolder) -> None:

@@ -28,6 +28,9 @@ class StoreAccess:
     limits: Limits | None = None
     journal_since_ms: int = 0
     """A store outliving the run: its journal is read from here on (Redis clock; 0: all)."""
+    inline: bool = False
+    """Read it (and check) in the run's own thread: an in-process store under virtual time
+    (``cluster.deterministic``), beside which no thread may run. Else in a worker thread."""
 
 
 class Target(Protocol):
