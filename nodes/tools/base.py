@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
 from nodes.config import NodeConfig
 from nodes.results import tool_error
@@ -20,6 +21,19 @@ TITLE_MAX = 200
 URI_MAX = 2048
 MAX_CANDIDATES_ERROR = 50
 """Most notes one pick list offers; more matches than this are refused with a clear error."""
+
+
+BOUND_BY_STATE: Mapping[str, bool] = MappingProxyType({"bound_by_state": True})
+"""The validation context of arguments a verified sealed state binds (a later round of a
+multi-round call). The state binds the digest of the arguments exactly as sent, and was sealed
+only after those very arguments validated, so validators may skip what only refuses (the title
+rules, ``nodes.tools.crud``) and keep what shapes the value (types, NFC)."""
+
+
+def bound_by_state(info: ValidationInfo) -> bool:
+    """Whether a validator runs for arguments a verified state binds (``BOUND_BY_STATE``)."""
+    context = info.context
+    return isinstance(context, Mapping) and context.get("bound_by_state") is True
 
 
 class Arguments(BaseModel):
@@ -117,10 +131,12 @@ class Tool(Generic[A]):
             out["outputSchema"] = self.output_schema
         return out
 
-    def parse(self, ctx: CallContext) -> A:
-        """Validate the arguments; a failure is a ToolFailure naming the bad fields."""
+    def parse(self, ctx: CallContext, *, bound: bool = False) -> A:
+        """Validate the arguments; a failure is a ToolFailure naming the bad fields. ``bound``:
+        a verified sealed state binds them (``BOUND_BY_STATE``)."""
+        context = BOUND_BY_STATE if bound else None
         try:
-            return self.args_model.model_validate(dict(ctx.arguments))  # type: ignore[return-value]
+            return self.args_model.model_validate(dict(ctx.arguments), context=context)  # type: ignore[return-value]
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"

@@ -226,6 +226,11 @@ def walked_title_problem(title: str) -> str | None:
 _END_SPACE = "the title starts or ends with a space"
 
 
+def nfc(value: object) -> object:
+    """A string in NFC (anything else as it is, for the strict type check to refuse)."""
+    return unicodedata.normalize("NFC", value) if isinstance(value, str) else value
+
+
 def normalize_title(value: object) -> object:
     """Pydantic before-validator: an NFC title, or a refusal naming the code point. Non-strings
     pass through for the strict type check to refuse."""
