@@ -19,7 +19,7 @@ from nodes.sealing import Candidate
 from store.api import ConfirmAction, NoteHead
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Answer:
     """A validated answer to the confirmation form."""
 

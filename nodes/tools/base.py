@@ -52,7 +52,7 @@ Title = Field(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeCounters:
     """Mutable counters behind ``Node.statistics()``."""
 
@@ -65,7 +65,7 @@ class NodeCounters:
     errors: dict[int, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallContext:
     """One ``tools/call`` request as a tool sees it."""
 
@@ -79,8 +79,19 @@ class CallContext:
     counters: NodeCounters
     idempotency_key: str | None = None
     """The client's idempotency key for this call (``nodes.idempotency``), if it sent one."""
-    write_op: WriteOp = field(default_factory=WriteOp.fresh)
-    """The store operation a write of this call records (stable over retries with a key)."""
+    write_op_of: Callable[[], WriteOp] = WriteOp.fresh
+    """Makes ``write_op`` (``nodes.idempotency.write_op`` for this call)."""
+    _write_op: WriteOp | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def write_op(self) -> WriteOp:
+        """The store operation a write of this call records (stable over retries with a key),
+        made on first use and kept: only writes need one, and a fresh one costs a random id."""
+        op = self._write_op
+        if op is None:
+            op = self.write_op_of()
+            object.__setattr__(self, "_write_op", op)
+        return op
 
     def authorize(self, raw_uri: str) -> Workspace:
         """The workspace, if this principal may use it (raises ScopeError otherwise)."""
