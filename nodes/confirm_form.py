@@ -8,13 +8,13 @@ an accept with ``noteId`` among the candidates and ``confirm``, a decline or a c
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nodes import errors
+from nodes.canonical import canonical_json
 from nodes.sealing import Candidate
 from store.api import ConfirmAction, NoteHead
 
@@ -30,8 +30,7 @@ class Answer:
     @property
     def digest(self) -> str:
         """What identifies this answer in the replay store: the same answer, the same digest."""
-        canon = json.dumps(self.raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+        return hashlib.sha256(canonical_json(self.raw).encode("utf-8")).hexdigest()
 
 
 def _minute(ms: int) -> str:
