@@ -142,7 +142,7 @@ HEADER_BLOCK_TOO_LARGE = b"request header block larger than %d bytes"
 """The body of every 431 answer (the bound filled in)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Answer:
     """One complete HTTP response."""
 

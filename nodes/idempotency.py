@@ -14,12 +14,12 @@ and refuse the key with other arguments or another tool (``errors.idempotency_ke
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from nodes import errors
+from nodes.canonical import canonical_json
 from store.api import WriteOp
 
 META_IDEMPOTENCY_KEY = errors.IDEMPOTENCY_KEY_META
@@ -55,8 +55,7 @@ def _sha(*parts: str) -> str:
 
 def operation_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     """What one write does: its tool and its arguments, canonically (key order ignored)."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return _sha(tool, canonical)[:32]
+    return _sha(tool, canonical_json(arguments))[:32]
 
 
 def write_op(

@@ -20,6 +20,14 @@ Layer: node, operations. Three pieces, none of which the protocol core knows abo
   MCP port never exposes metrics, the metrics port nothing else. Off unless configured;
   loopback by default.
 
+**Cost.** A node counts every request and times every store call, so the counting is on the
+hot path. prometheus-client's labelled ``Counter`` and ``Histogram`` take a lock per increment
+(they may be written from any thread) and cost more than a request's whole routing; here every
+write comes from the node's event loop and every read (a scrape, answered on the same loop,
+or ``registry.get_sample_value``) runs between two writes, so the counts are plain integers in
+dicts (``_Counts``), turned into metric families only when scraped. prometheus-client still
+writes the exposition.
+
 Metric names (all prefixed ``notes_``): ``requests_total{method,tool,status}``,
 ``requests_in_flight``, ``confirmations_total{status}``, ``setup_completions_total{status}``,
 ``store_call_seconds{call}`` (histogram), ``store_call_errors_total{call}``,
@@ -32,12 +40,14 @@ Metric names (all prefixed ``notes_``): ``requests_total{method,tool,status}``,
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Gauge, make_asgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from nodes.protocol import Node
 from store.api import NoteStoreAPI
@@ -101,6 +111,78 @@ def _legacy_families(stats: Any) -> Iterator[CounterMetricFamily | GaugeMetricFa
         yield family(f"{PREFIX}_legacy_{field}", text, value=value)
 
 
+_BUCKET_LABELS: tuple[str, ...] = tuple(
+    floatToGoString(bound)  # type: ignore[no-untyped-call]
+    for bound in (*STORE_BUCKETS, float("inf"))
+)
+"""The ``le`` label of each bucket, as prometheus-client writes it (the last is ``+Inf``)."""
+
+
+class _Histogram:
+    """One label child of a histogram: a count per bucket (the last for +Inf) and the sum."""
+
+    __slots__ = ("buckets", "total")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(STORE_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        # Prometheus buckets are "less than or equal": bisect_left finds the first bound >= it.
+        self.buckets[bisect_left(STORE_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        running = 0
+        for le, count in zip(_BUCKET_LABELS, self.buckets, strict=True):
+            running += count
+            out.append((le, running))
+        return out
+
+
+class _Counts(Collector):
+    """The counted families as plain integers, written by the node's event loop only (see the
+    module's note on cost) and turned into families when scraped."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, str, str], int] = {}
+        self.confirmations: dict[str, int] = {}
+        self.setups: dict[str, int] = {}
+        self.store_seconds: dict[str, _Histogram] = {}
+        self.store_errors: dict[str, int] = {}
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        requests = CounterMetricFamily(
+            f"{PREFIX}_requests",
+            "HTTP requests answered, by MCP method, tool and HTTP status.",
+            labels=["method", "tool", "status"],
+        )
+        for key, count in list(self.requests.items()):
+            requests.add_metric(key, count)
+        yield requests
+        for name, text, counts in (
+            ("confirmations", "Confirmation decisions by status.", self.confirmations),
+            ("setup_completions", "Setup link completions by status.", self.setups),
+        ):
+            family = CounterMetricFamily(f"{PREFIX}_{name}", text, labels=["status"])
+            for status, count in list(counts.items()):
+                family.add_metric([status], count)
+            yield family
+        seconds = HistogramMetricFamily(
+            f"{PREFIX}_store_call_seconds", "Store call latency by call.", labels=["call"]
+        )
+        for call, histogram in list(self.store_seconds.items()):
+            seconds.add_metric([call], histogram.cumulative(), histogram.total)
+        yield seconds
+        errors = CounterMetricFamily(
+            f"{PREFIX}_store_call_errors", "Store calls that raised, by call.", labels=["call"]
+        )
+        for call, count in list(self.store_errors.items()):
+            errors.add_metric([call], count)
+        yield errors
+
+
 class NodeMetrics:
     """The metric families of one node, in their own registry."""
 
@@ -109,60 +191,40 @@ class NodeMetrics:
         self.tool_names: frozenset[str] = frozenset()
         """The ``tool`` label values besides ``other``: the watched node's tools."""
         r = self.registry
-        self.requests = Counter(
-            f"{PREFIX}_requests",
-            "HTTP requests answered, by MCP method, tool and HTTP status.",
-            ["method", "tool", "status"],
-            registry=r,
-        )
+        self.counts = _Counts()
+        r.register(self.counts)
         self.in_flight = Gauge(
             f"{PREFIX}_requests_in_flight", "HTTP requests being answered.", registry=r
         )
         # A plain count read at scrape time: a Gauge's inc and dec each take a lock.
         self.in_flight_now = 0
         self.in_flight.set_function(lambda: self.in_flight_now)
-        self._request_children: dict[tuple[str, str, str], Any] = {}
-        self._decision_children: dict[tuple[str, str], Any] = {}
-        self.confirmations = Counter(
-            f"{PREFIX}_confirmations", "Confirmation decisions by status.", ["status"], registry=r
-        )
-        self.setups = Counter(
-            f"{PREFIX}_setup_completions",
-            "Setup link completions by status.",
-            ["status"],
-            registry=r,
-        )
-        self.store_seconds = Histogram(
-            f"{PREFIX}_store_call_seconds",
-            "Store call latency by call.",
-            ["call"],
-            buckets=STORE_BUCKETS,
-            registry=r,
-        )
-        self.store_errors = Counter(
-            f"{PREFIX}_store_call_errors", "Store calls that raised, by call.", ["call"], registry=r
-        )
         self._callbacks = _Callbacks()
         r.register(self._callbacks)
 
     def count_request(self, method: str, tool: str, status: str) -> None:
-        """One answered request: its label child is bound once and kept (``labels()`` costs
-        more than the increment; the label values are a bounded set, see ``labels_for``)."""
+        """One answered request (the label values are a bounded set, see ``labels_for``)."""
+        requests = self.counts.requests
         key = (method, tool, status)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self.requests.labels(method, tool, status)
-        child.inc()
+        requests[key] = requests.get(key, 0) + 1
 
     def count_decision(self, call: str, status: str) -> None:
-        """One confirmation (``call`` ``confirm``) or setup completion decided as ``status``."""
-        key = (call, status)
-        child = self._decision_children.get(key)
-        if child is None:
-            family = self.confirmations if call == "confirm" else self.setups
-            # status is the store's word from a fixed set (ConfirmStatus, SetupStatus)
-            child = self._decision_children[key] = family.labels(status)
-        child.inc()
+        """One confirmation (``call`` ``confirm``) or setup completion decided as ``status``
+        (the store's word, from a fixed set: ConfirmStatus, SetupStatus)."""
+        counts = self.counts.confirmations if call == "confirm" else self.counts.setups
+        counts[status] = counts.get(status, 0) + 1
+
+    def store_call(self, call: str) -> tuple[_Histogram, Callable[[], None]]:
+        """The latency histogram of store call ``call`` and a function counting one error of
+        it; both series exist (at zero) from now on, as a bound label child would."""
+        histogram = self.counts.store_seconds.setdefault(call, _Histogram())
+        errors = self.counts.store_errors
+        errors.setdefault(call, 0)
+
+        def error() -> None:
+            errors[call] += 1
+
+        return histogram, error
 
     def watch_node(self, node: Node) -> None:
         """Label requests with ``node``'s tool names; expose its own counters at scrape time."""
@@ -178,18 +240,17 @@ class NodeMetrics:
         path = str(scope.get("path", ""))
         if path.startswith(SETUP_PATH_PREFIX):
             return "setup_page", ""
-        method = name = None
-        for key, value in scope.get("headers", ()):
-            if key == b"mcp-method":
-                method = value.decode("latin-1")
-            elif key == b"mcp-name":
-                name = value.decode("latin-1")
-        if method is None:
+        headers = dict(scope.get("headers", ()))  # the last of a repeated header, as before
+        raw_method = headers.get(b"mcp-method")
+        if raw_method is None:
             return "none", ""
+        method = raw_method.decode("latin-1")
         if method not in MODERN_METHODS:
             return OTHER, ""
         if method != "tools/call":
             return method, ""
+        raw_name = headers.get(b"mcp-name")
+        name = None if raw_name is None else raw_name.decode("latin-1")
         return method, name if name in self.tool_names else OTHER
 
 
@@ -243,19 +304,19 @@ class MeteredStore:
         self, name: str, call: Callable[..., Awaitable[Any]]
     ) -> Callable[..., Awaitable[Any]]:
         m = self._metrics
-        seconds = m.store_seconds.labels(name)
-        errors = m.store_errors.labels(name)
+        seconds, error = m.store_call(name)
         decides = name in ("confirm", "complete_setup")
+        clock = time.perf_counter
 
         async def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start = clock()
             try:
                 out = await call(*args, **kwargs)
             except Exception:
-                errors.inc()
+                error()
                 raise
             finally:
-                seconds.observe(time.perf_counter() - start)
+                seconds.observe(clock() - start)
             if decides:
                 m.count_decision(name, str(out.status))
             return out

@@ -11,6 +11,7 @@ import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from nodes import errors
@@ -34,7 +35,7 @@ DISCOVER_TTL_MS = 300_000
 TOOLS_TTL_MS = 300_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RequestContext:
     """Who sent the message and with which transport headers (names lowercased; None when the
     transport has none to check)."""
@@ -43,7 +44,7 @@ class RequestContext:
     headers: Mapping[str, str] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reply:
     """What the transport sends back: an HTTP status and a JSON body (None: no body, e.g. 202)."""
 
@@ -72,7 +73,7 @@ def _what(message: dict[str, Any]) -> str:
     return f"{method} {name[:40]}" if isinstance(name, str) else method
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PreparedCall:
     """A ``tools/call`` that passed the core's validation (``Node.prepare_call``): what every
     round of it needs besides the round's answers and state. Transports other than the core's
@@ -167,7 +168,8 @@ class Node:
             store=self.store,
             counters=self._counters,
             idempotency_key=call.idempotency_key,
-            write_op=write_op(
+            write_op_of=partial(
+                write_op,
                 call.principal,
                 call.tool,
                 call.arguments,

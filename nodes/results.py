@@ -15,9 +15,13 @@ META_ERROR = "dev.notes-cluster/error"
 """Result ``_meta`` key of a tool error's machine-readable form: ``{"error": message, ...}``."""
 
 
+_TEXT = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+"""``json.dumps(..., ensure_ascii=False, sort_keys=True)`` built once (it builds one per call)."""
+
+
 def _text(structured: Any) -> list[dict[str, Any]]:
     # The spec asks that structuredContent also appear as a text block for older clients.
-    return [{"type": "text", "text": json.dumps(structured, ensure_ascii=False, sort_keys=True)}]
+    return [{"type": "text", "text": _TEXT.encode(structured)}]
 
 
 def complete(structured: dict[str, Any], *, replay: bool = False) -> dict[str, Any]:

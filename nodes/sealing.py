@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json, to_json
 
+from nodes.canonical import canonical_json
 from store import entropy
 
 FORMAT_VERSION = "ns1"
@@ -121,13 +122,7 @@ def args_digest(arguments: Mapping[str, object]) -> str:
 
     Raises `TypeError` or `ValueError` for arguments that are not plain finite JSON.
     """
-    canonical = json.dumps(
-        dict(arguments),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    canonical = canonical_json(dict(arguments), allow_nan=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.config import demo_settings
@@ -25,7 +25,13 @@ from cluster.operations import OpsOptions, bind_metrics
 from cluster.serve import serve_http_node
 from nodes import http
 from nodes.auth import TokenTable
-from nodes.metrics import NodeMetrics, metered, with_metrics, with_metrics_port
+from nodes.metrics import (
+    STORE_BUCKETS,
+    NodeMetrics,
+    metered,
+    with_metrics,
+    with_metrics_port,
+)
 from nodes.protocol import Node
 from store.notes import NoteStore
 from tests.harness import accept, make_nodes, meta
@@ -195,3 +201,35 @@ async def test_a_served_node_exposes_metrics_on_their_own_port_only(
     assert ("notes_requests_total", (("method", "none"), ("status", "200"), ("tool", ""))) not in (
         samples
     ), "health probes are answered in front of the metrics"
+
+
+def test_the_store_call_histogram_counts_as_prometheus_clients_does() -> None:
+    """Our lock-free histogram (``nodes.metrics``) against prometheus-client's own, on the same
+    observations: bounds exactly (a bucket is "less than or equal"), between, beyond the top."""
+    observations = [0.0, *STORE_BUCKETS, 0.0007, 0.003, 0.3, 7.5, 1e-9, 4.9999]
+    reference_registry = CollectorRegistry()
+    reference = Histogram(
+        "notes_store_call_seconds",
+        "Store call latency by call.",
+        ["call"],
+        buckets=STORE_BUCKETS,
+        registry=reference_registry,
+    ).labels("find")
+    metrics = NodeMetrics()
+    ours, _ = metrics.store_call("find")
+    for seconds in observations:
+        reference.observe(seconds)
+        ours.observe(seconds)
+
+    def samples(registry: CollectorRegistry) -> Samples:
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in registry.collect()
+            for s in family.samples
+            if family.name == "notes_store_call_seconds" and not s.name.endswith("_created")
+        }
+
+    assert samples(metrics.registry) == pytest.approx(samples(reference_registry))
+    assert value(samples(metrics.registry), "notes_store_call_seconds_count", call="find") == len(
+        observations
+    )

@@ -160,3 +160,69 @@ def test_the_strict_decoder_refuses_what_plain_json_accepts() -> None:
     ):
         with pytest.raises(json_strict.JsonRefused):
             json_strict.decode(text)
+
+
+FAST_PATH_CORPUS = (
+    # Compact, as orjson writes them: these reach the fast path's round trip.
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{}}}',
+    b'{"a":[1,-2,3.5,1e300,9223372036854775807,-9223372036854775807,null,true,false]}',
+    b'{"t":"smile \xf0\x9f\x98\x80","u":"\\u00e9","c":"a:b","s":"\\\\ud800"}',
+    b'{"e":{},"l":[],"n":[[[{"k":[]}]]]}',
+    # What the strict decoder refuses, compact, so orjson accepts or refuses each first.
+    b'{"k":1,"k":1}',
+    b'{"o":{"k":1,"k":2}}',
+    b'[{"a":1},{"b":2,"b":2}]',
+    b'{"id":1,"id":2,"method":"server/discover","params":{}}',
+    b"[1e999]",
+    b"[-1e400]",
+    b"-9223372036854775808",
+    b"9223372036854775808",
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"123456789012345678901234567890",
+    b"[NaN]",
+    b"[-Infinity]",
+    b'"a\\ud800b"',
+    b'"\\udc00"',
+    b'"\x01"',
+    b"\xef\xbb\xbf{}",
+    b'{"a":"\xff"}',
+    b"[1,]",
+    b"",
+    # Not as orjson writes them: straight to the strict decoder.
+    b'{"a": 1, "a": 2}',
+    b'{"k":1e5,"s":"\\/"}',
+    b'{"a":"\\ud83d\\ude00"}',
+)
+
+
+def _outcome(decode: Any, body: bytes) -> object:
+    try:
+        return ("value", decode(body))
+    except ValueError as exc:
+        return (type(exc).__name__, json_strict.parse_error_message(exc))
+
+
+@pytest.mark.parametrize("body", FAST_PATH_CORPUS)
+def test_the_fast_path_answers_as_the_strict_decoder(body: bytes) -> None:
+    assert _outcome(json_strict.decode, body) == _outcome(json_strict.decode_strictly, body)
+
+
+def test_a_compact_body_skips_the_strict_decoder_and_a_duplicate_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    strict_calls: list[bytes] = []
+    real = json_strict.decode_strictly
+
+    def counted(body: bytes) -> object:
+        strict_calls.append(body)
+        return real(body)
+
+    monkeypatch.setattr(json_strict, "decode_strictly", counted)
+    assert json_strict.decode(FAST_PATH_CORPUS[0])["id"] == 1  # type: ignore[index]
+    assert strict_calls == []
+    for body in (b'{"k":1,"k":1}', b"9223372036854775808", b'{"a": 1}'):
+        _outcome(json_strict.decode, body)
+        assert strict_calls[-1] == body
+    with pytest.raises(json_strict.JsonRefused, match="duplicate key 'k'"):
+        json_strict.decode(b'{"o":{"k":1,"k":2}}')

@@ -16,10 +16,16 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from confusable_homoglyphs import categories
 
 from cluster.demo import ALICE_NOTES, DEMO_TENANT
 from nodes.protocol import Node
-from nodes.tools.text_rules import normalize_title, title_problem
+from nodes.tools.text_rules import (
+    _character_problem,
+    normalize_title,
+    title_problem,
+    walked_title_problem,
+)
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.harness import call_tool, make_nodes, result
@@ -134,6 +140,29 @@ async def test_a_title_and_its_lookalike_cannot_both_exist(node: Node, store: No
     assert await titles_in(store) == ["TPS report"]
     listed = result(await call_tool(node, "notes_list", WS))
     assert [n["title"] for n in listed["structuredContent"]["notes"]] == ["TPS report"]
+
+
+PRINTABLE_ASCII = [chr(c) for c in range(0x20, 0x7F)]
+
+
+def test_printable_ascii_has_no_refused_character_and_no_second_script() -> None:
+    """What ``title_problem``'s fast path for printable-ASCII titles relies on."""
+    for char in PRINTABLE_ASCII:
+        assert _character_problem(char) is None, char
+        assert categories.alias(char) in ("LATIN", "COMMON"), char
+
+
+def test_the_ascii_fast_path_answers_as_the_walk_does() -> None:
+    titles = [*PRINTABLE_ASCII, "TPS report", " TPS", "TPS ", " ", "a  b", "bench p1 7"]
+    titles += ["".join(PRINTABLE_ASCII), "TPS\x7freport", "TPS\treport", "TPS\x00", "\x1f"]
+    for title in titles:
+        assert title_problem(title) == walked_title_problem(title), repr(title)
+    # Not printable ASCII: the fast path does not take them, and they are refused.
+    for title in ("TPS\x7freport", "TPS\treport", "TPS\x00", "\x1f"):
+        problem = title_problem(title)
+        assert problem is not None, repr(title)
+        assert "a control character" in problem, repr(title)
+    assert title_problem(" TPS") == "the title starts or ends with a space"
 
 
 def test_a_selector_is_accepted_only_right_after_an_emoji() -> None:

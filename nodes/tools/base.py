@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
 from nodes.config import NodeConfig
 from nodes.results import tool_error
@@ -20,6 +21,19 @@ TITLE_MAX = 200
 URI_MAX = 2048
 MAX_CANDIDATES_ERROR = 50
 """Most notes one pick list offers; more matches than this are refused with a clear error."""
+
+
+BOUND_BY_STATE: Mapping[str, bool] = MappingProxyType({"bound_by_state": True})
+"""The validation context of arguments a verified sealed state binds (a later round of a
+multi-round call). The state binds the digest of the arguments exactly as sent, and was sealed
+only after those very arguments validated, so validators may skip what only refuses (the title
+rules, ``nodes.tools.crud``) and keep what shapes the value (types, NFC)."""
+
+
+def bound_by_state(info: ValidationInfo) -> bool:
+    """Whether a validator runs for arguments a verified state binds (``BOUND_BY_STATE``)."""
+    context = info.context
+    return isinstance(context, Mapping) and context.get("bound_by_state") is True
 
 
 class Arguments(BaseModel):
@@ -38,7 +52,7 @@ Title = Field(
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeCounters:
     """Mutable counters behind ``Node.statistics()``."""
 
@@ -51,7 +65,7 @@ class NodeCounters:
     errors: dict[int, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallContext:
     """One ``tools/call`` request as a tool sees it."""
 
@@ -65,8 +79,19 @@ class CallContext:
     counters: NodeCounters
     idempotency_key: str | None = None
     """The client's idempotency key for this call (``nodes.idempotency``), if it sent one."""
-    write_op: WriteOp = field(default_factory=WriteOp.fresh)
-    """The store operation a write of this call records (stable over retries with a key)."""
+    write_op_of: Callable[[], WriteOp] = WriteOp.fresh
+    """Makes ``write_op`` (``nodes.idempotency.write_op`` for this call)."""
+    _write_op: WriteOp | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def write_op(self) -> WriteOp:
+        """The store operation a write of this call records (stable over retries with a key),
+        made on first use and kept: only writes need one, and a fresh one costs a random id."""
+        op = self._write_op
+        if op is None:
+            op = self.write_op_of()
+            object.__setattr__(self, "_write_op", op)
+        return op
 
     def authorize(self, raw_uri: str) -> Workspace:
         """The workspace, if this principal may use it (raises ScopeError otherwise)."""
@@ -117,10 +142,12 @@ class Tool(Generic[A]):
             out["outputSchema"] = self.output_schema
         return out
 
-    def parse(self, ctx: CallContext) -> A:
-        """Validate the arguments; a failure is a ToolFailure naming the bad fields."""
+    def parse(self, ctx: CallContext, *, bound: bool = False) -> A:
+        """Validate the arguments; a failure is a ToolFailure naming the bad fields. ``bound``:
+        a verified sealed state binds them (``BOUND_BY_STATE``)."""
+        context = BOUND_BY_STATE if bound else None
         try:
-            return self.args_model.model_validate(dict(ctx.arguments))  # type: ignore[return-value]
+            return self.args_model.model_validate(dict(ctx.arguments), context=context)  # type: ignore[return-value]
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, ValidationInfo
 
 from nodes.results import complete
 from nodes.tools.base import (
@@ -18,6 +18,7 @@ from nodes.tools.base import (
     Title,
     Tool,
     ToolFailure,
+    bound_by_state,
 )
 from nodes.tools.cursors import (
     MAX_CURSOR_CHARS,
@@ -27,14 +28,22 @@ from nodes.tools.cursors import (
     open_cursor,
 )
 from nodes.tools.idempotent import IdempotentTool
-from nodes.tools.text_rules import body_problem, normalize_title
+from nodes.tools.text_rules import body_problem, nfc, normalize_title
 from store.api import NoteHead, QuotaExceeded, WorkspaceFull
 from store.keys import NOTE_ID_PATTERN
 
 log = logging.getLogger("nodes.tools")
 
 WorkspaceArg = Annotated[str, Field(min_length=1, max_length=URI_MAX, alias="workspaceUri")]
-TitleArg = Annotated[str, BeforeValidator(normalize_title), Title]
+
+
+def _title(value: object, info: ValidationInfo) -> object:
+    """A title argument: NFC, and held to the title rules unless a verified state binds it (it
+    passed them when the state was sealed: ``nodes.tools.base.BOUND_BY_STATE``)."""
+    return nfc(value) if bound_by_state(info) else normalize_title(value)
+
+
+TitleArg = Annotated[str, BeforeValidator(_title), Title]
 BodyArg = Annotated[
     str,
     Field(

@@ -4,7 +4,9 @@ the arguments are parsed.
 Layer: node, protocol core. No I/O. The state binds the arguments and was sealed only for
 arguments that validated, so a retry whose arguments do not validate changed them: that is the
 one fixed invalid-state error, not an argument error. Hence the order: capability, state,
-arguments, then the tool's ``answer``.
+arguments, then the tool's ``answer``. Arguments under a verified state are validated with
+``BOUND_BY_STATE``: the state binds them exactly as sent and they passed every rule when it was
+sealed, so the rules that only refuse (the title rules) are not run again; types and NFC are.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ class StatefulTool(Tool[A]):
         # The capability check comes first and is a protocol error, not a tool failure.
         self.require_capabilities(ctx)
         payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
-        return await self.guard(lambda: self.answer(ctx, self.parse(ctx), payload))
+        bound = payload is not None
+        return await self.guard(lambda: self.answer(ctx, self.parse(ctx, bound=bound), payload))
 
     def open(self, ctx: CallContext, token: str) -> StatePayload:
         """Open the sealed state and check its bindings (the one fixed -32602 otherwise)."""

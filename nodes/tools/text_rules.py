@@ -194,7 +194,19 @@ def confusable_problem(title: str) -> str | None:
 
 
 def title_problem(title: str) -> str | None:
-    """Why an NFC title is refused, or None."""
+    """Why an NFC title is refused, or None.
+
+    Fast path: a title of printable ASCII alone (U+0020 to U+007E) has no character to refuse
+    (its only space is U+0020) and no second script (its letters are Latin, the rest common to
+    all scripts), so only the spaces at its ends are left to check; ``test_title_lookalikes``
+    checks both claims for every such character. Anything else takes the walk below."""
+    if title.isascii() and title.isprintable():
+        return _END_SPACE if title != title.strip(" ") else None
+    return walked_title_problem(title)
+
+
+def walked_title_problem(title: str) -> str | None:
+    """``title_problem`` without its fast path: every character, then the scripts."""
     tags = _tag_sequences(title) if BLACK_FLAG in title else set()
     for at, char in enumerate(title):
         if char == ZWJ and _joins_emoji(title, at):
@@ -207,8 +219,16 @@ def title_problem(title: str) -> str | None:
         if what is not None:
             return f"the title contains {code_point(char)}, {what}"
     if title != title.strip(" "):
-        return "the title starts or ends with a space"
+        return _END_SPACE
     return confusable_problem(title)
+
+
+_END_SPACE = "the title starts or ends with a space"
+
+
+def nfc(value: object) -> object:
+    """A string in NFC (anything else as it is, for the strict type check to refuse)."""
+    return unicodedata.normalize("NFC", value) if isinstance(value, str) else value
 
 
 def normalize_title(value: object) -> object:

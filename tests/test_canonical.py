@@ -1,0 +1,76 @@
+"""``nodes.canonical.canonical_json`` writes exactly what ``json.dumps`` writes (issue 21).
+
+The digests built on it (the sealed state's argument digest, an answer's digest, a keyed write's
+operation digest) are compared across nodes and versions, so the fast encoder must agree with
+the stdlib byte for byte, and refuse what the stdlib refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from nodes.canonical import canonical_json
+from tests.harness import random_seed
+
+STRINGS = [
+    "",
+    "TPS report",
+    'quote " backslash \\ slash /',
+    "".join(chr(c) for c in range(0x20)),
+    "\x7f\x80\x9f\xa0\xad",
+    "café, Отчёт, 会議, עברית, 👩\u200d💻, 🏴\U000e0067\U000e0062\U000e007f",
+    "\u2028\u2029\ufeff\ufffe\uffff",
+    "file:///Users/alice/Documents/Notes",
+]
+VALUES: list[object] = [
+    *STRINGS,
+    {s: s for s in STRINGS},
+    {"workspaceUri": "file:///load/t0/inbox", "title": "bench p1 7"},
+    {"b": 1, "a": {"d": [True, False, None], "c": -9223372036854775807}, "": 18446744073709551615},
+    {"action": "accept", "content": {"noteId": "n1f2", "confirm": True}},
+    [[], {}, [{}], {"z": [], "y": {}}],
+    {"big": 2**64 + 1},
+    {"float": 1e16, "small": 1e-7, "half": 0.5, "one": 1.0, "neg": -0.0},
+    {"surrogate": "a\ud800b"},
+]
+
+
+def _outcome(encode: object, value: object, **kwargs: bool) -> object:
+    try:
+        return ("text", encode(value, **kwargs))  # type: ignore[operator]
+    except (TypeError, ValueError) as exc:
+        return ("refused", type(exc).__name__)
+
+
+def _stdlib(value: object, allow_nan: bool = True) -> str:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+    )
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_the_canonical_text_is_the_stdlibs(value: object) -> None:
+    assert _outcome(canonical_json, value) == _outcome(_stdlib, value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), {"x": float("inf")}, [1.5, -float("inf")]])
+def test_nan_and_infinities_are_refused_when_asked_as_the_stdlib_does(value: object) -> None:
+    assert _outcome(canonical_json, value, allow_nan=False) == ("refused", "ValueError")
+    assert _outcome(canonical_json, value) == _outcome(_stdlib, value)
+
+
+def test_random_strings_and_objects_agree_with_the_stdlib() -> None:
+    seed = random_seed()
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    alphabet = [chr(c) for c in range(0x80)] + ["é", "Ж", "会", "\u200d", "😀", "\U000e0067"]
+    for _ in range(2_000):
+        keys = ["".join(rng.choices(alphabet, k=rng.randint(0, 6))) for _ in range(3)]
+        value: dict[str, object] = {
+            k: "".join(rng.choices(alphabet, k=rng.randint(0, 12))) for k in keys
+        }
+        value["n"] = {"i": rng.randint(-(2**63), 2**63), "l": [rng.random() < 0.5, None]}
+        assert canonical_json(value) == _stdlib(value), (seed, value)
