@@ -31,13 +31,18 @@ from cluster.exit_codes import (
     exit_code_for_signal,
     leaves,
 )
+from cluster.run_commands import (
+    RUN_DIR_META,
+    claim_run_dir,
+    exercise_rule,
+    exit_for,
+    parse_fault_kinds,
+    report_run,
+)
 
 if TYPE_CHECKING:
     from cluster.durability import WaitReplicas
-    from cluster.faults import FaultKind
-    from loadgen.check.exercise import ExerciseRule
     from loadgen.run.folder import RunFolder
-    from loadgen.run.pipeline import Run
     from loadgen.run.results import Settings
     from loadgen.runner import FlowSample
 
@@ -224,10 +229,6 @@ def _mark_stopped(ctx: click.Context, why: str) -> None:
             mark_incomplete(run_dir, f"{time.strftime('%Y-%m-%d %H:%M:%S')} {why}")
 
 
-RUN_DIR_META = "notes_cluster.run_dir"
-"""``ctx.meta`` key: the run folder of the running command (its marker says why it stopped)."""
-
-
 @click.group(
     cls=_Commands,
     help="Stateless MCP notes nodes, and proof that notes_delete runs exactly once.\n"
@@ -282,39 +283,6 @@ def require_store(url: str) -> None:
 def serving(ctx: click.Context | None = None) -> None:
     """Mark the running command as a server: SIGTERM or SIGHUP is its normal end (exit 0)."""
     (ctx or click.get_current_context()).find_root().meta[SERVING_META] = True
-
-
-def claim_run_dir(out_dir: Path | None, replace: bool, stem: str) -> Path:
-    """The run folder: ``--out`` (refused when not empty, unless ``--replace``), else a new
-    uniquely named folder under ``runs/``; it gets an ``INCOMPLETE`` marker until the run ends,
-    and the root context learns it (a failure or stop signal is written into the marker)."""
-    import shlex
-
-    from loadgen.run.folder import RunFolderError, claim_out_dir, mark_incomplete, new_run_dir
-
-    try:
-        if out_dir is not None:
-            run_dir = claim_out_dir(out_dir, replace=replace)
-        else:
-            run_dir = new_run_dir(Path("runs"), time.strftime(stem))
-    except RunFolderError as exc:
-        raise ConfigurationError(str(exc)) from None
-    except OSError as exc:
-        raise NotCarriedOut(f"cannot make the run folder: {exc}") from None
-    command = shlex.join(["notes-cluster", *sys.argv[1:]])
-    mark_incomplete(
-        run_dir,
-        f"{time.strftime('%Y-%m-%d %H:%M:%S')} started (pid {_pid()}): {command}; "
-        "this file goes when the run has written everything",
-    )
-    click.get_current_context().find_root().meta[RUN_DIR_META] = run_dir
-    return run_dir
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
 
 
 def with_options(*options: Callable[[F], F]) -> Callable[[F], F]:
@@ -604,7 +572,7 @@ def simulate_cmd(
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
 
-    kinds = _fault_kinds(fault_kinds, embedded=redis_url is None)
+    kinds = parse_fault_kinds(fault_kinds, embedded=redis_url is None)
     why = needs_real_redis(wait_replicas=wait_replicas, workers=workers)
     if why and redis_url is None:
         raise click.UsageError(why)
@@ -635,7 +603,7 @@ def simulate_cmd(
         faults=kinds,
         fault_seed=fault_seed,
         wait_replicas=wait_replicas,
-        exercise=_exercise_rule(min_completed, min_per_kind),
+        exercise=exercise_rule(min_completed, min_per_kind),
         workers=workers,
     )
     folder = RunFolder(run_dir)
@@ -646,7 +614,7 @@ def simulate_cmd(
             sim = _with_progress(
                 flows, lambda advance: _run_stoppable(lambda: simulate(options, advance))
             )
-    _report(sim, folder, as_json)
+    report_run(sim, folder, as_json)
 
 
 def _run_stoppable(fn: Callable[[], Any]) -> Any:
@@ -680,18 +648,6 @@ def _no_verdict_on_workers_error() -> Iterator[None]:
         sys.exit(EXIT_NOT_CARRIED_OUT)
 
 
-def _fault_kinds(text: str, *, embedded: bool) -> frozenset[FaultKind]:
-    """``--faults``: the kinds, or a usage error for unknown ones or ones this store cannot run."""
-    from cluster.faults import FaultUsageError, check_kinds, parse_kinds
-
-    try:
-        kinds = parse_kinds(text)
-        check_kinds(kinds, embedded=embedded)
-    except FaultUsageError as exc:
-        raise click.UsageError(str(exc)) from None
-    return kinds
-
-
 def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
     """Run ``work`` with a progress bar on stderr (only when stderr is a terminal)."""
     from rich.console import Console
@@ -710,31 +666,6 @@ def _with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]
     with progress:
         task = progress.add_task("flows", total=total)
         return work(lambda _: progress.advance(task))
-
-
-def _report(run: Run, folder: RunFolder, as_json: bool) -> NoReturn:
-    """Pictures, summary (or JSON) and the exit code of a run."""
-    import json
-
-    from rich.console import Console
-
-    from loadgen.pictures import write_pictures
-    from loadgen.report import print_summary
-
-    results = run.results
-    windows = [(f["start_s"], f["end_s"], f"{f['kind']} {f['action']}") for f in results.faults]
-    write_pictures(folder, results, run.stats, faults=windows)
-    folder.mark_complete()
-    if as_json:
-        click.echo(json.dumps(results.to_json(), indent=2))
-    else:
-        print_summary(results, Console())
-        click.echo(f"run folder: {folder}")
-    _exit_for(results.verdict)
-
-
-def _exit_for(verdict: str) -> NoReturn:
-    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(verdict, EXIT_UNKNOWN))
 
 
 simulate_cmd.name = "simulate"
@@ -904,12 +835,12 @@ def loadgen(
                 redis_url=redis_url,
                 run_dir=run_dir,
                 on_flow=advance,
-                exercise=_exercise_rule(min_completed, min_per_kind),
+                exercise=exercise_rule(min_completed, min_per_kind),
                 process=process_id,
             )
         ),
     )
-    _report(sim, RunFolder(run_dir), as_json)
+    report_run(sim, RunFolder(run_dir), as_json)
 
 
 def _loadgen_foreign(
@@ -956,11 +887,11 @@ def _loadgen_foreign(
                 state_ttl_s=state_ttl,
                 run_dir=run_dir,
                 on_flow=advance,
-                exercise=_exercise_rule(p["min_completed"], p["min_per_kind"]),
+                exercise=exercise_rule(p["min_completed"], p["min_per_kind"]),
             )
         ),
     )
-    _report(sim, RunFolder(run_dir), p["as_json"])
+    report_run(sim, RunFolder(run_dir), p["as_json"])
 
 
 @main.command(
@@ -1054,7 +985,7 @@ def check_cmd(
         click.echo(json.dumps(results.to_json(), indent=2))
     else:
         print_check(results, Console())
-    _exit_for(results.verdict)
+    exit_for(results.verdict)
 
 
 def _check_foreign(
@@ -1085,7 +1016,7 @@ def _check_foreign(
         click.echo(json.dumps(results.to_json(), indent=2))
     else:
         print_check(results, Console())
-    _exit_for(results.verdict)
+    exit_for(results.verdict)
 
 
 def _refuse_incomplete(folders: list[RunFolder]) -> None:
@@ -1099,16 +1030,6 @@ def _refuse_incomplete(folders: list[RunFolder]) -> None:
                 f"{folder}: its run did not finish, so it holds no complete history or store "
                 f"facts ({INCOMPLETE_FILE}: {reason}). Nothing was checked; run it again."
             )
-
-
-def _exercise_rule(min_completed: float | None, min_per_kind: int | None) -> ExerciseRule:
-    """The exercise rule from the options given (the defaults for the others)."""
-    from loadgen.check.exercise import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
-
-    return ExerciseRule(
-        MIN_COMPLETED_SHARE if min_completed is None else float(min_completed),
-        MIN_RUNS_PER_KIND if min_per_kind is None else int(min_per_kind),
-    )
 
 
 def _loopback_targets(targets: tuple[str, ...]) -> list[str]:

@@ -41,7 +41,6 @@ def ensure_hash_seed() -> None:
 
 def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     """The ``simulate`` command's deterministic modes (``params``: its parsed options)."""
-    from cluster.cli import _exercise_rule, _fault_kinds, _report, claim_run_dir
     from cluster.deterministic.divergence import file_lines, first_divergence
     from cluster.deterministic.run import (
         DeterministicUsageError,
@@ -52,6 +51,12 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     from cluster.deterministic.swarm import describe, swarm
     from cluster.exit_codes import EXIT_INVALID
     from cluster.experiments.simulate import SimulateOptions
+    from cluster.run_commands import (
+        claim_run_dir,
+        exercise_rule,
+        parse_fault_kinds,
+        report_run,
+    )
     from loadgen.run.folder import RunFolder, mark_complete
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
@@ -93,10 +98,10 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
                 legacy_share=params["legacy_share"],
                 tenants=tenants_for(flows),
             ),
-            faults=_fault_kinds(params["fault_kinds"], embedded=True),
+            faults=parse_fault_kinds(params["fault_kinds"], embedded=True),
             fault_seed=params["fault_seed"],
             wait_replicas=params["wait_replicas"],
-            exercise=_exercise_rule(params["min_completed"], params["min_per_kind"]),
+            exercise=exercise_rule(params["min_completed"], params["min_per_kind"]),
         )
     try:
         refuse_nondeterministic(options)
@@ -131,7 +136,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
             mark_complete(run_dir)
             sys.exit(EXIT_INVALID)
         _say(f"replay of {replay_dir}: same history bytes")
-    _report(sim, RunFolder(run_dir), params["as_json"])
+    report_run(sim, RunFolder(run_dir), params["as_json"])
 
 
 def _run(options: Any, run_dir: Path, *, buggify: bool, skew: bool, check: bool) -> Any:
