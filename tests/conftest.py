@@ -148,20 +148,32 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     delete_prefix(redis_url, prefix)
 
 
-_RAW: dict[int, coredis.Redis[str]] = {}
+RawClient = coredis.Redis[str] | coredis.RedisCluster[str]
+
+_RAW: dict[int, RawClient] = {}
 
 
-def raw(store: NoteStore) -> coredis.Redis[str]:
-    """A coredis client on the server of ``store`` (the ``store`` fixture's): for the raw
-    reads a test makes beside the store (HGETALL, XRANGE, SCAN), and for the legacy sessions,
-    which stay on coredis whatever client the note store uses. A store a test made itself on
+def raw(store: NoteStore) -> RawClient:
+    """A coredis client on the server of ``store`` (a ``store`` fixture's): for the raw reads
+    a test makes beside the store (HGETALL, XRANGE, SCAN), and for the legacy sessions, which
+    stay on coredis whatever client the note store uses. A store a test made itself on
     coredis: its own client."""
     found = _RAW.get(id(store))
     if found is not None:
         return found
-    if isinstance(store.client, coredis.Redis):
+    if isinstance(store.client, coredis.Redis | coredis.RedisCluster):
         return store.client
-    raise LookupError("raw(): not the store fixture's store, nor a store on coredis")
+    raise LookupError("raw(): not a store fixture's store, nor a store on coredis")
+
+
+@contextlib.contextmanager
+def beside(store: NoteStore, client: RawClient) -> Iterator[NoteStore]:
+    """``store``, with ``client`` as its ``raw(store)`` while the block runs."""
+    _RAW[id(store)] = client
+    try:
+        yield store
+    finally:
+        del _RAW[id(store)]
 
 
 @pytest.fixture(params=["resp", "coredis"])
@@ -174,19 +186,14 @@ def note_client_kind(request: pytest.FixtureRequest) -> str:
 async def store(redis_url: str, key_prefix: str, note_client_kind: str) -> AsyncIterator[NoteStore]:
     """A NoteStore on the store under test, with a short replay grace for expiry tests, on
     each Redis client (``note_client_kind``); ``raw(store)`` is a coredis client beside it."""
-    async with redis_client(redis_url) as beside:
+    async with redis_client(redis_url) as coredis_client:
         if note_client_kind == "resp":
             async with RespRedis.from_url(redis_url) as own:
-                notes = NoteStore(own, prefix=key_prefix, replay_grace_ms=1_000)
-                _RAW[id(notes)] = beside
-                try:
-                    yield notes
-                finally:
-                    del _RAW[id(notes)]
+                with beside(
+                    NoteStore(own, prefix=key_prefix, replay_grace_ms=1_000), coredis_client
+                ) as s:
+                    yield s
             return
-        notes = NoteStore(beside, prefix=key_prefix, replay_grace_ms=1_000)
-        _RAW[id(notes)] = beside
-        try:
-            yield notes
-        finally:
-            del _RAW[id(notes)]
+        notes = NoteStore(coredis_client, prefix=key_prefix, replay_grace_ms=1_000)
+        with beside(notes, coredis_client) as s:
+            yield s
