@@ -74,11 +74,14 @@ def _store_error(exc: BaseException) -> bool:
     import coredis.exceptions
     import redis.exceptions
 
+    from store.redis_errors import RedisClientError
+
     return isinstance(
         exc,
         redis.exceptions.ConnectionError
         | redis.exceptions.TimeoutError
         | coredis.exceptions.ConnectionError
+        | RedisClientError
         | TimeoutError,
     )
 

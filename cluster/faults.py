@@ -55,9 +55,10 @@ SHORT_TIMEOUT_KINDS = frozenset({"redis", "stall"})
 """Kinds under which the nodes' Redis timeout is ``FAULT_STREAM_TIMEOUT_S``."""
 
 FAULT_STREAM_TIMEOUT_S = 0.25
-"""The nodes' Redis reply timeout in runs with ``redis`` faults. coredis tries a call three times,
-so a pause longer than about 0.8 s makes a node give up ("outcome unknown") while its script is
-still queued, to run when the pause ends: the unknown outcome the checker must resolve."""
+"""The nodes' Redis timeout in runs with ``redis`` faults: it bounds each try of a call, the
+connect included. The store tries a call three times (``store.notes.RESENDS``), so a pause
+longer than about 0.8 s makes a node give up ("outcome unknown") while its script is still
+queued, to run when the pause ends: the unknown outcome the checker must resolve."""
 
 FIRST_FAULT_S = (0.2, 0.6)
 """When the first fault of each kind starts (seconds after the run's start): early, so even a

@@ -154,7 +154,7 @@ async def start_http_nodes(
 
 async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_PREFIX) -> None:
     """Seed the demo notes once for the whole cluster."""
-    async with open_redis(redis_url, embedded=embedded) as client:
+    async with open_note_client(redis_url, embedded=embedded) as client:
         await seed_demo(NoteStore(client, prefix=prefix))
 
 

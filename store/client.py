@@ -1,8 +1,10 @@
 """Opening Redis clients for the nodes and checking the server is fit for a replay store.
 
-Layer: store. Knows coredis (the nodes, async) and redis-py (the tooling, sync) and Redis server
-settings; nothing of MCP. A ``redis://HOST:PORT`` URL that points at a Redis Cluster node
-(``INFO cluster`` says ``cluster_enabled:1``) is opened as a cluster, with no other flag.
+Layer: store. Knows the store's own client (``store.resp_client``: the note stores, by default),
+coredis (the legacy sessions; the note stores when chosen, ``CLIENT_ENV``), redis-py (the
+tooling, sync) and Redis server settings; nothing of MCP. A ``redis://HOST:PORT`` URL that
+points at a Redis Cluster node (``INFO cluster`` says ``cluster_enabled:1``) is opened as a
+cluster, with no other flag.
 """
 
 from __future__ import annotations
@@ -88,12 +90,13 @@ NoteClient: TypeAlias = "StoreClient | RespRedis | RespCluster"
 """What a ``NoteStore`` talks to: the store's own client (``store.resp_client``) or coredis."""
 
 CLIENT_ENV = "NOTES_CLUSTER_REDIS_CLIENT"
-"""Which client a node's note store uses: ``coredis`` (the default, for now) or ``resp`` (the
-store's own; on a Redis Cluster its slot-routing ``RespCluster``). The default stays coredis
-until the fault tests' exercise checks pass on ``resp`` (see the README)."""
+"""Which client a note store uses: ``resp`` (the default: the store's own, ``store.resp_client``;
+on a Redis Cluster its slot-routing ``RespCluster``) or ``coredis``. The legacy sessions
+(``store.sessions``) stay on coredis either way: their blocking ``XREAD`` would hold one of
+the own client's few multiplexed connections, and every call queued behind it."""
 
 CLIENT_KINDS = ("resp", "coredis")
-DEFAULT_CLIENT_KIND = "coredis"
+DEFAULT_CLIENT_KIND = "resp"
 
 SyncClient: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 """What the sync tooling (journal readers, load generator) talks to."""
@@ -344,7 +347,8 @@ async def open_note_client(
     """The client a ``NoteStore`` should use on ``url``, checked like ``open_redis``: the
     store's own (``RespRedis``, or ``RespCluster`` when ``url`` is a cluster node), unless
     ``client_kind`` says coredis. A coredis client the caller already opened on ``url`` is
-    passed as ``shared`` and yielded as it is where coredis is the answer. A ``memory://``
+    passed as ``shared`` and yielded as it is where coredis is the answer. A ``unix://`` URL
+    is opened with coredis: the store's own client speaks TCP (and TLS) only. A ``memory://``
     URL (an in-process store, ``store.memory_transport``) always gets the store's own client."""
     if url.startswith(MEMORY_URL_HEAD):
         from store.memory_transport import MemoryRedis
@@ -352,7 +356,7 @@ async def open_note_client(
         async with MemoryRedis(url, client_name=client_name) as memory:
             yield memory
         return
-    if client_kind(kind) == "resp":
+    if client_kind(kind) == "resp" and urlsplit(url).scheme != "unix":
         opts: dict[str, Any] = {"client_name": client_name, "timeout_s": stream_timeout_s}
         cluster = not embedded and await is_cluster(url)
         client: RespRedis | RespCluster = (

@@ -110,8 +110,12 @@ class MemoryConnection:
         """Calls written and not yet answered (none between two calls: each runs whole)."""
         return self.core.pending
 
-    async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
-        """Run ``commands`` (together, in order) on the server and return their replies."""
+    async def request(
+        self, commands: tuple[bytes, ...], deadline: float | None = None
+    ) -> list[Any]:
+        """Run ``commands`` (together, in order) on the server and return their replies (at
+        once: an in-process server answers within its call, so ``deadline`` never passes)."""
+        del deadline
         if not self.alive:
             raise NotSent("connection closed")
         await anyio.lowlevel.checkpoint()  # the send
@@ -156,7 +160,8 @@ class MemoryRedis(RespRedis):
         super().__init__(Endpoint(host=url, port=0, client_name=client_name), max_connections=1)
         self.url = url
 
-    async def _connect(self) -> Any:
+    async def _connect(self, deadline: float) -> Any:
+        del deadline  # an in-process connection opens at once
         if not self._open:
             raise NotSent("the client is closed")
         self._connections = [c for c in self._connections if c.alive]

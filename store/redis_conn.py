@@ -72,11 +72,12 @@ class AsyncioConnection(asyncio.Protocol):
         self._flush_scheduled = False
 
     @classmethod
-    async def open(cls, endpoint: Endpoint) -> AsyncioConnection:
-        """Connect and run the handshake; NotSent when the server cannot be reached in time."""
+    async def open(cls, endpoint: Endpoint, deadline: float) -> AsyncioConnection:
+        """Connect and run the handshake by ``deadline`` (the loop's clock); NotSent when the
+        server cannot be reached, or does not answer the handshake, by then."""
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(endpoint.timeout_s):
+            async with asyncio.timeout_at(deadline):
                 _, conn = await loop.create_connection(
                     lambda: cls(endpoint.timeout_s),
                     endpoint.host,
@@ -86,7 +87,11 @@ class AsyncioConnection(asyncio.Protocol):
                 )
         except (OSError, TimeoutError) as exc:
             raise NotSent(f"connect {endpoint.host}:{endpoint.port}: {exc!r}") from exc
-        await _handshake(conn, endpoint)
+        try:
+            await _handshake(conn, endpoint, deadline)
+        except BaseException:  # refused, timed out or cancelled: the connection goes with it
+            conn.close(ConnectionLost("handshake not completed"))
+            raise
         return conn
 
     @property
@@ -111,8 +116,11 @@ class AsyncioConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.close(ConnectionLost(f"connection lost: {exc!r}" if exc else "connection closed"))
 
-    async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
-        """Write ``commands`` (together, in order) and return their replies."""
+    async def request(
+        self, commands: tuple[bytes, ...], deadline: float | None = None
+    ) -> list[Any]:
+        """Write ``commands`` (together, in order) and return their replies; ReplyTimeout when
+        they are not back by ``deadline`` (the loop's clock; None: ``timeout_s`` from now)."""
         if not self.alive:
             raise NotSent("connection closed")
         future: asyncio.Future[list[Any]] = self._loop.create_future()
@@ -120,7 +128,10 @@ class AsyncioConnection(asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        timer = self._loop.call_later(self.timeout_s, self._expire, future)
+        if deadline is None:
+            timer = self._loop.call_later(self.timeout_s, self._expire, future)
+        else:
+            timer = self._loop.call_at(deadline, self._expire, future)
         try:
             return await future
         finally:
@@ -173,11 +184,14 @@ class AnyioConnection:
         self._scope = anyio.CancelScope()
 
     @classmethod
-    async def open(cls, endpoint: Endpoint, group: anyio.abc.TaskGroup) -> AnyioConnection:
-        """Connect, start the reader and writer in ``group`` and run the handshake; NotSent
-        when the server cannot be reached in time."""
+    async def open(
+        cls, endpoint: Endpoint, group: anyio.abc.TaskGroup, deadline: float
+    ) -> AnyioConnection:
+        """Connect, start the reader and writer in ``group`` and run the handshake by
+        ``deadline`` (``anyio.current_time``); NotSent when the server cannot be reached, or
+        does not answer the handshake, by then."""
         try:
-            with anyio.fail_after(endpoint.timeout_s):
+            with anyio.CancelScope(deadline=deadline) as connecting:
                 if endpoint.ssl_context is not None:
                     stream: anyio.abc.ByteStream = await anyio.connect_tcp(
                         endpoint.host,
@@ -188,11 +202,17 @@ class AnyioConnection:
                     )
                 else:
                     stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
-        except (OSError, TimeoutError) as exc:
+        except OSError as exc:
             raise NotSent(f"connect {endpoint.host}:{endpoint.port}: {exc!r}") from exc
+        if connecting.cancelled_caught:
+            raise NotSent(f"connect {endpoint.host}:{endpoint.port}: timed out")
         conn = cls(stream, endpoint.timeout_s)
         group.start_soon(conn.run)
-        await _handshake(conn, endpoint)
+        try:
+            await _handshake(conn, endpoint, deadline)
+        except BaseException:  # refused, timed out or cancelled: the connection goes with it
+            conn.close(ConnectionLost("handshake not completed"))
+            raise
         return conn
 
     @property
@@ -239,20 +259,24 @@ class AnyioConnection:
         except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
             self.close(ConnectionLost(f"write failed: {e!r}"))
 
-    async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
-        """Queue ``commands`` (written together, in order) and return their replies."""
+    async def request(
+        self, commands: tuple[bytes, ...], deadline: float | None = None
+    ) -> list[Any]:
+        """Queue ``commands`` (written together, in order) and return their replies;
+        ReplyTimeout when they are not back by ``deadline`` (``anyio.current_time``; None:
+        ``timeout_s`` from now)."""
         if not self.alive:
             raise NotSent("connection closed")
         waiter = _Waiter()
         self._out.append(self.core.request(waiter, commands))
         if self._wake is not None:
             self._wake.set()
-        try:
-            with anyio.fail_after(self.timeout_s):
-                await waiter.event.wait()
-        except TimeoutError:
-            if not waiter.event.is_set():
-                self.close(ReplyTimeout(f"no reply within {self.timeout_s} s"), first=waiter)
+        if deadline is None:
+            deadline = anyio.current_time() + self.timeout_s
+        with anyio.CancelScope(deadline=deadline) as waiting:
+            await waiter.event.wait()
+        if waiting.cancelled_caught and not waiter.event.is_set():
+            self.close(ReplyTimeout(f"no reply within {self.timeout_s} s"), first=waiter)
         if waiter.error is not None:
             raise waiter.error
         return waiter.replies
@@ -273,12 +297,14 @@ class AnyioConnection:
 Connection = AsyncioConnection | AnyioConnection
 
 
-async def _handshake(conn: AsyncioConnection | AnyioConnection, endpoint: Endpoint) -> None:
+async def _handshake(
+    conn: AsyncioConnection | AnyioConnection, endpoint: Endpoint, deadline: float
+) -> None:
     commands = endpoint.handshake()
     if not commands:
         return
     try:
-        replies = await conn.request(commands)
+        replies = await conn.request(commands, deadline)
     except UnknownOutcome as exc:
         raise NotSent(f"handshake with {endpoint.host}:{endpoint.port}: {exc}") from exc
     for reply in replies:

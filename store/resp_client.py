@@ -180,9 +180,9 @@ class RespRedis:
 
     # -- connections -------------------------------------------------------------------------
 
-    async def _connection(self) -> Connection:
-        """The least busy open connection; a new one while there are fewer than the most
-        allowed and every open one is busy."""
+    def _ready(self) -> Connection | None:
+        """The least busy open connection, unless every open one is busy and another may be
+        opened (None: open one)."""
         best: Connection | None = None
         alive = 0
         for conn in self._connections:
@@ -192,12 +192,20 @@ class RespRedis:
                     best = conn
         if best is not None and (best.pending == 0 or alive >= self.max_connections):
             return best
-        return await self._connect()
+        return None
 
-    async def _connect(self) -> Connection:
+    async def _connect(self, deadline: float) -> Connection:
+        """A connection opened (or found open) by ``deadline``, waiting for the call that is
+        opening one now; NotSent when there is none by then. The deadline is the call's own:
+        waiting behind other calls' connects must not stretch a call past its timeout, or a
+        paused Redis is waited out and answered late instead of being an unknown outcome."""
         if not self._open or self._connecting is None:
             raise NotSent("the client is closed")
-        async with self._connecting:
+        with anyio.CancelScope(deadline=deadline) as waiting:
+            await self._connecting.acquire()
+        if waiting.cancelled_caught:
+            raise NotSent(f"no connection within {self.endpoint.timeout_s} s")
+        try:
             self._connections = [c for c in self._connections if c.alive]
             if len(self._connections) >= self.max_connections:
                 return min(self._connections, key=lambda c: c.pending)
@@ -205,18 +213,27 @@ class RespRedis:
             # waits one timeout at most, so a stalled server is an unknown outcome in time.
             conn: Connection
             if self._asyncio:
-                conn = await AsyncioConnection.open(self.endpoint)
+                conn = await AsyncioConnection.open(self.endpoint, deadline)
             else:
                 assert self._task_group is not None
-                conn = await AnyioConnection.open(self.endpoint, self._task_group)
+                conn = await AnyioConnection.open(self.endpoint, self._task_group, deadline)
             self._connections.append(conn)
             return conn
+        finally:
+            self._connecting.release()
 
     async def request(self, commands: tuple[bytes, ...]) -> list[Any]:
         """Write ``commands`` together on one connection; their replies, error replies as
-        ``ReplyError`` values. Raises only the client's own errors (``store.redis_errors``)."""
-        conn = await self._connection()
-        return await conn.request(commands)
+        ``ReplyError`` values. Raises only the client's own errors (``store.redis_errors``).
+        One timeout bounds the whole call, a connect (and the wait for one) included."""
+        conn = self._ready()
+        if conn is not None:
+            return await conn.request(commands)
+        deadline = anyio.current_time() + self.endpoint.timeout_s
+        conn = await self._connect(deadline)
+        if anyio.current_time() >= deadline:
+            raise NotSent(f"no connection within {self.endpoint.timeout_s} s")
+        return await conn.request(commands, deadline)
 
     async def execute(self, *args: Arg, asking: bool = False) -> Any:
         """One command's reply; an error reply is raised as ``ReplyError``. ``asking``: sent

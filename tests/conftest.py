@@ -25,6 +25,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 
+import coredis
 import pytest
 import redis
 
@@ -32,6 +33,7 @@ from store.client import redis_client, sync_client
 from store.embedded import serve_embedded_redis
 from store.journal import scan_keys
 from store.notes import NoteStore
+from store.resp_client import RespRedis
 from tests.ci import fail_in_ci_else_skip
 from tests.own_redis import OwnRedis, own_redis
 
@@ -146,9 +148,52 @@ def key_prefix(redis_url: str) -> Iterator[str]:
     delete_prefix(redis_url, prefix)
 
 
+RawClient = coredis.Redis[str] | coredis.RedisCluster[str]
+
+_RAW: dict[int, RawClient] = {}
+
+
+def raw(store: NoteStore) -> RawClient:
+    """A coredis client on the server of ``store`` (a ``store`` fixture's): for the raw reads
+    a test makes beside the store (HGETALL, XRANGE, SCAN), and for the legacy sessions, which
+    stay on coredis whatever client the note store uses. A store a test made itself on
+    coredis: its own client."""
+    found = _RAW.get(id(store))
+    if found is not None:
+        return found
+    if isinstance(store.client, coredis.Redis | coredis.RedisCluster):
+        return store.client
+    raise LookupError("raw(): not a store fixture's store, nor a store on coredis")
+
+
+@contextlib.contextmanager
+def beside(store: NoteStore, client: RawClient) -> Iterator[NoteStore]:
+    """``store``, with ``client`` as its ``raw(store)`` while the block runs."""
+    _RAW[id(store)] = client
+    try:
+        yield store
+    finally:
+        del _RAW[id(store)]
+
+
+@pytest.fixture(params=["resp", "coredis"])
+def note_client_kind(request: pytest.FixtureRequest) -> str:
+    """The Redis client under test: the store's own (the default), then coredis."""
+    return str(request.param)
+
+
 @pytest.fixture
-async def store(redis_url: str, key_prefix: str) -> AsyncIterator[NoteStore]:
-    """A NoteStore on the store under test, with a short replay grace for expiry tests."""
-    client = redis_client(redis_url)
-    async with client:
-        yield NoteStore(client, prefix=key_prefix, replay_grace_ms=1_000)
+async def store(redis_url: str, key_prefix: str, note_client_kind: str) -> AsyncIterator[NoteStore]:
+    """A NoteStore on the store under test, with a short replay grace for expiry tests, on
+    each Redis client (``note_client_kind``); ``raw(store)`` is a coredis client beside it."""
+    async with redis_client(redis_url) as coredis_client:
+        if note_client_kind == "resp":
+            async with RespRedis.from_url(redis_url) as own:
+                with beside(
+                    NoteStore(own, prefix=key_prefix, replay_grace_ms=1_000), coredis_client
+                ) as s:
+                    yield s
+            return
+        notes = NoteStore(coredis_client, prefix=key_prefix, replay_grace_ms=1_000)
+        with beside(notes, coredis_client) as s:
+            yield s

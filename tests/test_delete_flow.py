@@ -30,7 +30,7 @@ from nodes.results import META_ERROR, META_REPLAY
 from store.api import Confirmation, ConfirmOutcome
 from store.client import redis_client
 from store.notes import NoteStore
-from tests.conftest import delete_prefix, new_prefix
+from tests.conftest import delete_prefix, new_prefix, raw
 from tests.harness import accept, call_tool, demo_config, error, make_nodes, result, rpc
 
 DELETE = "notes_delete"
@@ -123,7 +123,7 @@ async def present(store: NoteStore, ids: tuple[str, ...] | list[str]) -> set[str
 
 async def journal(store: NoteStore) -> list[dict[str, str]]:
     """Every journal entry of the demo tenant, oldest first."""
-    entries = await store.client.xrange(store.keys(DEMO_TENANT).journal)
+    entries = await raw(store).xrange(store.keys(DEMO_TENANT).journal)
     return [dict(e.field_values) for e in entries]
 
 
@@ -915,8 +915,8 @@ async def test_replay_entries_answer_late_retries_then_vanish_after_expiry_plus_
     replay_keys = [keys.replay(ring.open(s, audience=audience).nonce) for s in (executed, declined)]
     exp = max(ring.open(s, audience=audience).exp_ms for s in (executed, declined))
     for key in replay_keys:
-        assert await store.client.exists([key]) == 1
-        assert 0 < await store.client.pttl(key) <= ttl_ms + grace_ms
+        assert await raw(store).exists([key]) == 1
+        assert 0 < await raw(store).pttl(key) <= ttl_ms + grace_ms
 
     # Past the expiry but within the grace, a retry still learns the recorded outcome.
     await sleep_until(store, exp + 200)
@@ -929,7 +929,7 @@ async def test_replay_entries_answer_late_retries_then_vanish_after_expiry_plus_
     # Past expiry plus grace, the entries are gone and the states are plainly expired.
     await sleep_until(store, exp + grace_ms + 200)
     for key in replay_keys:
-        assert await store.client.exists([key]) == 0
+        assert await raw(store).exists([key]) == 0
     assert_invalid_state(await answer(node_a, executed, accept(seeded.tps[0])))
     assert await deletes_of(store, seeded.tps[0]) == 1
 

@@ -36,6 +36,7 @@ from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.legacy import LEGACY_VERSION, LegacyLimits, wire
 from store.notes import NoteStore
 from store.sessions import SessionStore
+from tests.conftest import raw
 from tests.test_sdk_interop import (
     ALICE_TOKEN,
     CREATED_2024,
@@ -93,7 +94,7 @@ async def cluster(
 ) -> AsyncIterator[Cluster]:
     urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, LIMITS)
     async with httpx.AsyncClient(timeout=STEP_S) as http:
-        yield Cluster(urls, store, SessionStore(store.client, prefix=key_prefix), http)
+        yield Cluster(urls, store, SessionStore(raw(store), prefix=key_prefix), http)
 
 
 # --- raw HTTP helpers ------------------------------------------------------------------------
@@ -205,7 +206,7 @@ async def open_call(
 
 async def deletions(store: NoteStore, note_id: str) -> int:
     """How many times the journal records ``note_id`` deleted."""
-    entries = await store.client.xrange(store.keys(DEMO_TENANT).journal)
+    entries = await raw(store).xrange(store.keys(DEMO_TENANT).journal)
     return sum(
         1
         for e in entries
@@ -457,7 +458,7 @@ async def test_the_same_answer_posted_to_two_nodes_at_once_deletes_exactly_once(
     assert statuses == [202, 202]
     assert final["result"]["structuredContent"] == {"deleted": True, "noteId": note}
     # Only the first copy reached the inbox; the second was acknowledged and dropped.
-    inbox = await cluster.store.client.xrange(cluster.sessions.keys(session).inbox)
+    inbox = await raw(cluster.store).xrange(cluster.sessions.keys(session).inbox)
     assert [e.field_values["rid"] for e in inbox if e.field_values["kind"] == "answer"] == [
         ask["id"]
     ]
@@ -512,7 +513,7 @@ async def test_the_session_lives_in_the_store_with_its_principal_and_capabilitie
     assert record.capabilities == caps
     assert record.version == LEGACY_VERSION
     assert record.initialized is True
-    ttl = await cluster.store.client.pttl(cluster.sessions.keys(session).session)
+    ttl = await raw(cluster.store).pttl(cluster.sessions.keys(session).session)
     assert 0 < ttl <= cluster.sessions.idle_ttl_ms
 
 
@@ -807,7 +808,7 @@ async def test_a_call_nobody_answers_times_out_deleting_nothing(
     urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, limits)
     before = await tps_reports(store)
     async with httpx.AsyncClient(timeout=STEP_S) as http:
-        c = Cluster(urls, store, SessionStore(store.client, prefix=key_prefix), http)
+        c = Cluster(urls, store, SessionStore(raw(store), prefix=key_prefix), http)
         session = await initialize(c)
         async with open_call(c, 1, session, DELETE_ARGS) as events:
             ask = await events.next()
@@ -831,7 +832,7 @@ async def test_an_answer_reaching_its_call_past_the_state_expiry_is_an_error_res
     urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, limits, 300)
     before = await tps_reports(store)
     async with httpx.AsyncClient(timeout=STEP_S) as http:
-        c = Cluster(urls, store, SessionStore(store.client, prefix=key_prefix), http)
+        c = Cluster(urls, store, SessionStore(raw(store), prefix=key_prefix), http)
         session = await initialize(c)
         async with open_call(c, 0, session, DELETE_ARGS) as events:
             ask = await events.next()

@@ -33,6 +33,7 @@ from nodes.protocol import Node
 from store.client import open_redis
 from store.notes import NoteStore
 from store.sessions import InboxEntry, SessionStore
+from tests.conftest import raw
 from tests.test_legacy import STEP_S, Events, confirm, deletions, legacy_headers, pick_2024
 from tests.test_legacy_asyncio import Exchange, scope
 from tests.test_sdk_interop import DELETE_ARGS, tps_reports
@@ -114,7 +115,7 @@ async def in_memory_node(
     settings = demo_settings()
     await seed_demo(store)
     node = Node(settings.node, store)
-    sessions = SessionStore(store.client, prefix=key_prefix)
+    sessions = SessionStore(raw(store), prefix=key_prefix)
     async with open_legacy_adapter(node, sessions, LIMITS) as adapter:
         yield make_app(node, settings.tokens, legacy=adapter), adapter
 

@@ -23,6 +23,7 @@ from nodes.legacy import open_legacy_adapter
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests import test_http_transport as modern
+from tests.conftest import raw
 from tests.harness import make_nodes
 
 # Its tests and its fixtures (``served`` and ``redis_url`` are redefined below).
@@ -42,7 +43,7 @@ async def served(store: NoteStore, nursery: trio.Nursery) -> AsyncIterator[moder
     urls = []
     async with AsyncExitStack() as stack:
         for node in nodes:
-            sessions = SessionStore(store.client, prefix=store.prefix)
+            sessions = SessionStore(raw(store), prefix=store.prefix)
             legacy = await stack.enter_async_context(open_legacy_adapter(node, sessions))
             start = partial(
                 http.serve_node,

@@ -110,12 +110,21 @@ def _lines(stream: IO[bytes]) -> queue.Queue[str | None]:
 
 
 def _alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
+    """True while any thread of ``pid`` exists and is not a zombie. The main thread alone is not
+    enough: after SIGKILL it may be a zombie while another thread is still exiting, and the
+    process's sockets (a node's listening port) close only when the last thread is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    for tid in threads:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:

@@ -27,6 +27,7 @@ from store.api import Quota, QuotaExceeded, WriteOp
 from store.client import redis_client
 from store.keys import TenantKeys
 from store.notes import NoteStore
+from tests.conftest import raw
 from tests.harness import accept, call_tool, error, make_nodes, meta, result, rpc
 from tests.own_redis import own_redis
 
@@ -71,17 +72,17 @@ async def usage_in_step(store: NoteStore) -> dict[str, tuple[int, int]]:
     notes: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
     per_workspace: dict[str, Counter[str]] = {}
-    async for key in store.client.scan_iter(match=f"{keys.base}:note:*"):
-        fields = await store.client.hgetall(key)
+    async for key in raw(store).scan_iter(match=f"{keys.base}:note:*"):
+        fields = await raw(store).hgetall(key)
         owner = fields["owner"]
         notes[owner] += 1
         sizes[owner] += len(fields["title"].encode()) + len(fields["body"].encode())
         per_workspace.setdefault(fields["workspace"], Counter())[owner] += 1
-    usage = {k: int(v) for k, v in (await store.client.hgetall(keys.usage)).items()}
+    usage = {k: int(v) for k, v in (await raw(store).hgetall(keys.usage)).items()}
     counted = {f"n:{p}": n for p, n in notes.items()} | {f"b:{p}": b for p, b in sizes.items()}
     assert usage == counted, "a count that reached 0 leaves no field behind"
     for workspace in (ALICE_NOTES, ALICE_ARCHIVE, BOB_NOTES, TEAM):
-        held = await store.client.hgetall(keys.workspace_usage(workspace))
+        held = await raw(store).hgetall(keys.workspace_usage(workspace))
         assert {p: int(n) for p, n in held.items()} == dict(
             per_workspace.get(workspace, Counter())
         ), workspace
@@ -185,7 +186,7 @@ async def test_a_write_run_again_under_its_operation_id_answers_the_first_run_an
     ]
     assert [(m.status, m.replayed) for m in moves] == [("moved", False), ("moved", True)]
     assert await usage_in_step(store) == {"alice": (1, 4 + 90)}
-    held = await store.client.hgetall(TenantKeys(store.prefix, DEMO_TENANT).workspace_usage(TEAM))
+    held = await raw(store).hgetall(TenantKeys(store.prefix, DEMO_TENANT).workspace_usage(TEAM))
     assert held == {"alice": "1"}
 
 

@@ -15,6 +15,7 @@ from nodes.config import SERVER_VERSION
 from nodes.headers import request_headers
 from nodes.protocol import PROTOCOL_VERSION, Reply, RequestContext
 from store.notes import NoteStore
+from tests.conftest import raw
 from tests.harness import accept, call_tool, error, make_nodes, meta, result, rpc
 
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"
@@ -28,7 +29,7 @@ async def one_note(store: NoteStore) -> str:
 
 
 async def journal_length(store: NoteStore) -> int:
-    return len(await store.client.xrange(store.keys(DEMO_TENANT).journal))
+    return len(await raw(store).xrange(store.keys(DEMO_TENANT).journal))
 
 
 def assert_error(reply: Reply, code: int, status: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
 from loadgen.runner import RunSettings
 from store.api import Confirmation
-from store.client import UnsafeStore, is_cluster, open_redis, sync_client
+from store.client import UnsafeStore, is_cluster, open_note_client, open_redis, sync_client
 from store.journal import (
     keys_per_master,
     list_replay_entries,
@@ -33,7 +33,10 @@ from store.journal import (
     scan_keys,
 )
 from store.notes import NoteStore, _script
+from store.resp import ReplyError
+from store.resp_cluster import RespCluster
 from tests.ci import in_ci
+from tests.conftest import beside, raw
 
 # The node-level behaviour tests of the delete flow, run again here on the cluster: pytest
 # resolves their ``store`` fixture to this module's cluster store.
@@ -92,11 +95,19 @@ def redis_url(redis_cluster: RedisClusterInfo) -> str:
 
 
 @pytest.fixture
-async def store(redis_url: str, key_prefix: str) -> AsyncIterator[NoteStore]:
-    """Overrides conftest's: opened as the nodes open it, so the cluster is detected."""
-    async with open_redis(redis_url) as client:
+async def store(redis_url: str, key_prefix: str, note_client_kind: str) -> AsyncIterator[NoteStore]:
+    """Overrides conftest's: opened as the nodes open it, so the cluster is detected, on each
+    Redis client (the store's own ``RespCluster``, then coredis' cluster client)."""
+    async with (
+        open_redis(redis_url) as client,
+        open_note_client(redis_url, kind=note_client_kind, shared=client) as notes_client,
+    ):
         assert isinstance(client, coredis.RedisCluster)
-        yield NoteStore(client, prefix=key_prefix, replay_grace_ms=1_000)
+        expected = RespCluster if note_client_kind == "resp" else coredis.RedisCluster
+        assert isinstance(notes_client, expected)
+        notes = NoteStore(notes_client, prefix=key_prefix, replay_grace_ms=1_000)
+        with beside(notes, client):
+            yield notes
 
 
 def confirmation(note_id: str, exp_ms: int, **changes: object) -> Confirmation:
@@ -254,8 +265,8 @@ async def test_a_script_reaching_another_tenants_slot_is_refused_by_the_cluster(
         (other_node, "non local key"),
     ):
         note_prefix = f"{store.keys(tenant).base}:note:"
-        await store.client.sadd(home, ["n0123456789abcdef"])
-        with pytest.raises(coredis.exceptions.ResponseError, match=message):
+        await raw(store).sadd(home, ["n0123456789abcdef"])
+        with pytest.raises((coredis.exceptions.ResponseError, ReplyError), match=message):
             await strict._scripts["read_notes"](keys=[home], args=[note_prefix, 10])
     # Without the shebang Redis 7.0 does not notice a same-node, other-slot key.
     lax = f"{store.keys(same_node).base}:note:"
@@ -323,7 +334,7 @@ async def test_a_recorded_outcome_is_replayed_and_a_different_answer_conflicts(
     other = await store.confirm(replace(c, answer_digest="d2"))
     assert (first.status, again.status, other.status) == ("executed", "replay", "conflict")
     assert {(o.op, o.note_id) for o in (first, again, other)} == {("delete", note.note_id)}
-    ttl = await store.client.pttl(store.keys("acme").replay(c.nonce))
+    ttl = await raw(store).pttl(store.keys("acme").replay(c.nonce))
     assert 0 < ttl <= 10_000 + store.replay_grace_ms
 
 

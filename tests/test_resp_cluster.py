@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import redis
 from redis.cluster import key_slot as redis_py_key_slot
@@ -16,6 +17,7 @@ from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_s
 from store.api import Confirmation
 from store.client import open_note_client
 from store.notes import NoteStore
+from store.redis_errors import UnknownOutcome
 from store.resp_cluster import RespCluster, key_slot
 from tests.test_resp_client import BACKENDS, COUNT_SCRIPT, run
 
@@ -143,3 +145,89 @@ def _owner(rc: RedisClusterInfo, slot: int) -> int:
         if int(start) <= slot <= int(end):
             return int(master[1])
     raise AssertionError(f"slot {slot} has no master")
+
+
+# -- failure paths on the cluster ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stalled_master_is_an_unknown_outcome_and_the_next_call_gets_its_own_reply(
+    backend: str, rc: RedisClusterInfo
+) -> None:
+    """``CLIENT PAUSE ... WRITE`` on the key's master: the script's call times out as an unknown
+    outcome (never re-sent by the client); once the master runs again, the next call gets its
+    own reply, whose count agrees with what the master holds."""
+    key = "resp-stall:{" + secrets.token_hex(4) + "}"
+    owner = redis.Redis(port=_owner(rc, key_slot(key)))
+
+    async def main() -> None:
+        async with RespCluster.from_url(rc.url, timeout_s=0.2) as client:
+            script = client.register_script(COUNT_SCRIPT)
+            assert await script(keys=[key], args=["warm"]) == ["warm", "1"]
+            owner.execute_command("CLIENT", "PAUSE", "30000", "WRITE")
+            try:
+                with pytest.raises(UnknownOutcome):
+                    await script(keys=[key], args=["stalled"])
+            finally:
+                owner.execute_command("CLIENT", "UNPAUSE")
+            reply = await script(keys=[key], args=["after"])
+            assert reply[0] == "after"
+            assert reply[1] == (owner.get(key) or b"").decode()
+            assert int(reply[1]) in (2, 3)  # the stalled run happened at most once
+
+    run(backend, main)
+    owner.delete(key)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_noscript_on_every_master_sends_each_script_once_in_full(
+    backend: str, rc: RedisClusterInfo
+) -> None:
+    keys = [f"resp-noscript:{{{secrets.token_hex(3)}{i}}}" for i in range(12)]
+
+    async def main() -> None:
+        async with RespCluster.from_url(rc.url) as client:
+            script = client.register_script(COUNT_SCRIPT)
+            for port in rc.masters:
+                redis.Redis(port=port).script_flush()
+            for key in keys:
+                assert await script(keys=[key], args=[key]) == [key, "1"]
+
+    run(backend, main)
+    assert len({_owner(rc, key_slot(k)) for k in keys}) > 1  # more than one master answered
+    for key in keys:
+        owner = redis.Redis(port=_owner(rc, key_slot(key)))
+        assert owner.get(key) == b"1"
+        owner.delete(key)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_connections_the_server_killed_are_replaced_on_the_next_call(
+    backend: str, rc: RedisClusterInfo
+) -> None:
+    """``CLIENT KILL`` of the client's (named) connections between two calls: the client sees
+    them close, and the next call opens a new one and runs once."""
+    name = "nc-kill-" + secrets.token_hex(4)
+    key = "resp-kill:{" + secrets.token_hex(4) + "}"
+    port = _owner(rc, key_slot(key))
+    owner = redis.Redis(port=port, decode_responses=True)
+
+    async def main() -> None:
+        async with RespCluster.from_url(rc.url, client_name=name) as client:
+            script = client.register_script(COUNT_SCRIPT)
+            assert await script(keys=[key], args=["one"]) == ["one", "1"]
+            mine = [c["id"] for c in owner.client_list() if c.get("name") == name]
+            assert mine
+            for client_id in mine:
+                owner.execute_command("CLIENT", "KILL", "ID", client_id)
+            node = client.node(("127.0.0.1", port))
+            for _ in range(1000):  # until the client has read the end of each stream
+                if node.statistics()["connections"] == 0:
+                    break
+                await anyio.sleep(0.01)
+            assert node.statistics()["connections"] == 0
+            assert await script(keys=[key], args=["two"]) == ["two", "2"]
+
+    run(backend, main)
+    assert owner.get(key) == "2"
+    owner.delete(key)

@@ -15,6 +15,7 @@ from cluster.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, BOB_NOTES, DEMO
 from nodes.protocol import Node, Reply
 from store.api import Confirmation, ConfirmOutcome, Note, Snapshot, WriteOutcome
 from store.notes import NoteStore
+from tests.conftest import raw
 from tests.harness import call_tool, error, make_nodes, result
 from tests.test_delete_flow import Seeded, seed
 
@@ -135,12 +136,12 @@ async def test_round_one_asks_for_roots_and_touches_no_store(store: NoteStore) -
     await seed(store)
     recording = RecordingStore(store)
     (node,) = make_nodes(recording, 1)
-    before = {str(k) async for k in store.client.scan_iter(match=f"{store.prefix}:*")}
+    before = {str(k) async for k in raw(store).scan_iter(match=f"{store.prefix}:*")}
 
     requests = asked(await search(node))
     assert requests == {"roots": {"method": "roots/list"}}
     assert recording.calls == [], "a client that never retries leaves nothing behind"
-    after = {str(k) async for k in store.client.scan_iter(match=f"{store.prefix}:*")}
+    after = {str(k) async for k in raw(store).scan_iter(match=f"{store.prefix}:*")}
     assert after == before
 
 

@@ -26,6 +26,7 @@ from nodes.results import META_ERROR
 from nodes.setup_links import SETUP_PATH_PREFIX
 from nodes.setup_page import SetupPages
 from store.notes import NoteStore
+from tests.conftest import raw
 from tests.harness import call_tool, error, make_nodes, meta, result, until_redis_clock
 from tests.test_delete_flow import assert_invalid_state
 
@@ -107,7 +108,7 @@ async def open_page(
 
 
 async def keys_of(store: NoteStore) -> set[str]:
-    return {str(k) async for k in store.client.scan_iter(match=f"{store.prefix}:*")}
+    return {str(k) async for k in raw(store).scan_iter(match=f"{store.prefix}:*")}
 
 
 # --- the capability ---------------------------------------------------------------------------

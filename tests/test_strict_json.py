@@ -23,6 +23,7 @@ from nodes.legacy import LegacyAdapter
 from nodes.protocol import PROTOCOL_VERSION, Node
 from store.notes import NoteStore
 from store.sessions import SessionStore
+from tests.conftest import raw
 from tests.harness import demo_config, meta
 
 ALICE = "alice-demo-token"
@@ -33,7 +34,7 @@ BOB_NOTES = "file:///Users/bob/Documents/Notes"
 async def client(store: NoteStore) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on the ASGI app of one node (with the legacy adapter, as served)."""
     node = Node(demo_config(), store)
-    legacy = LegacyAdapter(node, SessionStore(store.client, prefix=store.prefix))
+    legacy = LegacyAdapter(node, SessionStore(raw(store), prefix=store.prefix))
     app = make_app(node, TokenTable.from_plain(DEMO_TOKENS), legacy=legacy)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://node") as http:

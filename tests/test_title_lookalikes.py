@@ -28,6 +28,7 @@ from nodes.tools.text_rules import (
 )
 from store.notes import NoteStore
 from store.sessions import SessionStore
+from tests.conftest import raw
 from tests.harness import call_tool, make_nodes, result
 from tests.test_legacy import LIMITS, STEP_S, Cluster, initialize, post, start_nodes
 
@@ -188,7 +189,7 @@ async def cluster(
     """HTTP nodes with the legacy adapter (as tests/test_legacy.py starts them)."""
     urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, LIMITS)
     async with httpx.AsyncClient(timeout=STEP_S) as http:
-        yield Cluster(urls, store, SessionStore(store.client, prefix=key_prefix), http)
+        yield Cluster(urls, store, SessionStore(raw(store), prefix=key_prefix), http)
 
 
 async def test_the_legacy_adapter_refuses_the_same_titles(cluster: Cluster) -> None:

@@ -19,6 +19,7 @@ from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT, TEAM
 from nodes.protocol import Node
 from nodes.results import META_ERROR
 from store.notes import NoteStore
+from tests.conftest import raw
 from tests.harness import accept, call_tool, make_nodes, random_seed, result
 
 WS = {"workspaceUri": ALICE_NOTES}
@@ -195,7 +196,7 @@ async def test_a_listing_survives_concurrent_creates_and_deletes(store: NoteStor
         # Between pages, others delete and create notes.
         if doomed:
             victim = doomed.pop(rng.randrange(len(doomed)))
-            assert await store.client.delete([store.keys(DEMO_TENANT).note(victim)]) == 1
+            assert await raw(store).delete([store.keys(DEMO_TENANT).note(victim)]) == 1
         await store.create(DEMO_TENANT, ALICE_NOTES, "new", "", "a")
         cursor = page.get("nextCursor")
         if cursor is None:

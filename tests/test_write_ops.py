@@ -20,6 +20,7 @@ from store.api import Confirmation, IdempotencyConflict, WriteOp
 from store.client import sync_client
 from store.journal import read_journal
 from store.notes import NoteStore
+from tests.conftest import raw
 
 T = "acme"
 WS = "file:///w/inbox"
@@ -63,8 +64,8 @@ async def test_a_create_run_twice_with_one_operation_writes_one_note_and_answers
     assert other[:7] == first[:7]
     assert other[8] == "1"
     # The quotas were charged once, in the first run: a full quota does not refuse the replays.
-    assert await store.client.hgetall(k.usage) == {"n:alice": "1", "b:alice": "5"}
-    assert await store.client.hgetall(k.workspace_usage(WS)) == {"alice": "1"}
+    assert await raw(store).hgetall(k.usage) == {"n:alice": "1", "b:alice": "5"}
+    assert await raw(store).hgetall(k.workspace_usage(WS)) == {"alice": "1"}
 
 
 async def test_create_with_one_operation_twice_is_one_note_and_the_second_is_a_replay(
@@ -171,8 +172,8 @@ async def test_a_confirmation_run_twice_by_one_call_is_executed_twice_and_delete
     assert (await store.confirm(c)).status == "replay"
     assert [e.note for e in journal(store, redis_url) if e.op == "delete"] == [note.note_id]
     # The owner's counts dropped once: "Stays" is still counted.
-    assert await store.client.hgetall(k.usage) == {"n:alice": "1", "b:alice": "7"}
-    assert await store.client.hgetall(k.workspace_usage(WS)) == {"alice": "1"}
+    assert await raw(store).hgetall(k.usage) == {"n:alice": "1", "b:alice": "7"}
+    assert await raw(store).hgetall(k.workspace_usage(WS)) == {"alice": "1"}
 
 
 async def test_one_operation_id_with_another_digest_is_refused_and_writes_nothing(
@@ -204,7 +205,7 @@ async def test_an_operation_record_expires_after_its_ttl_and_the_write_runs_agai
     first = await store.create(T, WS, "Short", "b", "alice", op=short)
     key = store.keys(T).op(short.op_id)
     with trio.fail_after(10):
-        while await store.client.exists([key]):  # noqa: ASYNC110 - a Redis TTL, not ours
+        while await raw(store).exists([key]):  # noqa: ASYNC110 - a Redis TTL, not ours
             await trio.sleep(0.02)
     assert await store.recorded_write(T, short.op_id) is None
     second = await store.create(T, WS, "Short", "b", "alice", op=short)
@@ -217,8 +218,8 @@ async def test_a_write_without_an_operation_keeps_its_record_for_a_minute_only(
 ) -> None:
     await store.create(T, WS, "Unkeyed", "b", "alice")
     records = [
-        key async for key in store.client.scan_iter(match=f"{store.keys(T).base}:op:*", count=1000)
+        key async for key in raw(store).scan_iter(match=f"{store.keys(T).base}:op:*", count=1000)
     ]
     assert len(records) == 1
-    ttl = await store.client.pttl(records[0])
+    ttl = await raw(store).pttl(records[0])
     assert 0 < ttl <= 60_000
