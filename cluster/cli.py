@@ -1554,8 +1554,9 @@ def shrink_cmd(run_dir: Path, budget: float, out_dir: Path | None) -> None:
     """``notes-cluster shrink`` (issue 19: ``cluster.deterministic.command``)."""
     require_extra("sim")
     from cluster.deterministic.command import shrink_folder
+    from loadgen.run.folder import RunFolder
 
-    shrink_folder(run_dir, out_dir or run_dir / "shrunk", budget)
+    shrink_folder(run_dir, out_dir or RunFolder(run_dir).shrunk_dir, budget)
 
 
 @main.command(

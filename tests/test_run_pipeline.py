@@ -92,3 +92,58 @@ def test_the_exercise_verdict_is_applied_in_one_place() -> None:
 def test_the_callers_scan_finds_a_call() -> None:
     """The control of the scan above: it does find calls (``recording`` has several)."""
     assert "loadgen/run/pipeline.py" in _callers("recording")
+
+
+def _spelled(names: set[str], skip: str = "loadgen/run/folder.py") -> dict[str, list[str]]:
+    """Where a string constant of the code (not a docstring) in cluster/ and loadgen/ is one of
+    ``names``: module path -> the names it spells."""
+    found: dict[str, list[str]] = {}
+    for package in ("cluster", "loadgen"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = str(path.relative_to(ROOT))
+            if where == skip:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docstrings = {
+                id(n.body[0].value)
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                and n.body
+                and isinstance(n.body[0], ast.Expr)
+                and isinstance(n.body[0].value, ast.Constant)
+            }
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and id(node) not in docstrings
+                    and node.value in names
+                ):
+                    found.setdefault(where, []).append(node.value)
+    return found
+
+
+def _run_file_names() -> set[str]:
+    import loadgen.run.folder as folder
+
+    return {
+        v
+        for k, v in vars(folder).items()
+        if k.isupper()
+        and isinstance(v, str)
+        and k.endswith(("_FILE", "_DIR", "_LOG", "_PREFIX"))
+        and v != "store"  # the facts folder: a word every store module says in other senses
+    }
+
+
+def test_run_file_names_are_spelled_in_the_run_folder_alone() -> None:
+    names = _run_file_names()
+    assert {"history.jsonl", "results.json", "tally.json", "faults.json"} <= names
+    assert _spelled(names) == {}
+
+
+def test_the_spelling_scan_finds_a_run_file_name() -> None:
+    """The control of the scan above: the folder module itself spells them all."""
+    names = _run_file_names()
+    found = _spelled(names, skip="")
+    assert set(found["loadgen/run/folder.py"]) == names

@@ -20,6 +20,8 @@ from typing import Any, NoReturn
 
 import click
 
+from loadgen.run.folder import RunFolder
+
 HASH_SEED = "0"
 """``PYTHONHASHSEED`` of every deterministic run."""
 
@@ -57,7 +59,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
         parse_fault_kinds,
         report_run,
     )
-    from loadgen.run.folder import RunFolder, mark_complete
+    from loadgen.run.folder import mark_complete
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
 
@@ -129,7 +131,8 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
         recorded = _recorded_sha(replay_dir)
         if recorded is not None and recorded != sim.history_sha256:
             found = first_divergence(
-                file_lines(replay_dir / "history.jsonl"), file_lines(run_dir / "history.jsonl")
+                file_lines(RunFolder(replay_dir).history_file),
+                file_lines(RunFolder(run_dir).history_file),
             )
             said = "" if found is None else f": {found.describe()}"
             _say(f"replay differs from {replay_dir}{said}")
@@ -166,14 +169,14 @@ def _logs_in(run_dir: Path, *, nodes: bool) -> Iterator[None]:
     ``run_dir/nodes.log`` when faults make it talk (as ``simulate`` does)."""
     from cluster.run_log import nodes_log_to
 
-    handler = logging.FileHandler(run_dir / "buggify.log", encoding="utf-8", delay=True)
+    handler = logging.FileHandler(RunFolder(run_dir).buggify_log, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     points = logging.getLogger("notes_cluster.buggify")
     level = points.level
     points.addHandler(handler)
     points.setLevel(logging.INFO)
     try:
-        with nodes_log_to(run_dir / "nodes.log" if nodes else None):
+        with nodes_log_to(RunFolder(run_dir).nodes_log if nodes else None):
             yield
     finally:
         points.removeHandler(handler)
@@ -206,7 +209,7 @@ def _seeds(options: Any, workers: int, *, buggify: bool, swarmed: bool) -> NoRet
 
 def _recorded_sha(run_dir: Path) -> str | None:
     try:
-        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        results = json.loads(RunFolder(run_dir).results_file.read_text(encoding="utf-8"))
         return str(results["deterministic"]["history_sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -227,7 +230,7 @@ def shrink_folder(run_dir: Path, out: Path, budget_s: float) -> NoReturn:
     try:
         saved = read_settings(run_dir)
         options = options_from_json(saved, None)
-        results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
+        results = json.loads(RunFolder(run_dir).results_file.read_text(encoding="utf-8"))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise click.UsageError(f"shrink: {exc}") from None
     invalid = [v["name"] for v in results.get("invariants", []) if v.get("status") == "invalid"]

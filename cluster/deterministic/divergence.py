@@ -19,6 +19,7 @@ from cluster.deterministic.run import DeterministicSimulation, run_deterministic
 from cluster.deterministic.world import EPOCH_S
 from cluster.experiments.simulate import SimulateOptions
 from loadgen.history import Op
+from loadgen.run.folder import RunFolder
 from loadgen.transport import Transport
 
 
@@ -110,7 +111,6 @@ def op_lines(ops: Iterable[Op]) -> Iterator[str]:
     return (op.to_json() for op in ops)
 
 
-DETERMINISM_FILE = "determinism.json"
 """In a ``--check-determinism`` run folder: both runs' digests and the first divergent step."""
 
 
@@ -143,13 +143,13 @@ def check_determinism(
     first = again(options)
     second = again(replace(options, run_dir=None))
     if options.run_dir is not None:
-        lines: Iterable[str] = file_lines(options.run_dir / "history.jsonl")
+        lines: Iterable[str] = file_lines(RunFolder(options.run_dir).history_file)
     else:
         lines = op_lines(first.history.ops)
     found = first_divergence(lines, op_lines(second.history.ops))
     outcome = DeterminismCheck(first, second, found)
     if options.run_dir is not None:
-        (options.run_dir / DETERMINISM_FILE).write_text(
+        RunFolder(options.run_dir).determinism_file.write_text(
             json.dumps(outcome.to_json(), indent=2) + "\n", encoding="utf-8"
         )
     return outcome

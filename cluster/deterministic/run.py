@@ -53,9 +53,6 @@ from loadgen.transport import Transport
 from store.buggify import Buggify, buggify_on
 from store.memory_transport import serve_memory_store
 
-SETTINGS_FILE = "deterministic.json"
-"""In a deterministic run folder: what replays it (``--replay``)."""
-
 MACHINE_FIELDS = (
     ("deterministic", "wall_s"),
     ("deterministic", "flows_per_wall_s"),
@@ -122,8 +119,9 @@ class DeterministicSimulation(Run):
 def history_sha256(history: History, run_dir: Path | None) -> str:
     """sha256 of the history's JSONL bytes (the file's, or as the file would hold them)."""
     digest = hashlib.sha256()
-    if run_dir is not None and (run_dir / "history.jsonl").exists():
-        with (run_dir / "history.jsonl").open("rb") as f:
+    history_file = None if run_dir is None else RunFolder(run_dir).history_file
+    if history_file is not None and history_file.exists():
+        with history_file.open("rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     else:
@@ -230,7 +228,7 @@ async def simulate_deterministic(
     folder = None if options.run_dir is None else RunFolder(options.run_dir)
     if options.run_dir is not None:
         options.run_dir.mkdir(parents=True, exist_ok=True)
-        (options.run_dir / SETTINGS_FILE).write_text(
+        RunFolder(options.run_dir).deterministic_file.write_text(
             json.dumps(
                 settings_json(options, buggify=points is not None, skew=clocks is not None),
                 indent=2,
@@ -330,11 +328,11 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
 
 def read_settings(run_dir: Path) -> dict[str, Any]:
     """A deterministic run folder's ``deterministic.json``; ValueError saying what is wrong."""
-    path = run_dir / SETTINGS_FILE
+    path = RunFolder(run_dir).deterministic_file
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{run_dir} is no deterministic run folder (no {SETTINGS_FILE})") from None
+        raise ValueError(f"{run_dir} is no deterministic run folder (no {path.name})") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read it ({exc})") from None
     if not isinstance(saved, dict) or "settings" not in saved:

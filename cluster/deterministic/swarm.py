@@ -19,6 +19,7 @@ from typing import Any
 from cluster.deterministic.world import stream
 from cluster.experiments.simulate import SimulateOptions
 from cluster.faults import FaultKind
+from loadgen.run.folder import RunFolder
 
 SWARM_NODES = (2, 3, 4, 5)
 SWARM_WEIGHT_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -109,7 +110,7 @@ def run_seeds(
         runs = pool.map(_one, jobs)
     verdict = merged_verdict(runs)
     summary = {"verdict": verdict, "runs": [r.to_json() for r in runs]}
-    (Path(options.run_dir) / "seeds.json").write_text(
+    RunFolder(Path(options.run_dir)).seeds_file.write_text(
         json.dumps(summary, indent=2) + "\n", encoding="utf-8"
     )
     return verdict, runs

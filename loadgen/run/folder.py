@@ -53,6 +53,16 @@ FAILOVER_TABLE_FILE = "failover.md"
 NODES_LOG = "nodes.log"
 PICTURE_FILE = "report.png"
 PAGE_FILE = "report.html"
+DETERMINISTIC_FILE = "deterministic.json"
+"""A deterministic run's seed and settings: what ``simulate --replay`` runs again."""
+DETERMINISM_FILE = "determinism.json"
+"""``--check-determinism``'s outcome: same bytes, or the first divergent step."""
+SEEDS_FILE = "seeds.json"
+"""A deterministic ``--workers`` run's seeds and their verdicts (one ``seed-<N>/`` each)."""
+BUGGIFY_LOG = "buggify.log"
+"""The fault points that fired (``--buggify``)."""
+SHRUNK_DIR = "shrunk"
+"""Where ``notes-cluster shrink`` writes the smallest failing case, by default."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,6 +329,26 @@ class RunFolder:
     @property
     def failover_table_file(self) -> Path:
         return self.path / FAILOVER_TABLE_FILE
+
+    @property
+    def deterministic_file(self) -> Path:
+        return self.path / DETERMINISTIC_FILE
+
+    @property
+    def determinism_file(self) -> Path:
+        return self.path / DETERMINISM_FILE
+
+    @property
+    def seeds_file(self) -> Path:
+        return self.path / SEEDS_FILE
+
+    @property
+    def buggify_log(self) -> Path:
+        return self.path / BUGGIFY_LOG
+
+    @property
+    def shrunk_dir(self) -> Path:
+        return self.path / SHRUNK_DIR
 
     def make(self) -> RunFolder:
         """Create the folder (and its parents) if missing; return it."""
