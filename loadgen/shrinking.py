@@ -9,7 +9,8 @@ case shows the same bug, not another one a smaller run happens to hit.
 The passes, repeated until none shrinks the case or the budget is spent (Hypothesis' shrinker
 works the same way: cheap, coarse passes first, then finer ones, to a fixpoint):
 
-1. the hint: the flows the failing invariant names (or its partition's), tried alone first;
+1. the hints, in order, until one still fails: the flows the failing invariant names, then
+   (the caller's choice) the flows of its partition, each tried alone;
 2. flows: Zeller's ddmin (halves, then complements, then finer chunks);
 3. faults: none at all, then ddmin;
 4. nodes: the fewest that still fail, counting up from one;
@@ -181,7 +182,7 @@ def shrink(
     attempt: Attempt,
     invariant: str,
     *,
-    hint: Sequence[int] = (),
+    hints: Sequence[Sequence[int]] = (),
     simplifications: Sequence[Simplification] = (),
     budget: Budget | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -196,9 +197,11 @@ def shrink(
     best = original
     exhausted = False
     try:
-        kept = tuple(f for f in original.flows if f in set(hint))
-        if kept and kept != best.flows and search.fails(replace(best, flows=kept)):
-            best = replace(best, flows=kept)
+        for hint in hints:
+            kept = tuple(f for f in original.flows if f in set(hint))
+            if kept and kept != best.flows and search.fails(replace(best, flows=kept)):
+                best = replace(best, flows=kept)
+                break
         while True:
             before = best
             best = replace(best, flows=ddmin(best.flows, partial(_with_flows, search, best)))

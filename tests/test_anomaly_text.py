@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib.image
 
 from loadgen.anomaly_text import MAX_NAMED, completions, let_then
-from loadgen.flow_lanes import fault_windows, render_lanes
+from loadgen.flow_lanes import fault_windows, layout, render_lanes
 
 T0 = 1_796_000_000_000
 
@@ -103,3 +103,17 @@ def test_lanes_picture_has_one_lane_per_client(tmp_path: Path) -> None:
     a, b = matplotlib.image.imread(one), matplotlib.image.imread(two)
     assert a.shape[1] == b.shape[1] == 1200
     assert b.shape[0] >= a.shape[0]
+
+
+def test_lanes_place_operations_of_one_millisecond_by_history_step() -> None:
+    # Virtual time: a deterministic run does many operations in one millisecond; by time they
+    # would be drawn on top of each other, so the lanes count history steps instead.
+    same_ms = [{**r, "time_ms": T0 + (0 if r["index"] < 4 else 9)} for r in ROWS]
+    at, windows, label = layout(same_ms, [(0.0, 5.0, "nodes stop")])
+    assert at == {0: 0.0, 1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0, 5: 5.0}
+    assert windows == [(0.0, 4.0, "nodes stop")]  # the rows at +0 ms (steps 0-3) are inside it
+    assert label.startswith("history step")
+    at, windows, label = layout(ROWS, [(5.0, 15.0, "nodes stop")])
+    assert at[3] == 12.0
+    assert windows == [(5.0, 15.0, "nodes stop")]
+    assert label == "ms since the first operation"

@@ -69,8 +69,18 @@ def test_shrink_finds_the_flows_faults_and_nodes_a_failure_needs() -> None:
 def test_shrink_tries_the_hint_first() -> None:
     attempt, calls = _needs({3, 41})
     original = Case(flows=tuple(range(1000)), nodes=1)
-    result = shrink(original, attempt, INVARIANT, hint=(3, 41, 77))
+    result = shrink(original, attempt, INVARIANT, hints=[(3, 41, 77)])
     assert calls[0].flows == (3, 41, 77)
+    assert result.minimal.flows == (3, 41)
+
+
+def test_shrink_tries_the_next_hint_when_one_does_not_fail() -> None:
+    attempt, calls = _needs({3, 41})
+    original = Case(flows=tuple(range(1000)), nodes=1)
+    result = shrink(original, attempt, INVARIANT, hints=[(3, 77), (3, 41, 77, 99), (500,)])
+    assert [c.flows for c in calls[:2]] == [(3, 77), (3, 41, 77, 99)]
+    # The second hint failed: the search goes on from it, and the third is never tried.
+    assert all(set(c.flows) <= {3, 41, 77, 99} for c in calls[2:])
     assert result.minimal.flows == (3, 41)
 
 

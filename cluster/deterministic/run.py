@@ -15,8 +15,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from loadgen.history import History, Op, close_history, open_history
 from loadgen.runfolder import dump_store_facts, history_files
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
+from store.api import NoteStoreAPI
 from store.buggify import Buggify, buggify_on
 from store.memory_transport import serve_memory_store
 
@@ -82,6 +83,21 @@ def comparable(results: dict[str, Any]) -> dict[str, Any]:
 
 PREFIX = "nc"
 """Key prefix of a deterministic run: its store is its own."""
+
+
+_planted: list[Callable[[NoteStoreAPI], NoteStoreAPI]] = []
+
+
+@contextmanager
+def planted_store(wrap: Callable[[NoteStoreAPI], NoteStoreAPI]) -> Iterator[None]:
+    """Test-only: every deterministic run inside this block gives its nodes ``wrap(store)``
+    instead of their store (``StoreOptions.wrap``), so a test plants a misbehaving store under
+    ``simulate --deterministic``, ``--replay`` and ``shrink`` alike. Never used by the CLI."""
+    _planted.append(wrap)
+    try:
+        yield
+    finally:
+        _planted.remove(wrap)
 
 
 class DeterministicUsageError(ValueError):
@@ -163,6 +179,7 @@ def settings_json(
         "nodes": options.nodes,
         "state_ttl_s": options.state_ttl_s,
         "faults": sorted(options.faults),
+        "injected": None if options.injected is None else sorted(options.injected),
         "fault_seed": options.fault_seed,
         "replay_grace_ms": options.replay_grace_ms,
         "exercise": asdict(options.exercise),
@@ -175,6 +192,7 @@ def settings_json(
             "weights": s.weights,
             "tenants": s.tenants,
             "tag": s.tag,
+            "only_flows": None if s.only_flows is None else list(s.only_flows),
         },
     }
 
@@ -221,7 +239,10 @@ async def simulate_deterministic(
                 clocks=clocks,
                 prefix=PREFIX,
                 replay_grace_ms=SIM_REPLAY_GRACE_MS,
-                store_options=store_options(options, PREFIX, nemeses),
+                store_options=replace(
+                    store_options(options, PREFIX, nemeses),
+                    wrap=_planted[-1] if _planted else None,
+                ),
             ) as cluster:
                 await scripts_loaded(cluster)
                 stats, faults = await _load(
@@ -314,6 +335,7 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
         nodes=int(saved["nodes"]),
         state_ttl_s=float(saved["state_ttl_s"]),
         faults=frozenset(saved["faults"]),
+        injected=None if saved.get("injected") is None else frozenset(saved["injected"]),
         fault_seed=saved["fault_seed"],
         replay_grace_ms=int(saved["replay_grace_ms"]),
         exercise=ExerciseRule(**saved["exercise"]),
@@ -327,6 +349,7 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
             weights={str(k): float(v) for k, v in s["weights"].items()},
             tenants=int(s["tenants"]),
             tag=str(s["tag"]),
+            only_flows=None if s.get("only_flows") is None else tuple(map(int, s["only_flows"])),
         ),
     )
 
