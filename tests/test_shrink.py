@@ -108,6 +108,8 @@ def _shrinks_and_replays(
         found = SUMMARY.search(shrunk.output)
         assert found is not None, shrunk.output
         flows, faults, nodes, runs = map(int, found.groups())
+        tried = re.findall(r"^  run (\d+): .*: (fails|passes)$", shrunk.output, re.MULTILINE)
+        assert [int(n) for n, _ in tried] == list(range(1, runs + 1))  # each run said
         assert 1 <= flows <= 5
         assert faults <= 3
         assert 1 <= nodes <= 3

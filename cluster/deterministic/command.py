@@ -246,8 +246,17 @@ def shrink_command(
         f"shrink: seed {s.seed}, {failing.invariant} broken; budget {budget_s:g} s or "
         f"{budget_runs} runs; minimal case into {out}"
     )
+    count = iter(range(1, budget_runs + 1))
+
+    def tried(case: Any, broke: set[str]) -> None:
+        points = ", fault points" if case.setting("buggify") else ""
+        fails = "fails" if failing.invariant in broke else "passes"
+        _say(f"  run {next(count)}: {case.size()}{points}: {fails}")
+
     with _logs_in(out, nodes=bool(failing.options.faults)):
-        done = shrink_folder(run_dir, out, Budget(budget_s, budget_runs), failing.invariant)
+        done = shrink_folder(
+            run_dir, out, Budget(budget_s, budget_runs), failing.invariant, on_attempt=tried
+        )
     mark_complete(out)
     _say(done.found.summary())
     _say(f"replay: {done.replay}")

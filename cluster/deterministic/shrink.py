@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -162,10 +162,17 @@ class Shrunk:
         return self.found.invariant in invalid_names(self.sim)
 
 
-def shrink_folder(run_dir: Path, out: Path, budget: Budget, invariant: str | None = None) -> Shrunk:
+def shrink_folder(
+    run_dir: Path,
+    out: Path,
+    budget: Budget,
+    invariant: str | None = None,
+    on_attempt: Callable[[Case, set[str]], None] | None = None,
+) -> Shrunk:
     """Shrink the failing run in ``run_dir`` (keeping ``invariant`` broken; None: its first
     invalid one) within ``budget``; run the minimal case into ``out`` (an empty folder) and
-    write its replay command, anomaly text and lanes there."""
+    write its replay command, anomaly text and lanes there. ``on_attempt`` hears each case
+    tried and the invariants it broke."""
     failing = read_failing(run_dir, invariant)
     options = failing.options
     original = case_of(options, buggify=failing.buggify, skew=failing.skew)
@@ -173,7 +180,10 @@ def shrink_folder(run_dir: Path, out: Path, budget: Budget, invariant: str | Non
     cuts = hints(run_dir / "history.jsonl", failing.ops, first_flow)
 
     def attempt(case: Case) -> set[str]:
-        return invalid_names(run_case(case, options, None))
+        broke = invalid_names(run_case(case, options, None))
+        if on_attempt is not None:
+            on_attempt(case, broke)
+        return broke
 
     found = shrink(
         original, attempt, failing.invariant, hints=cuts, simplifications=SIMPLER, budget=budget
