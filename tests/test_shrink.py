@@ -23,8 +23,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cluster.cli import main
-from cluster.deterministic.run import planted_store, run_deterministic
-from cluster.deterministic.shrink import case_of, hints, options_of
+from cluster.deterministic.run import planted_store, run_deterministic, settings_json
+from cluster.deterministic.shrink import case_of, hints, options_of, read_failing
 from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE, EXIT_VALID
 from cluster.experiments.simulate import SimulateOptions
 from loadgen.runner import RunSettings
@@ -257,3 +257,20 @@ def test_a_case_is_the_runs_options_and_back() -> None:
     assert case_of(smaller, buggify=False, skew=True) == replace(
         cut, settings=(("buggify", False), ("skew", True))
     )
+
+
+def test_a_damaged_folder_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    options = SimulateOptions(settings=RunSettings(flows=10, seed=2))
+    (tmp_path / "deterministic.json").write_text(json.dumps(settings_json(options)))
+    broken = {"name": "moves_land", "status": "invalid", "ops": [3]}
+    (tmp_path / "results.json").write_text(json.dumps({"invariants": [broken]}))
+    (tmp_path / "history.jsonl").write_text("not a history line\n")
+    with pytest.raises(ValueError, match=r"history\.jsonl: cannot read it"):
+        read_failing(tmp_path)
+    (tmp_path / "history.jsonl").write_text("")
+    failing = read_failing(tmp_path)
+    assert (failing.invariant, failing.ops, failing.hints) == ("moves_land", (3,), ((), ()))
+    assert failing.options.settings.flows == 10
+    refused = _cli("shrink", str(tmp_path), "--invariant", "creates_exactly_once")
+    assert refused.exit_code == EXIT_USAGE
+    assert "does not break creates_exactly_once (it breaks moves_land)" in refused.output

@@ -250,13 +250,12 @@ def shrink_command(
 
     def tried(case: Any, broke: set[str]) -> None:
         points = ", fault points" if case.setting("buggify") else ""
+        skewed = ", skewed clocks" if case.setting("skew") else ""
         fails = "fails" if failing.invariant in broke else "passes"
-        _say(f"  run {next(count)}: {case.size()}{points}: {fails}")
+        _say(f"  run {next(count)}: {case.size()}{points}{skewed}: {fails}")
 
     with _logs_in(out, nodes=bool(failing.options.faults)):
-        done = shrink_folder(
-            run_dir, out, Budget(budget_s, budget_runs), failing.invariant, on_attempt=tried
-        )
+        done = shrink_folder(failing, out, Budget(budget_s, budget_runs), on_attempt=tried)
     mark_complete(out)
     _say(done.found.summary())
     _say(f"replay: {done.replay}")

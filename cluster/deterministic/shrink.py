@@ -54,6 +54,8 @@ class Failing:
     invariant: str
     ops: tuple[int, ...]
     """The history indices the invariant names."""
+    hints: tuple[tuple[int, ...], ...] = ()
+    """The first cuts (``hints``): the flows of ``ops``, then every flow of their tenants."""
 
 
 def read_failing(run_dir: Path, invariant: str | None = None) -> Failing:
@@ -73,12 +75,19 @@ def read_failing(run_dir: Path, invariant: str | None = None) -> Failing:
         names = ", ".join(str(v.get("name")) for v in invalid)
         raise ValueError(f"{run_dir} does not break {invariant} (it breaks {names})")
     first = chosen[0]
+    ops = tuple(int(i) for i in first.get("ops", []))
+    history = run_dir / "history.jsonl"
+    try:
+        cuts = hints(history, ops, options.settings.first_flow) if history.exists() else []
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{history}: cannot read it ({exc})") from None
     return Failing(
         options,
         bool(saved.get("buggify", False)),
         bool(saved.get("skew", True)),
         str(first["name"]),
-        tuple(int(i) for i in first.get("ops", [])),
+        ops,
+        tuple(cuts),
     )
 
 
@@ -163,21 +172,17 @@ class Shrunk:
 
 
 def shrink_folder(
-    run_dir: Path,
+    failing: Failing,
     out: Path,
     budget: Budget,
-    invariant: str | None = None,
     on_attempt: Callable[[Case, set[str]], None] | None = None,
 ) -> Shrunk:
-    """Shrink the failing run in ``run_dir`` (keeping ``invariant`` broken; None: its first
-    invalid one) within ``budget``; run the minimal case into ``out`` (an empty folder) and
-    write its replay command, anomaly text and lanes there. ``on_attempt`` hears each case
-    tried and the invariants it broke."""
-    failing = read_failing(run_dir, invariant)
+    """Shrink the ``failing`` run (``read_failing``) within ``budget``, keeping its invariant
+    broken; run the minimal case into ``out`` (an empty folder) and write its replay command,
+    anomaly text and lanes there. ``on_attempt`` hears each case tried and the invariants it
+    broke."""
     options = failing.options
     original = case_of(options, buggify=failing.buggify, skew=failing.skew)
-    first_flow = options.settings.first_flow
-    cuts = hints(run_dir / "history.jsonl", failing.ops, first_flow)
 
     def attempt(case: Case) -> set[str]:
         broke = invalid_names(run_case(case, options, None))
@@ -186,7 +191,12 @@ def shrink_folder(
         return broke
 
     found = shrink(
-        original, attempt, failing.invariant, hints=cuts, simplifications=SIMPLER, budget=budget
+        original,
+        attempt,
+        failing.invariant,
+        hints=failing.hints,
+        simplifications=SIMPLER,
+        budget=budget,
     )
     sim = run_case(found.minimal, options, out)
     replay = f"notes-cluster simulate --replay {shlex.quote(str(out))}"
