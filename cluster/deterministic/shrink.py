@@ -42,6 +42,8 @@ SIMPLER = (Simplification("buggify", False), Simplification("skew", False))
 REPLAY_FILE = "replay.sh"
 ANOMALY_FILE = "anomaly.txt"
 LANES_FILE = "lanes.png"
+LANES_FLOWS_MAX = 12
+"""A minimal case of more flows is drawn with only the flows its invariant names."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,8 @@ def shrink_folder(
 
 def write_explanation(out: Path, invariant: str, title: str) -> None:
     """``anomaly.txt`` (Let / Then of ``invariant``) and ``lanes.png`` (every flow of the run,
-    fault windows shaded) of the run folder ``out``."""
+    or, past ``LANES_FLOWS_MAX``, the flows the invariant names; fault windows shaded) of the
+    run folder ``out``."""
     from loadgen.anomaly_text import let_then
     from loadgen.flow_lanes import fault_windows, render_lanes
 
@@ -223,7 +226,13 @@ def write_explanation(out: Path, invariant: str, title: str) -> None:
     faults_path = out / "faults.json"
     faults = json.loads(faults_path.read_text(encoding="utf-8")) if faults_path.exists() else []
     t0 = min((int(r["time_ms"]) for r in rows), default=0)
-    render_lanes(rows, fault_windows(faults, t0), out / LANES_FILE, f"{title}: {invariant}")
+    drawn, what = rows, f"{title}: {invariant}"
+    if len({r["flow"] for r in rows}) > LANES_FLOWS_MAX and verdict is not None:
+        named = {int(i) for i in verdict.get("ops", [])}
+        flows = {r["flow"] for r in rows if int(r["index"]) in named}
+        drawn = [r for r in rows if r["flow"] in flows]
+        what += " (the flow it names)" if len(flows) == 1 else f" (the {len(flows)} flows it names)"
+    render_lanes(drawn, fault_windows(faults, t0), out / LANES_FILE, what)
 
 
 def _invalid_entry(results: dict[str, Any], invariant: str) -> dict[str, Any] | None:
