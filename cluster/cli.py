@@ -1543,20 +1543,29 @@ def conformance(
 @main.command(
     "shrink",
     help="Search a failing deterministic run folder (simulate --deterministic) for a smaller "
-    "run of the same seed that fails the same invariant: fewer flows, faults, fault points and "
-    "nodes, within --budget seconds; the smallest is run into --out (default RUN_DIR/shrunk), "
-    "which simulate --replay runs again.",
+    "run of the same seed that fails the same invariant: first the flows of the invariant's "
+    "operations, then of their tenant, then fewer flows, fault kinds and nodes, fault points "
+    "off, clocks unskewed, within --budget seconds and --budget-runs runs. The smallest is run "
+    "into --out (default RUN_DIR/shrunk) with replay.sh (simulate --replay of it), anomaly.txt "
+    "and lanes.png. Exit 1: the shrunk run fails the same invariant.",
 )
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--budget", default=300.0, show_default=True, type=click.FloatRange(1, 86_400))
+@click.option("--budget-runs", default=500, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
-def shrink_cmd(run_dir: Path, budget: float, out_dir: Path | None) -> None:
+@click.option(
+    "--invariant", default=None, help="The broken invariant to keep (default: the first)."
+)
+def shrink_cmd(
+    run_dir: Path, budget: float, budget_runs: int, out_dir: Path | None, invariant: str | None
+) -> None:
     """``notes-cluster shrink`` (issue 19: ``cluster.deterministic.command``)."""
     require_extra("sim")
-    from cluster.deterministic.command import shrink_folder
+    from cluster.deterministic.command import shrink_command
     from loadgen.run.folder import RunFolder
 
-    shrink_folder(run_dir, out_dir or RunFolder(run_dir).shrunk_dir, budget)
+    shrunk = out_dir or RunFolder(run_dir).shrunk_dir
+    shrink_command(run_dir, shrunk, budget, budget_runs, invariant)
 
 
 @main.command(

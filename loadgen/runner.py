@@ -8,7 +8,6 @@ driven over the HTTP nodes a ``LegacyHttp`` reaches, recorded in the same histor
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import time
@@ -64,6 +63,19 @@ class RunSettings:
     exact_expiry: bool = False
     """Aim expiry races at the exact millisecond (``FlowEnv.exact_expiry``): a deterministic
     run only, where the Redis-clock estimate is exact."""
+    only_flows: tuple[int, ...] | None = None
+    """Run exactly these of the ``flows`` planned flows (indices below ``flows``, each with its
+    original id, kind and draws: a flow's are a function of the seed and its index alone), in
+    this order; None: all of them. A shrunk run keeps the few flows that still fail."""
+
+    def planned(self) -> tuple[int, ...] | range:
+        """The flow indices this run starts (``only_flows``, or every planned flow)."""
+        if self.only_flows is None:
+            return range(self.flows)
+        wrong = [i for i in self.only_flows if not 0 <= i < self.flows]
+        if wrong:
+            raise ValueError(f"only_flows {wrong[:3]} outside the {self.flows} planned flows")
+        return self.only_flows
 
 
 @dataclass
@@ -171,7 +183,8 @@ async def _drive(
     def on_run_clock(t: float) -> float:
         return started_s + (t - t0)
 
-    ids = itertools.count()
+    planned = settings.planned()
+    ids = iter(planned)  # shared by the workers: each index runs once
     with trio.move_on_at(deadline + CUT_OFF_S):
         async with trio.open_nursery() as nursery:
             if settings.rate is None:
@@ -179,7 +192,7 @@ async def _drive(
                 async def worker() -> None:
                     for i in ids:
                         now = trio.current_time()
-                        if i >= settings.flows or now >= deadline:
+                        if now >= deadline:
                             return
                         await one(settings.first_flow + i, on_run_clock(now))
 
@@ -187,8 +200,8 @@ async def _drive(
                     nursery.start_soon(worker)
             else:
                 period = 1.0 / settings.rate
-                for i in range(settings.flows):
-                    intended = t0 + i * period
+                for i in planned:
+                    intended = t0 + i * period  # a kept flow keeps its place on the timeline
                     if intended >= deadline:
                         break
                     await trio.sleep_until(intended)

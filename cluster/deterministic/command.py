@@ -119,7 +119,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     s = options.settings
     faults = ", ".join(sorted(options.faults)) or "none"
     _say(
-        f"deterministic: seed {s.seed}; {options.nodes} nodes, {s.flows} flows, state TTL "
+        f"deterministic: seed {s.seed}; {options.nodes} nodes, {_flows(s)}, state TTL "
         f"{options.state_ttl_s:g} s, faults {faults}, fault points {'on' if buggify else 'off'}; "
         f"run folder {run_dir}"
     )
@@ -207,6 +207,16 @@ def _seeds(options: Any, workers: int, *, buggify: bool, swarmed: bool) -> NoRet
     sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(verdict, EXIT_UNKNOWN))
 
 
+def _flows(s: Any) -> str:
+    """``300 flows``, or ``2 of 300 flows (kept: 17, 41)`` for a shrunk run."""
+    if s.only_flows is None:
+        return f"{s.flows} flows"
+    kept = ", ".join(str(i) for i in s.only_flows[:10]) + (
+        ", ..." if len(s.only_flows) > 10 else ""
+    )
+    return f"{len(s.only_flows)} of {s.flows} flows (kept: {kept})"
+
+
 def _recorded_sha(run_dir: Path) -> str | None:
     try:
         results = json.loads(RunFolder(run_dir).results_file.read_text(encoding="utf-8"))
@@ -220,36 +230,43 @@ def _say(text: str) -> None:
     click.echo(text, err=True)
 
 
-def shrink_folder(run_dir: Path, out: Path, budget_s: float) -> NoReturn:
-    """``notes-cluster shrink RUN_DIR``: the smallest failing case, run into ``out``."""
-    from cluster.deterministic.run import options_from_json, read_settings, run_deterministic
-    from cluster.deterministic.shrink import Case, shrink
+def shrink_command(
+    run_dir: Path, out: Path, budget_s: float, budget_runs: int, invariant: str | None
+) -> NoReturn:
+    """``notes-cluster shrink RUN_DIR``: the smallest failing case, run into ``out``; exit 1
+    when it breaks the run's invariant again (the failure reproduced), 3 when it does not."""
+    from cluster.deterministic.shrink import read_failing, shrink_folder
     from cluster.exit_codes import EXIT_INVALID, EXIT_UNKNOWN
-    from loadgen.run.folder import RunFolderError, claim_out_dir
+    from loadgen.run.folder import RunFolderError, claim_out_dir, mark_complete
+    from loadgen.shrinking import Budget
 
     try:
-        saved = read_settings(run_dir)
-        options = options_from_json(saved, None)
-        results = json.loads(RunFolder(run_dir).results_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        failing = read_failing(run_dir, invariant)
+    except ValueError as exc:
         raise click.UsageError(f"shrink: {exc}") from None
-    invalid = [v["name"] for v in results.get("invariants", []) if v.get("status") == "invalid"]
-    if not invalid:
-        raise click.UsageError(f"shrink: {run_dir} is not INVALID: nothing to shrink")
     ensure_hash_seed()
     try:
         out = claim_out_dir(out, replace=True)
     except RunFolderError as exc:
         raise click.UsageError(f"shrink: {exc}") from None
-    case = Case(options, bool(saved.get("buggify", False)))
-    found = shrink(case, invalid[0], budget_s=budget_s)
-    sim = run_deterministic(replace(found.last.options, run_dir=out), buggify=found.last.buggify)
-    _say(found.summary())
-    _say(f"replay: notes-cluster simulate --replay {out}")
-    click.echo(f"{sim.result.status.upper()}: {', '.join(sorted(invalid_names(sim)))}")
-    sys.exit(EXIT_INVALID if invalid[0] in invalid_names(sim) else EXIT_UNKNOWN)
+    s = failing.options.settings
+    _say(
+        f"shrink: seed {s.seed}, {failing.invariant} broken; budget {budget_s:g} s or "
+        f"{budget_runs} runs; minimal case into {out}"
+    )
+    count = iter(range(1, budget_runs + 1))
 
+    def tried(case: Any, broke: set[str]) -> None:
+        points = ", fault points" if case.setting("buggify") else ""
+        skewed = ", skewed clocks" if case.setting("skew") else ""
+        fails = "fails" if failing.invariant in broke else "passes"
+        _say(f"  run {next(count)}: {case.size()}{points}{skewed}: {fails}")
 
-def invalid_names(sim: Any) -> set[str]:
-    """The invariants a run found invalid."""
-    return {v.name for v in sim.result.verdicts if v.status == "invalid"}
+    with _logs_in(out, nodes=bool(failing.options.faults)):
+        done = shrink_folder(failing, out, Budget(budget_s, budget_runs), on_attempt=tried)
+    mark_complete(out)
+    _say(done.found.summary())
+    _say(f"replay: {done.replay}")
+    names = sorted(v.name for v in done.sim.result.verdicts if v.status == "invalid")
+    click.echo(f"{done.sim.result.status.upper()}: {', '.join(names) or 'nothing broken'}")
+    sys.exit(EXIT_INVALID if done.reproduced else EXIT_UNKNOWN)

@@ -16,8 +16,8 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from loadgen.run.target import StoreAccess
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
+from store.api import NoteStoreAPI
 from store.buggify import Buggify, buggify_on
 from store.memory_transport import serve_memory_store
 
@@ -74,6 +75,21 @@ def comparable(results: dict[str, Any]) -> dict[str, Any]:
 
 PREFIX = "nc"
 """Key prefix of a deterministic run: its store is its own."""
+
+
+_planted: list[Callable[[NoteStoreAPI], NoteStoreAPI]] = []
+
+
+@contextmanager
+def planted_store(wrap: Callable[[NoteStoreAPI], NoteStoreAPI]) -> Iterator[None]:
+    """Test-only: every deterministic run inside this block gives its nodes ``wrap(store)``
+    instead of their store (``StoreOptions.wrap``), so a test plants a misbehaving store under
+    ``simulate --deterministic``, ``--replay`` and ``shrink`` alike. Never used by the CLI."""
+    _planted.append(wrap)
+    try:
+        yield
+    finally:
+        _planted.remove(wrap)
 
 
 class DeterministicUsageError(ValueError):
@@ -142,6 +158,7 @@ def settings_json(
         "nodes": options.nodes,
         "state_ttl_s": options.state_ttl_s,
         "faults": sorted(options.faults),
+        "injected": None if options.injected is None else sorted(options.injected),
         "fault_seed": options.fault_seed,
         "replay_grace_ms": SIM_REPLAY_GRACE_MS,
         "exercise": asdict(options.exercise),
@@ -154,6 +171,7 @@ def settings_json(
             "weights": s.weights,
             "tenants": s.tenants,
             "tag": s.tag,
+            "only_flows": None if s.only_flows is None else list(s.only_flows),
         },
     }
 
@@ -172,7 +190,8 @@ async def open_deterministic_target(
     transport (tests plant nondeterminism with it)."""
     config = simulation_config(spec.state_ttl_s, plan.tenants)  # key ring: seeded bytes
     seed = plan.seed if spec.fault_seed is None else spec.fault_seed
-    seam = StoreFaults(seed, stream_timeout(spec)) if spec.faults & STORE_SEAM_KINDS else None
+    kinds = spec.injected_kinds()
+    seam = StoreFaults(seed, stream_timeout(spec)) if kinds & STORE_SEAM_KINDS else None
     async with open_skewed_cluster(
         config,
         spec.nodes,
@@ -180,18 +199,21 @@ async def open_deterministic_target(
         clocks=clocks,
         prefix=PREFIX,
         replay_grace_ms=SIM_REPLAY_GRACE_MS,
-        store_options=store_options(spec, PREFIX, StoreNemeses(seam=seam)),
+        store_options=replace(
+            store_options(spec, PREFIX, StoreNemeses(seam=seam)),
+            wrap=_planted[-1] if _planted else None,
+        ),
     ) as cluster:
         await scripts_loaded(cluster)
         transport: Transport = InProcessTransport(cluster)
         if transport_hook is not None:
             transport = transport_hook(transport)
         injector = None
-        if spec.faults:
+        if kinds:
             injector = await open_injector(
                 cluster,
                 transport,
-                spec.faults,
+                kinds,
                 seed=seed,
                 horizon_s=plan.duration_s,
                 client_name_prefix=f"{cluster.prefix}-node-",
@@ -310,6 +332,7 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
         nodes=int(saved["nodes"]),
         state_ttl_s=float(saved["state_ttl_s"]),
         faults=frozenset(saved["faults"]),
+        injected=None if saved.get("injected") is None else frozenset(saved["injected"]),
         fault_seed=saved["fault_seed"],
         exercise=ExerciseRule(**saved["exercise"]),
         run_dir=run_dir,
@@ -322,6 +345,7 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
             weights={str(k): float(v) for k, v in s["weights"].items()},
             tenants=int(s["tenants"]),
             tag=str(s["tag"]),
+            only_flows=None if s.get("only_flows") is None else tuple(map(int, s["only_flows"])),
         ),
     )
 

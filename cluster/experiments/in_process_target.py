@@ -95,6 +95,13 @@ class Nodes:
     keep_keys: bool = False
     workers: int = 1
     """Load processes sharing the store (``cluster.experiments.workers``)."""
+    injected: frozenset[FaultKind] | None = None
+    """The kinds actually injected, a subset of ``faults`` (a shrunk case: the nodes stay
+    configured for all of ``faults``); None: all of them."""
+
+    def injected_kinds(self) -> frozenset[FaultKind]:
+        """The fault kinds the run injects."""
+        return self.faults if self.injected is None else self.injected
 
 
 def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
@@ -305,7 +312,8 @@ async def open_in_process_target(
     owns_keys = spec.redis_url is not None and not spec.keep_keys
     prefix = prefix or ("nc" if spec.redis_url is None else new_prefix())
     seed = (run.seed if spec.fault_seed is None else spec.fault_seed) + process
-    kinds = spec.faults if process == 0 else spec.faults - {"redis", "stall"}
+    injected = spec.injected_kinds()
+    kinds = injected if process == 0 else injected - {"redis", "stall"}
     try:
         async with (
             store_nemeses(spec, kinds, seed) as nemeses,

@@ -36,6 +36,9 @@ class SimulateOptions:
     faults: frozenset[FaultKind] = frozenset()
     """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client,
     lost-reply, stall."""
+    injected: frozenset[FaultKind] | None = None
+    """Only these of ``faults`` are injected, the nodes configured for all of them (a shrunk
+    deterministic case); None: all."""
     fault_seed: int | None = None
     """Seed of the fault schedule; None: the run's seed."""
     custom_faults: tuple[CustomFault, ...] = ()
@@ -68,6 +71,7 @@ class SimulateOptions:
             stream_timeout_s=self.stream_timeout_s,
             keep_keys=self.keep_keys,
             workers=self.workers,
+            injected=self.injected,
         )
 
     def plan(self) -> Plan:

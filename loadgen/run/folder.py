@@ -63,6 +63,12 @@ BUGGIFY_LOG = "buggify.log"
 """The fault points that fired (``--buggify``)."""
 SHRUNK_DIR = "shrunk"
 """Where ``notes-cluster shrink`` writes the smallest failing case, by default."""
+REPLAY_FILE = "replay.sh"
+"""In a shrunk case's folder: the command that replays it."""
+ANOMALY_FILE = "anomaly.txt"
+"""In a shrunk case's folder: the violation in words (Let / Then)."""
+LANES_FILE = "lanes.png"
+"""In a shrunk case's folder: its flows as lanes, fault windows shaded."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,6 +355,22 @@ class RunFolder:
     @property
     def shrunk_dir(self) -> Path:
         return self.path / SHRUNK_DIR
+
+    @property
+    def replay_file(self) -> Path:
+        return self.path / REPLAY_FILE
+
+    @property
+    def anomaly_file(self) -> Path:
+        return self.path / ANOMALY_FILE
+
+    @property
+    def lanes_file(self) -> Path:
+        return self.path / LANES_FILE
+
+    @property
+    def faults_file(self) -> Path:
+        return self.path / FAULTS_FILE
 
     def make(self) -> RunFolder:
         """Create the folder (and its parents) if missing; return it."""
