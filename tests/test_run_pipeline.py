@@ -147,3 +147,23 @@ def test_the_spelling_scan_finds_a_run_file_name() -> None:
     names = _run_file_names()
     found = _spelled(names, skip="")
     assert set(found["loadgen/run/folder.py"]) == names
+
+
+def _attribute_uses(name: str) -> list[str]:
+    """Where ``.name`` is read in cluster/ and loadgen/ (module paths, once each)."""
+    found = []
+    for package in ("cluster", "loadgen"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if any(isinstance(n, ast.Attribute) and n.attr == name for n in ast.walk(tree)):
+                found.append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_results_json_is_written_and_read_through_results_alone() -> None:
+    assert _attribute_uses("results_file") == ["loadgen/run/results.py"]
+
+
+def test_the_attribute_scan_finds_a_use() -> None:
+    """The control of the scan above: ``history_file`` is read in several modules."""
+    assert len(_attribute_uses("history_file")) > 1

@@ -8,7 +8,6 @@ so, before it claims a run folder.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -218,11 +217,17 @@ def _flows(s: Any) -> str:
 
 
 def _recorded_sha(run_dir: Path) -> str | None:
+    from loadgen.history import DamagedRunFile
+    from loadgen.run.results import Results
+
     try:
-        results = json.loads(RunFolder(run_dir).results_file.read_text(encoding="utf-8"))
-        return str(results["deterministic"]["history_sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
+        found = Results.read(RunFolder(run_dir))
+    except DamagedRunFile:
         return None
+    if found is None or found.deterministic is None:
+        return None
+    sha = found.deterministic.get("history_sha256")
+    return None if sha is None else str(sha)
 
 
 def _say(text: str) -> None:

@@ -34,7 +34,9 @@ from cluster.deterministic.run import (
     run_deterministic,
 )
 from cluster.experiments.simulate import SimulateOptions
+from loadgen.history import DamagedRunFile
 from loadgen.run.folder import RunFolder
+from loadgen.run.results import Results
 from loadgen.shrinking import Budget, Case, ShrinkResult, Simplification, shrink
 
 SIMPLER = (Simplification("buggify", False), Simplification("skew", False))
@@ -64,10 +66,12 @@ def read_failing(run_dir: Path, invariant: str | None = None) -> Failing:
     saved = read_settings(run_dir)
     try:
         options = options_from_json(saved, None)
-        results = json.loads(RunFolder(run_dir).results_file.read_text(encoding="utf-8"))
-        invalid = [v for v in results.get("invariants", []) if v.get("status") == "invalid"]
-    except (OSError, KeyError, TypeError, AttributeError) as exc:
+        found = Results.read(RunFolder(run_dir))
+    except (DamagedRunFile, KeyError, TypeError) as exc:
         raise ValueError(f"{run_dir}: cannot read the run ({exc})") from None
+    if found is None:
+        raise ValueError(f"{run_dir}: no results of a run in it")
+    invalid = [v for v in found.invariants if v.get("status") == "invalid"]
     if not invalid:
         raise ValueError(f"{run_dir} is not INVALID: nothing to shrink")
     chosen = [v for v in invalid if invariant is None or v.get("name") == invariant]
@@ -213,8 +217,8 @@ def write_explanation(out: Path, invariant: str, title: str) -> None:
     from loadgen.flow_lanes import fault_windows, render_lanes
 
     rows = [json.loads(line) for line in RunFolder(out).history_file.open(encoding="utf-8")]
-    results = json.loads(RunFolder(out).results_file.read_text(encoding="utf-8"))
-    verdict = _invalid_entry(results, invariant)
+    found = Results.read(RunFolder(out))
+    verdict = None if found is None else _invalid_entry(found, invariant)
     text = (
         let_then(verdict, rows)
         if verdict is not None
@@ -223,8 +227,7 @@ def write_explanation(out: Path, invariant: str, title: str) -> None:
     RunFolder(out).anomaly_file.write_text(
         text if text.endswith("\n") else text + "\n", encoding="utf-8"
     )
-    faults_path = RunFolder(out).faults_file
-    faults = json.loads(faults_path.read_text(encoding="utf-8")) if faults_path.exists() else []
+    faults = RunFolder(out).own_fault_rows()
     t0 = min((int(r["time_ms"]) for r in rows), default=0)
     drawn, what = rows, f"{title}: {invariant}"
     if len({r["flow"] for r in rows}) > LANES_FLOWS_MAX and verdict is not None:
@@ -235,8 +238,8 @@ def write_explanation(out: Path, invariant: str, title: str) -> None:
     render_lanes(drawn, fault_windows(faults, t0), RunFolder(out).lanes_file, what)
 
 
-def _invalid_entry(results: dict[str, Any], invariant: str) -> dict[str, Any] | None:
-    for v in results.get("invariants", []):
+def _invalid_entry(results: Results, invariant: str) -> dict[str, Any] | None:
+    for v in results.invariants:
         if v.get("name") == invariant and v.get("status") == "invalid":
             return dict(v)
     return None

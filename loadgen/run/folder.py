@@ -368,10 +368,6 @@ class RunFolder:
     def lanes_file(self) -> Path:
         return self.path / LANES_FILE
 
-    @property
-    def faults_file(self) -> Path:
-        return self.path / FAULTS_FILE
-
     def make(self) -> RunFolder:
         """Create the folder (and its parents) if missing; return it."""
         self.path.mkdir(parents=True, exist_ok=True)
