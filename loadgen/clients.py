@@ -183,12 +183,12 @@ class Client:
         arrive, as a client whose connection broke after the node answered (recorded as info).
         ``annotate`` adds what the harness learns from an answer (ids, nonce, expiry) to the
         outcome's value, before its history entry is written; the returned outcome carries it."""
-        self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
+        sent = self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
         out = await self.send(node, principal, message, timeout_s)
         if lose_response and out.type != "info":
             out = Outcome("info", {"reason": RESPONSE_LOST})
         if annotate is not None:
             out = Outcome(out.type, {**out.value, **annotate(out)}, out.result)
-        self.history.record(self.process, out.type, f, flow, kind, out.value)
+        self.history.record(self.process, out.type, f, flow, kind, out.value, sent.index)
         self.last_type = out.type
         return out

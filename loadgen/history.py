@@ -7,7 +7,11 @@ Layer: loadgen. Pure data plus a JSONL writer. The format is what the checker re
 
 ``type`` is ``invoke`` (the request is about to be sent), then one of ``ok`` (a definite answer
 the client can rely on), ``fail`` (a definite refusal: nothing happened), or ``info`` (the outcome
-is unknown: a timeout, a dropped connection, a node that died mid-request). ``f`` names the
+is unknown: a timeout, a dropped connection, a node that died mid-request). Every completion names
+the invoke it completes by that invoke's ``index`` (``"completes": 17``): one process may have
+several calls in flight (a ``duplicate`` flow sends the same answer to several nodes at once) and
+their replies may arrive in any order. Histories written before completions carried it pair first
+in, first out per process, flow and ``f`` (``loadgen.check.pairing``). ``f`` names the
 operation:
 
     create   invoke {principal, tenant, workspace, title, node}    ok {noteId, ...}
@@ -174,20 +178,25 @@ class Op:
     flow: int
     kind: str
     value: dict[str, Any]
+    completes: int | None = None
+    """A completion's invoke (its ``index``); None on an invoke and in older histories."""
 
     def to_json(self) -> str:
         """One JSONL line."""
+        d: dict[str, Any] = {
+            "index": self.index,
+            "time_ms": self.time_ms,
+            "process": self.process,
+            "type": self.type,
+            "f": self.f,
+            "flow": self.flow,
+            "kind": self.kind,
+        }
+        if self.completes is not None:
+            d["completes"] = self.completes
+        d["value"] = self.value
         return json.dumps(
-            {
-                "index": self.index,
-                "time_ms": self.time_ms,
-                "process": self.process,
-                "type": self.type,
-                "f": self.f,
-                "flow": self.flow,
-                "kind": self.kind,
-                "value": self.value,
-            },
+            d,
             separators=(",", ":"),
             ensure_ascii=False,
         )
@@ -203,6 +212,9 @@ class Op:
         kind = entry_type(d)
         if not isinstance(d["value"], dict):
             raise TypeError("value is not an object")
+        completes = d.get("completes")
+        if completes is not None and (kind == "invoke" or type(completes) is not int):
+            raise TypeError(f"completes {completes!r} is not an invoke's index")
         return cls(
             int(d["index"]),
             int(d["time_ms"]),
@@ -212,6 +224,7 @@ class Op:
             int(d["flow"]),
             str(d["kind"]),
             d["value"],
+            completes,
         )
 
 
@@ -230,10 +243,19 @@ class History:
     """The latest state expiry any entry mentioned (the checker waits for it to pass)."""
 
     def record(
-        self, process: int, type_: OpType, f: str, flow: int, kind: str, value: dict[str, Any]
+        self,
+        process: int,
+        type_: OpType,
+        f: str,
+        flow: int,
+        kind: str,
+        value: dict[str, Any],
+        completes: int | None = None,
     ) -> Op:
-        """Append one entry (time is the wall clock in ms) and return it."""
-        op = Op(next(self._counter), int(time.time() * 1000), process, type_, f, flow, kind, value)
+        """Append one entry (time is the wall clock in ms) and return it; a completion names its
+        invoke's index in ``completes``."""
+        now = int(time.time() * 1000)
+        op = Op(next(self._counter), now, process, type_, f, flow, kind, value, completes)
         if self.keep:
             self.ops.append(op)
         if self.sink is not None:

@@ -42,14 +42,14 @@ import json
 import random
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import trio
 
 from loadgen.clients import REQUEST_TIMEOUT_S, Outcome, classify
-from loadgen.history import History, OpType
+from loadgen.history import History, Op, OpType
 from loadgen.transport import ACCEPT, NodeDown, Reply
 from loadgen.workload import DELETE_TOOL, flow_title
 
@@ -283,14 +283,23 @@ class LegacyEnv:
     session: str = ""
     tag: str = "run"
     """The run's tag, in the flow's title (``workload.flow_title``)."""
+    sent: dict[tuple[int, str], Op] = field(default_factory=dict)
+    """The invoke each (process, operation) has in flight, for its completion to name."""
 
     def node(self, k: int) -> int:
         """The node ``k`` steps after the flow's first one."""
         return (self.first_node + k) % self.http.node_count
 
     def record(self, process: int, type_: OpType, f: str, value: dict[str, Any]) -> None:
-        """One history entry of this flow."""
-        self.history.record(process, type_, f, self.flow, self.kind, value)
+        """One history entry of this flow; a completion names its invoke (each process of a
+        legacy flow has one call of an operation in flight at a time)."""
+        key = (process, f)
+        if type_ == "invoke":
+            self.sent[key] = self.history.record(process, type_, f, self.flow, self.kind, value)
+            return
+        sent = self.sent.pop(key, None)
+        completes = None if sent is None else sent.index
+        self.history.record(process, type_, f, self.flow, self.kind, value, completes)
 
 
 async def run_legacy_flow(env: LegacyEnv) -> bool:

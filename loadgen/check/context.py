@@ -2,18 +2,19 @@
 with its completion (``Call``), the states the history learned (``LearnedState``), the journal's
 decisions by nonce (``Context``).
 
-Layer: loadgen.check, above ``verdict`` (imports only ``loadgen.history`` of ours). The
-definitions the invariants use (execution, decision, state, accepts, legit, told executed) are
-in ``loadgen.check.invariants``' docstring.
+Layer: loadgen.check, above ``verdict`` (imports only ``loadgen.history`` and
+``loadgen.check.pairing`` of ours). The definitions the invariants use (execution, decision,
+state, accepts, legit, told executed) are in ``loadgen.check.invariants``' docstring.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from loadgen.check.pairing import InFlight
 from loadgen.history import Op
 
 if TYPE_CHECKING:
@@ -100,18 +101,20 @@ class LearnedState:
 
 
 def pair_calls(history: Sequence[Op]) -> list[Call]:
-    """Invokes in history order, each with its completion (first in first out per process,
-    flow and f; concurrent duplicates of one process are identical but for the node)."""
-    pending: dict[tuple[int, int, str], deque[int]] = defaultdict(deque)
+    """Invokes in history order, each with its completion: the one naming it (``completes``),
+    or in older histories the first in first out per process, flow and f
+    (``loadgen.check.pairing``)."""
+    in_flight: InFlight[int] = InFlight()
     calls: list[Call] = []
     for op in history:
         key = (op.process, op.flow, op.f)
         if op.type == "invoke":
-            pending[key].append(len(calls))
+            in_flight.invoke(op.index, key, len(calls))
             calls.append(Call(op, None))
-        elif pending[key]:
-            slot = pending[key].popleft()
-            calls[slot] = Call(calls[slot].invoke, op)
+        else:
+            slot = in_flight.complete(key, op.completes)
+            if slot is not None:
+                calls[slot] = Call(calls[slot].invoke, op)
     return calls
 
 

@@ -19,8 +19,9 @@ Definitions used throughout:
   action ``accept``, ``confirm: true`` and noteId ``e.note``; it is *legit* when it also has
   ``expect == "execute"``. A confirm is *decline-shaped* when its action is ``decline`` or it
   accepts with ``confirm: false``.
-- invoke and completion are paired per (process, flow, f), first in first out; an invoke with
-  no completion counts as ``info``.
+- each completion is paired with the invoke it names (``completes``; in histories written
+  before completions named it, per (process, flow, f), first in first out:
+  ``loadgen.check.pairing``); an invoke with no completion counts as ``info``.
 - a confirm ok *told executed* when its value says ``executed: true`` (``op`` delete or archive,
   as ``loadgen.clients.classify`` reads the wire; histories recorded before it say
   ``deleted: true``). It matches the journal execution (a ``delete``, or the nonce-carrying

@@ -4,8 +4,8 @@ Layer: loadgen.check, the top: it reads run folders (``loadgen.run.folder``) and
 ``invariants.check`` per tenant. Every invariant of ``loadgen.check.invariants`` is local to a
 tenant: a flow works in one tenant, every journal stream, note, nonce and replay entry belongs
 to one. So one streaming pass splits the histories (``history.jsonl`` of each load process) into
-one file per tenant (an answer goes where its invoke went: they pair on process, flow and
-operation), then ``check`` runs on each tenant's history and store facts in turn, and
+one file per tenant (an answer goes where its invoke went: ``loadgen.check.pairing``), then
+``check`` runs on each tenant's history and store facts in turn, and
 ``merge.merge_results`` folds the verdicts. A run's memory is its biggest tenant's (``simulate``
 adds tenants as runs grow: ``workload.tenants_for``), never the whole history.
 
@@ -22,7 +22,6 @@ import re
 import resource
 import tempfile
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -33,11 +32,12 @@ from typing import Any, BinaryIO, TypeVar
 from loadgen.check.invariants import check
 from loadgen.check.limits import FaultWindow, Limits
 from loadgen.check.merge import merge_results
+from loadgen.check.pairing import InFlight
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import (
     SHAPE_ERRORS,
     DamagedRunFile,
-    entry_type,
+    Op,
     iter_history,
     json_lines,
     wrong_shape,
@@ -64,23 +64,20 @@ def split_by_tenant(history: Path, work: Path) -> dict[str, Path]:
     work.mkdir(parents=True, exist_ok=True)
     files: dict[str, BinaryIO] = {}
     paths: dict[str, Path] = {}
-    pending: dict[tuple[int, int, str], deque[str]] = defaultdict(deque)
+    in_flight: InFlight[str] = InFlight()
     what = "the history's entries"
     try:
         for number, line, d in json_lines(history, what):
             try:
-                key = (int(d["process"]), int(d["flow"]), str(d["f"]))
-                invoke = entry_type(d) == "invoke"
-                tenant = str(d["value"].get("tenant") or UNROUTED) if invoke else ""
+                op = Op.from_dict(d)
             except SHAPE_ERRORS as exc:
                 raise wrong_shape(history, number, what, exc) from None
-            if invoke:
-                pending[key].append(tenant)
+            key = (op.process, op.flow, op.f)
+            if op.type == "invoke":
+                tenant = str(op.value.get("tenant") or UNROUTED)
+                in_flight.invoke(op.index, key, tenant)
             else:
-                waiting = pending.get(key)
-                tenant = waiting.popleft() if waiting else UNROUTED
-                if waiting is not None and not waiting:
-                    del pending[key]
+                tenant = in_flight.complete(key, op.completes) or UNROUTED
             if tenant not in files:
                 paths[tenant] = work / f"{re.sub(r'[^A-Za-z0-9_-]', '_', tenant)}.jsonl"
                 files[tenant] = paths[tenant].open("wb")
