@@ -191,13 +191,16 @@ def test_a_run_of_chosen_flows_runs_exactly_them_as_the_full_run_does() -> None:
         replace(options, settings=replace(options.settings, only_flows=kept)), skew=False
     )
     assert sorted({op.flow for op in part.history.ops}) == list(kept)
-    for flow in kept:  # same kind, same requests (ids and draws depend on the index alone)
-        asked = [(op.kind, op.f, op.value.get("title")) for op in full.history.ops
+    for flow in kept:  # same kind, tenant, principal and first request (the index's alone)
+        asked = [(op.kind, op.f, op.value) for op in full.history.ops
                  if op.flow == flow and op.type == "invoke"]  # fmt: skip
-        again = [(op.kind, op.f, op.value.get("title")) for op in part.history.ops
+        again = [(op.kind, op.f, op.value) for op in part.history.ops
                  if op.flow == flow and op.type == "invoke"]  # fmt: skip
-        assert again[: len(asked)] == asked[: len(again)]
         assert again
+        assert again[0] == asked[0]
+        # Later requests may differ where the flow acts on what the store shows it (a page
+        # of notes lists other flows' notes in the full run): the draws are the same, the
+        # store is not.
     with pytest.raises(ValueError, match="outside the 40 planned flows"):
         replace(options.settings, only_flows=(40,)).planned()
 
