@@ -64,13 +64,18 @@ class Divergence:
 
 
 def _step(line: str, nodes: dict[int, int]) -> Step:
+    """``line`` as a step. ``nodes`` learns each invoke's node by its index: an answer names
+    the invoke it completes (``completes``) and is on that node; an answer of an older history
+    without the field is taken to be on its client's last node."""
     d = json.loads(line)
     value = d.get("value") or {}
     node = value.get("node")
+    process = -1 - int(d["process"])  # a client's last node, beside the invokes' indices
     if d["type"] == "invoke" and isinstance(node, int):
-        nodes[int(d["process"])] = node
+        nodes[int(d["index"])] = nodes[process] = node
     elif not isinstance(node, int):
-        node = nodes.get(int(d["process"]))
+        completes = d.get("completes")
+        node = nodes.get(completes) if isinstance(completes, int) else nodes.get(process)
     return Step(
         index=int(d["index"]),
         flow=int(d["flow"]),
