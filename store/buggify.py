@@ -21,8 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-import anyio
-
 log = logging.getLogger("notes_cluster.buggify")
 
 SITE_P = 0.5
@@ -86,4 +84,8 @@ async def buggify_delay(site: str) -> None:
         return
     delay = current.delay_s(site)
     if delay > 0:
+        # Imported here: the node's sans-IO core has these sites, and only a run that turned
+        # them on (a simulation) ever sleeps in one (tests/test_core_closure.py).
+        import anyio
+
         await anyio.sleep(delay)

@@ -1,6 +1,6 @@
 """The node's protocol core stays sans-IO: its import closure is the stdlib, pydantic,
-cryptography, two pure text libraries (the title rules), and of our own code only the pure store
-modules."""
+cryptography, two pure text libraries (the title rules), orjson, and of our own code only the
+pure store modules."""
 
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ THIRD_PARTY = {
     "cffi",
     "regex",  # Unicode properties of title characters: pure text, no I/O
     "confusable_homoglyphs",  # UTS #39 confusables data, read once at import: no I/O after
+    "orjson",  # JSON bytes in and out (the canonical digests' fast path): no I/O
 }
-OURS = {"store.api", "store.keys"}
+OURS = {"store.api", "store.keys", "store.entropy", "store.buggify"}
+"""The pure store modules: types and key names; the random source (``os.urandom`` unless a
+simulation seeds it); the fault points (a context variable: off unless a simulation sets it)."""
 
 
 def imported_by(modules: tuple[str, ...]) -> set[str]:
