@@ -20,7 +20,8 @@ Kinds (each selectable):
   window): at the store seam of the in-process nodes on the embedded store
   (``cluster.store_faults``), through a reply-dropping proxy between the nodes and a real Redis
   (``cluster.reply_dropping_proxy``, ``mode="close"``; not on a Redis Cluster, whose clients
-  follow the cluster's own node addresses past any proxy).
+  follow the cluster's own node addresses past any proxy). Through the proxy a window that lost
+  no reply in its planned length stays open until it loses one (or the run ends).
 - ``stall``: Redis holds every script past the nodes' client timeout, then runs it:
   ``CLIENT PAUSE <ms> WRITE`` on a real Redis (every master of a cluster), the same hold at the
   store seam on the embedded store. The nodes' Redis timeout is cut to
@@ -449,8 +450,15 @@ class FaultInjector:
             proxy.drop_next(
                 LOST_REPLY_MAX, SCRIPT_COMMANDS, matching=lambda _: draw.random() < fault.p
             )
+        held = False
         try:
             await trio.sleep(fault.duration_s)
+            if proxy is not None and self._lost() == before:
+                # The window is wall-clock time and the load is not: its flows run in bursts
+                # (and a stall holds them), so a window can pass with no script reply to lose.
+                # Through the proxy it stays open until it loses one (or the run ends).
+                held = True
+                await proxy.wait_dropped(proxy.statistics().dropped + 1)
         finally:
             if seam is not None:
                 seam.p_lost = 0.0
@@ -458,6 +466,9 @@ class FaultInjector:
                 proxy.stop_dropping()
             lost = self._lost() - before
             detail = f"Redis replies lost {where} with p={fault.p:.2f}: {lost} lost"
+            if held:
+                over = time.monotonic() - start[0] - fault.duration_s
+                detail += f" (held open {over:.2f} s past its planned {fault.duration_s:.2f} s)"
             self._record("lost-reply", "drop_redis_replies", detail, start)
 
     def _lost(self) -> int:
