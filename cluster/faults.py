@@ -450,7 +450,7 @@ class FaultInjector:
             proxy.drop_next(
                 LOST_REPLY_MAX, SCRIPT_COMMANDS, matching=lambda _: draw.random() < fault.p
             )
-        held = False
+        held, opened = False, trio.current_time()
         try:
             await trio.sleep(fault.duration_s)
             if proxy is not None and self._lost() == before:
@@ -467,7 +467,7 @@ class FaultInjector:
             lost = self._lost() - before
             detail = f"Redis replies lost {where} with p={fault.p:.2f}: {lost} lost"
             if held:
-                over = time.monotonic() - start[0] - fault.duration_s
+                over = trio.current_time() - opened - fault.duration_s
                 detail += f" (held open {over:.2f} s past its planned {fault.duration_s:.2f} s)"
             self._record("lost-reply", "drop_redis_replies", detail, start)
 
