@@ -217,17 +217,21 @@ def test_node_workers_stop_with_their_supervisor_whatever_ended_it(
 @pytest.mark.parametrize("sigint", SIGINT_DISPOSITIONS)
 def test_redis_cluster_stops_its_servers_on_sigterm(tmp_path: Path, sigint: str) -> None:
     proc = start(["redis-cluster", "--masters", "3"], tmp_path, sigint=sigint)
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    assert url.startswith("redis://127.0.0.1:"), url
-    pids = [int(proc.stdout.readline().split("pid")[1]) for _ in range(3)]
-    assert all(running(pid) for pid in pids)
-    os.kill(proc.pid, signal.SIGTERM)
-    code, _, err = finish(proc)
-    assert code == EXIT_VALID, err  # a server's normal end
-    assert "stopped by SIGTERM" in err
-    assert "Traceback" not in err
-    assert [pid for pid in pids if running(pid)] == []
+    pids: list[int] = []
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("redis://127.0.0.1:"), url
+        pids = [int(proc.stdout.readline().split("pid")[1]) for _ in range(3)]
+        assert all(running(pid) for pid in pids)
+        os.kill(proc.pid, signal.SIGTERM)
+        code, _, err = finish(proc)
+        assert code == EXIT_VALID, err  # a server's normal end
+        assert "stopped by SIGTERM" in err
+        assert "Traceback" not in err
+        assert [pid for pid in pids if running(pid)] == []
+    finally:  # a command that ignored SIGTERM must not outlive its failed test
+        kill_all([proc.pid, *pids])
 
 
 @pytest.mark.parametrize("sigint", SIGINT_DISPOSITIONS)
