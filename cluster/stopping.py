@@ -9,7 +9,8 @@ and the command exits with the code the signal means (``cluster.exit_codes``). T
   raises ``Stopped``; a second signal exits at once.
 - ``forward_stop_signals()``: outside a trio run (or inside one that opens no watcher), SIGTERM
   and SIGHUP are re-raised as SIGINT, which Python turns into ``KeyboardInterrupt`` and trio
-  delivers safely; ``received_signal()`` says which one really came.
+  delivers safely (SIGINT is made to, even when the process inherited it ignored, as a script's
+  background job does); ``received_signal()`` says which one really came.
 
 A child never outlives its parent. The parent of node processes (``serve --processes``) holds
 the only write end of a pipe, the *lifeline*, whose read end each child watches: it turns
@@ -73,9 +74,16 @@ def _forward(signum: int, _frame: object) -> None:
 
 def forward_stop_signals() -> None:
     """SIGTERM and SIGHUP from now on act as Ctrl-C (recorded, then SIGINT raised again), so
-    code that stops cleanly on ``KeyboardInterrupt`` stops cleanly on them too. Main thread only."""
+    code that stops cleanly on ``KeyboardInterrupt`` stops cleanly on them too. Main thread only.
+
+    SIGINT itself is made Python's ``KeyboardInterrupt`` if the process was started with it
+    ignored or at the system default: a shell starts a script's background job (``cmd &``) with
+    SIGINT ignored, and the SIGINT raised again would then vanish, leaving a SIGTERM with no
+    effect at all. (``run_stoppable`` stops on SIGINT whatever its inherited disposition, too.)"""
     if threading.current_thread() is not threading.main_thread():
         return
+    if not callable(signal.getsignal(signal.SIGINT)):  # SIG_IGN or SIG_DFL (or None: not Python's)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _forward)
 
@@ -87,14 +95,15 @@ def forwarding_stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     _received.clear()
     forward_stop_signals()
     try:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if handler is not None:  # None: installed outside Python, cannot be put back
+                signal.signal(signum, handler)
 
 
 def run_stoppable(

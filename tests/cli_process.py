@@ -22,9 +22,18 @@ GIVE_UP_S = 90.0
 """Bound of every wait: a stop that works takes a few seconds, a broken one never ends."""
 
 
-def start(args: list[str], cwd: Path, *, stdout: int = subprocess.PIPE) -> subprocess.Popen[str]:
-    """``notes-cluster ARGS`` in ``cwd``, in a process group of its own."""
+SIGINT_DISPOSITIONS = ("default", "ignored")
+"""How a command may inherit SIGINT: at the default (a terminal's foreground job), or ignored (a
+shell script's background job, ``cmd &``). Stop signals must work under both."""
+
+
+def start(
+    args: list[str], cwd: Path, *, stdout: int = subprocess.PIPE, sigint: str = "default"
+) -> subprocess.Popen[str]:
+    """``notes-cluster ARGS`` in ``cwd``, in a process group of its own, started with SIGINT
+    at ``sigint`` (one of ``SIGINT_DISPOSITIONS``) whatever the test process inherited."""
     code = "from cluster.cli import main; main()"
+    disposition = {"default": signal.SIG_DFL, "ignored": signal.SIG_IGN}[sigint]
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],
         cwd=cwd,
@@ -32,6 +41,7 @@ def start(args: list[str], cwd: Path, *, stdout: int = subprocess.PIPE) -> subpr
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, disposition),
     )
 
 

@@ -22,7 +22,15 @@ import pytest
 import redis
 
 from cluster.exit_codes import EXIT_CTRL_C, EXIT_NOT_CARRIED_OUT, EXIT_VALID
-from tests.cli_process import children, finish, kill_all, running, start, until
+from tests.cli_process import (
+    SIGINT_DISPOSITIONS,
+    children,
+    finish,
+    kill_all,
+    running,
+    start,
+    until,
+)
 from tests.own_redis import OwnRedis, free_port, own_redis
 
 pytestmark = pytest.mark.slow
@@ -206,25 +214,33 @@ def test_node_workers_stop_with_their_supervisor_whatever_ended_it(
             proc.communicate()
 
 
-def test_redis_cluster_stops_its_servers_on_sigterm(tmp_path: Path) -> None:
-    proc = start(["redis-cluster", "--masters", "3"], tmp_path)
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    assert url.startswith("redis://127.0.0.1:"), url
-    pids = [int(proc.stdout.readline().split("pid")[1]) for _ in range(3)]
-    assert all(running(pid) for pid in pids)
-    os.kill(proc.pid, signal.SIGTERM)
-    code, _, err = finish(proc)
-    assert code == EXIT_VALID, err  # a server's normal end
-    assert "stopped by SIGTERM" in err
-    assert "Traceback" not in err
-    assert [pid for pid in pids if running(pid)] == []
+@pytest.mark.parametrize("sigint", SIGINT_DISPOSITIONS)
+def test_redis_cluster_stops_its_servers_on_sigterm(tmp_path: Path, sigint: str) -> None:
+    proc = start(["redis-cluster", "--masters", "3"], tmp_path, sigint=sigint)
+    pids: list[int] = []
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("redis://127.0.0.1:"), url
+        pids = [int(proc.stdout.readline().split("pid")[1]) for _ in range(3)]
+        assert all(running(pid) for pid in pids)
+        os.kill(proc.pid, signal.SIGTERM)
+        code, _, err = finish(proc)
+        assert code == EXIT_VALID, err  # a server's normal end
+        assert "stopped by SIGTERM" in err
+        assert "Traceback" not in err
+        assert [pid for pid in pids if running(pid)] == []
+    finally:  # a command that ignored SIGTERM must not outlive its failed test
+        kill_all([proc.pid, *pids])
 
 
-def test_failover_experiment_stops_its_redis_servers_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint", SIGINT_DISPOSITIONS)
+def test_failover_experiment_stops_its_redis_servers_on_sigterm(
+    tmp_path: Path, sigint: str
+) -> None:
     out = tmp_path / "failover"
     args = ["failover-experiment", "--scenarios", "baseline", "--duration", "60"]
-    proc = start([*args, "--out", str(out)], tmp_path)
+    proc = start([*args, "--out", str(out)], tmp_path, sigint=sigint)
     servers: list[int] = []
 
     def loading() -> bool:
@@ -244,3 +260,22 @@ def test_failover_experiment_stops_its_redis_servers_on_sigterm(tmp_path: Path) 
         assert "stopped by SIGTERM" in (out / "INCOMPLETE").read_text(encoding="utf-8")
     finally:
         kill_all([proc.pid, *servers])
+
+
+def test_forwarding_makes_an_inherited_ignored_sigint_a_keyboard_interrupt_and_puts_it_back() -> (
+    None
+):
+    """A script's background job (``cmd &``) starts with SIGINT ignored: the SIGINT a forwarded
+    SIGTERM raises again must still become ``KeyboardInterrupt`` there, and the block leaves the
+    process's own disposition as it found it (a command invoked inside a test process)."""
+    from cluster.stopping import forwarding_stop_signals
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with forwarding_stop_signals():
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
