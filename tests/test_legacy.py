@@ -34,6 +34,7 @@ from cluster.config import demo_settings
 from cluster.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, DEMO_TENANT, TEAM
 from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.legacy import LEGACY_VERSION, LegacyLimits, wire
+from nodes.protocol import Node, PreparedCall
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import raw
@@ -138,6 +139,63 @@ async def initialize(c: Cluster, node: int = 0, capabilities: dict[str, Any] | N
     done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     assert (await post(c, (node + 1) % NODES, done, session)).status_code == 202
     return session
+
+
+async def test_a_round_slower_than_the_state_lifetime_still_waits_for_the_answer_to_its_state(
+    redis_url: str,
+    embedded_url: str,
+    key_prefix: str,
+    nursery: trio.Nursery,
+    store: NoteStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no answer timeout of its own, a call waits for the answer to a round's question
+    until that round's state expires, however long the round took. The delete's first round
+    here outlasts the whole state lifetime on the Redis clock before it mints its state (a
+    loaded node): a wait counted from the call's start would be over before the question is
+    even sent, and a decline answered in time would get "No answer from the client in time" (the
+    checker's ``answers_make_progress``: only ``declined`` is legal while the state lives)."""
+    ttl_ms = 3_000
+    real_round = Node.run_round
+    slowed: list[int] = []
+
+    async def slow_first_round(
+        node: Node, call: PreparedCall, responses: Any, state: str | None
+    ) -> dict[str, Any]:
+        if call.tool == "notes_delete" and responses is None and not slowed:
+            start = await store.redis_time_ms()
+            slowed.append(start)
+            with trio.fail_after(STEP_S):  # poll the Redis clock past a lifetime from here
+                while True:
+                    if await store.redis_time_ms() > start + ttl_ms:
+                        break
+                    await trio.sleep(0.05)
+        return await real_round(node, call, responses, state)
+
+    monkeypatch.setattr(Node, "run_round", slow_first_round)
+    urls = await start_nodes(redis_url, embedded_url, key_prefix, nursery, LegacyLimits(), ttl_ms)
+    before = await tps_reports(store)
+    async with httpx.AsyncClient(timeout=STEP_S) as http:
+        c = Cluster(urls, store, SessionStore(raw(store), prefix=key_prefix), http)
+        session = await initialize(c)
+        async with open_call(c, 0, session, DELETE_ARGS) as events:
+            ask = await events.next()
+            exp_ms = ask["params"]["_meta"][wire.CONFIRMATION_META]["expMs"]
+            await accepted(c, 2, answer(ask["id"], {"action": "decline"}), session)
+            answered_ms = await store.redis_time_ms()
+            final = await events.next()
+            withdrawn = []
+            while "method" in final:  # a timed-out call withdraws its request first
+                withdrawn.append(final["method"])
+                final = await events.next()
+    assert slowed
+    assert exp_ms > slowed[0] + ttl_ms  # the state was minted past a lifetime
+    # The answer was in the store while its state lived (else an error result is legal too).
+    assert answered_ms < exp_ms, (answered_ms, exp_ms)
+    assert final["result"].get("isError") is not True, (withdrawn, final)
+    assert final["result"]["structuredContent"] == {"deleted": False}
+    assert withdrawn == []
+    assert await tps_reports(store) == before
 
 
 def answer(request_id: str, result: dict[str, Any]) -> dict[str, Any]:

@@ -60,8 +60,9 @@ class LegacyLimits:
     """Tunables of legacy calls."""
 
     answer_timeout_s: float | None = None
-    """How long a call waits for the client's answers; None: the node's state expiry, past which
-    a confirmation could not execute anyway."""
+    """How long a call waits for the client's answers, from its start; None: until the state of
+    the round that asked has expired (the state lifetime, counted from the round's end), past
+    which a confirmation could not execute anyway."""
     roots_timeout_s: float = 30.0
     """How long a call waits for ``roots/list``: a client that does not list its roots gets its
     call refused (fail closed), not a call that ignores them."""
@@ -248,6 +249,7 @@ class LegacyCall:
                 if rounds > self.limits.max_rounds:
                     raise _Refused(TOO_MANY_ROUNDS)
             if fresh:
+                self._wait_out_the_state()
                 responses.update(await self._ask(fresh, self._confirmation(state)))
             elif responses:
                 # Only URLs the user already agreed to open: wait for the page, then ask again.
@@ -255,6 +257,18 @@ class LegacyCall:
             if self.roots_dirty:
                 await self._read_roots()
                 self._check_roots(ROOTS_LEFT)
+
+    def _wait_out_the_state(self) -> None:
+        """With no answer timeout of its own, wait for the answers to a round's questions until
+        the state that round minted has expired: a later answer could not be used anyway, an
+        earlier one must be. The state's expiry is its mint on the Redis clock plus the state
+        lifetime, and the mint came before the round returned, so now plus that lifetime is
+        no earlier. (Counted from the call's start instead, the wait ended before the state
+        expired by however long the round took: on a loaded node a decline answered in time got
+        "No answer from the client in time". A re-ask's state is minted later still.)"""
+        if self.limits.answer_timeout_s is None:
+            lifetime = self.node.config.state_ttl_ms / 1000
+            self.deadline = max(self.deadline, anyio.current_time() + lifetime)
 
     def _split(
         self, asks: dict[str, Any]
