@@ -122,8 +122,11 @@ def test_the_checker_package_has_no_cycle_and_its_types_sit_at_the_bottom() -> N
     ours = {t for t in graph["loadgen.check.verdict"] if t.startswith("loadgen")}
     assert ours == set(), ours
     assert {t for t in graph["loadgen.check.context"] if t.startswith("loadgen")} == {
-        "loadgen.history"
+        "loadgen.history",
+        "loadgen.check.pairing",
     }
+    # pairing (which answer completes which send) sits below context and imports nothing of ours
+    assert {t for t in graph["loadgen.check.pairing"] if t.startswith("loadgen")} == set()
 
 
 PLANTED = {

@@ -19,7 +19,8 @@ cycle), and the shared types sit at the bottom, as h11 keeps ``_events.py``::
     answers         each confirm in the model's words; groups     -> timeline, model, context
     timeline        the journal's clock: anchors, bounds, titles  -> model, limits, context
     limits          configured bounds, unknown outcomes           -> context, verdict
-    context         Call, LearnedState, Context (paired, indexed) -> (loadgen.history)
+    context         Call, LearnedState, Context (paired, indexed) -> pairing (loadgen.history)
+    pairing         which answer completes which send              -> nothing
     model           the sequential model of one state             -> nothing
     verdict         Verdict, CheckResult, Finding, ``verdict``    -> nothing
 
