@@ -267,6 +267,15 @@ def test_a_damaged_folder_is_refused_before_anything_runs(tmp_path: Path) -> Non
     (tmp_path / "deterministic.json").write_text(json.dumps(settings_json(options)))
     broken = {"name": "moves_land", "status": "invalid", "ops": [3]}
     (tmp_path / "results.json").write_text(json.dumps({"invariants": [broken]}))
+    with pytest.raises(ValueError, match="cannot read the run"):  # no verdict: not results
+        read_failing(tmp_path)
+    results = {
+        "verdict": "invalid",
+        "invariants": [broken],
+        "counts": {},
+        "flows": {"total": 10, "completed": 10},
+    }
+    (tmp_path / "results.json").write_text(json.dumps(results))
     (tmp_path / "history.jsonl").write_text("not a history line\n")
     with pytest.raises(ValueError, match=r"history\.jsonl: cannot read it"):
         read_failing(tmp_path)
