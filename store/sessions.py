@@ -32,6 +32,7 @@ again, and a lost reply is ``StoreUnavailable`` (the outcome is unknown, the cli
     event         never re-sent: a second run would append the event twice
     track         never re-sent: a second run would not return the sessions the first evicted
     begin_call    never re-sent: a second run could count the call against its own limit
+    keep_call     safe: the same bound set again on the same entry (never re-adds a lapsed one)
     reads, end_call (ZREM)  safe: sent once more after a lost reply
 
 Any node appends to a session's inbox; the nodes holding the SSE streams of its pending calls read
@@ -157,6 +158,14 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return 0 end
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('PEXPIREAT', KEYS[2], redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2])
+return 1
+"""
+
+_KEEP_CALL = """
+if redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', ARGV[2], ARGV[1]) == 0 then
+  return redis.call('ZSCORE', KEYS[1], ARGV[1]) and 1 or 0
+end
+redis.call('PEXPIREAT', KEYS[1], redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2])
 return 1
 """
 
@@ -317,7 +326,9 @@ def _failure(what: str, exc: Exception) -> StoreUnavailable:
 
 _REDIS_FAILURES = (coredis.exceptions.RedisError, TimeoutError, OSError)
 
-RESENDABLE = frozenset({"create", "load", "set_fields", "deliver", "open_request", "end", "wake"})
+RESENDABLE = frozenset(
+    {"create", "load", "set_fields", "deliver", "open_request", "end", "wake", "keep_call"}
+)
 """The session scripts that are safe to run twice (see the module docstring): sent once more
 after a lost reply. The others are never re-sent."""
 
@@ -366,6 +377,7 @@ class SessionStore:
                 ("open_request", _OPEN_REQUEST),
                 ("track", _TRACK),
                 ("begin_call", _BEGIN_CALL),
+                ("keep_call", _KEEP_CALL),
                 ("wake", _WAKE),
             )
         }
@@ -491,6 +503,13 @@ class SessionStore:
             )
         )
         return None if begun < 0 else bool(begun)
+
+    async def keep_call(self, session_id: str, call_id: str, until_ms: int) -> bool:
+        """Keep a pending call counted until ``until_ms`` at least (a call that asks another
+        round of questions outlives the bound ``begin_call`` set); False when its entry has
+        lapsed or was never there (it is not added again: the cap was checked at the start)."""
+        key = self.keys(session_id).calls
+        return bool(await self._run("keep_call", [key], [call_id, until_ms]))
 
     async def end_call(self, session_id: str, call_id: str) -> None:
         """The call is no longer pending."""

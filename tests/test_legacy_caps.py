@@ -17,13 +17,24 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
+import trio
 
 from cluster.config import ConfigError, load_settings
+from cluster.demo import DEMO_TENANT
 from nodes import errors
 from nodes.config import LegacyCaps
 from nodes.legacy import LEGACY_VERSION, wire
 from tests.test_config import config_text, key_file, write
-from tests.test_legacy import BOB_TOKEN, STEP_S, Events, legacy_headers
+from tests.test_legacy import (
+    BOB_TOKEN,
+    STEP_S,
+    Events,
+    answer,
+    confirm,
+    legacy_headers,
+    pick_2024,
+)
 from tests.test_legacy_waiting import (
     OneNode,
     delete_call,
@@ -205,6 +216,69 @@ async def test_pending_calls_past_the_session_cap_are_refused_until_one_ends(
         await eventually(lambda: served.adapter.statistics().pending_calls == 0, "calls ended")
         async with waiting_call(http, served, session, 4):
             pass
+
+
+async def test_a_call_asking_again_stays_counted_for_the_new_rounds_wait(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Each round of questions may wait a whole state lifetime: a call asked again (the note
+    changed since it was shown) has its entry on the session's pending list pushed back, so the
+    per-session cap keeps counting it however long its rounds take together."""
+    async with node_with(redis_url, key_prefix) as (served, http):
+        session = await open_session(http, served.url)
+        calls = served.sessions.keys(session).calls
+        async with waiting_call(http, served, session) as (events, ask):
+            [(call_id, begun_until)] = await pending_entries(served, calls)
+            # Let the Redis clock pass the begin's bound minus the call's whole bound, so a
+            # pushed-back entry ends strictly later than the first one did.
+            start_ms = begun_until - pending_bound_ms(served)
+            await eventually(lambda: later_than(served, start_ms), "the Redis clock moved on")
+            note_id = pick_2024(ask)
+            store = served.node.store
+            note = await store.get(DEMO_TENANT, note_id)
+            assert note is not None
+            edited = await store.update(DEMO_TENANT, note, note.title, note.body + "!", "alice")
+            assert edited.status == "updated", edited
+            reply = await post(http, served, answer(ask["id"], confirm(note_id)), session)
+            assert reply.status_code == 202, reply.text
+            again = await events.next()
+            assert again["method"] == "elicitation/create"
+            assert "changed since it was shown" in again["params"]["message"]
+            [(kept_id, kept_until)] = await pending_entries(served, calls)
+            assert kept_id == call_id
+            assert kept_until > begun_until
+            assert await trio.to_thread.run_sync(expires_at, served, calls) == kept_until
+        await eventually(lambda: served.adapter.statistics().pending_calls == 0, "calls ended")
+
+
+def pending_bound_ms(served: OneNode) -> int:
+    """How long past its start a call stays counted (``LegacyAdapter._call_bound_s``)."""
+    return int(served.adapter._call_bound_s() * 1000)
+
+
+async def later_than(served: OneNode, ms: int) -> bool:
+    """Whether the Redis clock is past ``ms``."""
+
+    def now_ms() -> int:
+        with redis.Redis.from_url(served.redis_url) as c:
+            seconds, micros = c.time()
+            return int(seconds) * 1000 + int(micros) // 1000
+
+    return await trio.to_thread.run_sync(now_ms) > ms
+
+
+def expires_at(served: OneNode, key: str) -> int:
+    """The absolute expiry of ``key`` in ms (``PEXPIRETIME``)."""
+    with redis.Redis.from_url(served.redis_url) as c:
+        return int(c.execute_command("PEXPIRETIME", key))
+
+
+async def pending_entries(served: OneNode, key: str) -> list[tuple[str, int]]:
+    def read() -> list[tuple[str, int]]:
+        with redis.Redis.from_url(served.redis_url, decode_responses=True) as c:
+            return [(m, int(s)) for m, s in c.zrange(key, 0, -1, withscores=True)]
+
+    return await trio.to_thread.run_sync(read)
 
 
 async def test_pending_calls_past_the_node_cap_are_refused_for_every_session(

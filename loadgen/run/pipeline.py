@@ -357,7 +357,7 @@ async def recheck(
     if store is not None:
         await settle(store, _last_expiry(folders, saved), run.state_ttl_s or 0.0)
         if not store.journal_since_ms:
-            since = await trio.to_thread.run_sync(_journal_since, saved, store.url)
+            since = await off_loop(store, _journal_since, saved, store.url)
             store = replace(store, journal_since_ms=since)
         await _dump_facts(first, store)
     facts = next((f for f in folders if f.has_store_facts()), None)

@@ -28,7 +28,8 @@ node, as HTTP ties it to its connection. A waiting call holds no Redis connectio
 
 Bounds (``NodeConfig.legacy``, ``nodes.config.LegacyCaps``): sessions per principal (the oldest
 is ended), only the capabilities and client fields the node reads (capped), the inbox's length,
-a cancellation's id and an answer's size, pending calls per session (over all nodes) and per
+a cancellation's id and an answer's size, pending calls per session (over all nodes; a call
+stays counted until it ends, its bound pushed back at each further round of questions) and per
 node (refused with a JSON-RPC error). Run the adapter inside ``open_legacy_adapter``, which runs
 its reader.
 
@@ -43,6 +44,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -434,6 +436,7 @@ class LegacyAdapter:
                 request_id=request_id,
                 stream=EventStream(send),
                 limits=self.limits,
+                keep_counted=partial(self._keep_call, session.session_id, call_id),
             )
             await self._stream(call, receive)
         finally:
@@ -449,6 +452,17 @@ class LegacyAdapter:
         if wait is None:
             wait = self.node.config.state_ttl_ms / 1000
         return wait + self.limits.roots_timeout_s + 60.0
+
+    async def _keep_call(self, session_id: str, call_id: str) -> None:
+        """Keep the call counted for one more round's wait (``_call_bound_s`` from now)."""
+        until_ms = self.node.config.node_clock_ms() + int(self._call_bound_s() * 1000)
+        try:
+            kept = await self.sessions.keep_call(session_id, call_id, until_ms)
+        except StoreUnavailable as exc:
+            log.warning("legacy call's bound on its session's list not pushed back: %s", exc)
+            return
+        if not kept:
+            log.warning("legacy call no longer on its session's list (its bound had passed)")
 
     async def _end_call(self, session_id: str, call_id: str) -> None:
         with anyio.move_on_after(END_CALL_TIMEOUT_S, shield=True):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,7 @@ class LegacyCall:
         request_id: object,
         stream: EventStream,
         limits: LegacyLimits,
+        keep_counted: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.node = node
         self.call = call
@@ -159,6 +161,9 @@ class LegacyCall:
         self.request_id = request_id
         self.stream = stream
         self.limits = limits
+        self.keep_counted = keep_counted
+        """Pushes back the bound of this call's entry on its session's pending list: each
+        round of questions after the first may wait a whole state lifetime again."""
         self.caps: LegacyCaps = node.config.legacy
         self.targets = wire.workspace_targets(call.arguments)
         self.guarded = isinstance(session.capabilities.get("roots"), dict) and bool(self.targets)
@@ -248,6 +253,8 @@ class LegacyCall:
                 rounds += 1
                 if rounds > self.limits.max_rounds:
                     raise _Refused(TOO_MANY_ROUNDS)
+                if rounds > 1 and self.keep_counted is not None:
+                    await self.keep_counted()
             if fresh:
                 self._wait_out_the_state()
                 responses.update(await self._ask(fresh, self._confirmation(state)))
