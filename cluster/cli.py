@@ -141,8 +141,8 @@ EXIT_CODES_HELP = """
 \b
 Exit codes: 0 valid, 1 a violation, 2 usage or configuration, 3 unknown,
 4 the run could not be carried out (store unreachable, interrupted by SIGTERM/SIGHUP,
-I/O error), 130 Ctrl-C. Serving commands (serve, node, redis-cluster) exit 0 when
-SIGTERM or SIGHUP stopped them cleanly.
+I/O error), 130 Ctrl-C. Serving commands (serve, node, serve-reference, redis-cluster)
+exit 0 when SIGTERM or SIGHUP stopped them cleanly.
 """
 
 
@@ -1443,11 +1443,23 @@ def redis_cluster(masters: int, replicas: int) -> None:
         raise NotCarriedOut(str(exc)) from None
 
 
+CONFORMANCE_EXAMPLES = """
+\b
+Examples (our demo nodes; any server: name its tool with --tool and --arguments):
+  notes-cluster serve --demo --nodes 3 --port 8700 --state-ttl 10 &
+  notes-cluster conformance --state-ttl 10 --out runs/pack-ours \\
+      --target http://127.0.0.1:8700/mcp,http://127.0.0.1:8701/mcp,http://127.0.0.1:8702/mcp
+  notes-cluster conformance --tool transfer --arguments '{"account": "acc-{fresh}"}' \\
+      --read-tool balance --target http://127.0.0.1:9000/mcp
+"""
+
+
 @main.command(
     help="Check a confirm-before-act tool of any MCP server for exactly-once under retries, "
     "duplicates, lost responses, expiry and forged states (the MRTR conformance pack). Without "
     "--tool the defaults fit our demo nodes (`serve --demo`). Writes checks.json and checks.md "
-    "with --out; exit 0 when no check fails, 1 on a failure, 2 on bad usage.\n" + EXAMPLES
+    "with --out; exit 0 when no check fails, 1 on a failure, 2 on bad usage.\n"
+    + CONFORMANCE_EXAMPLES
 )
 @click.option(
     "--target",

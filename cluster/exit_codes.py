@@ -7,9 +7,10 @@ Layer: cluster. Each code means one thing, so a CI job can tell a correctness bu
 1     a violation: the checker found an invariant broken
 2     usage or configuration: a bad option, URL or config file, a missing extra, a damaged run
       folder, an unsafe Redis (``maxmemory-policy``), a non-empty ``--out``
-3     unknown: the run finished but cannot decide (under-exercised, unchecked, a worker failed)
+3     unknown: the run finished but cannot decide (under-exercised, unchecked)
 4     the run could not be carried out: the store unreachable, interrupted by SIGTERM or SIGHUP,
-      an I/O error, an incomplete run folder given to ``check``, any other runtime error
+      an I/O error, a ``--workers`` load process that failed, an incomplete run folder given
+      to ``check``, any other runtime error
 130   Ctrl-C (SIGINT)
 ====  ==========================================================================================
 

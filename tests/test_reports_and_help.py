@@ -127,6 +127,7 @@ def test_the_group_help_has_the_examples_and_each_command_only_its_own() -> None
         "serve": ("serve",),
         "loadgen": ("serve", "loadgen"),  # its nodes, then the load against them
         "bench": ("bench", "bench-servers"),
+        "conformance": ("serve", "conformance"),  # our demo nodes, then the pack against them
     }
     for command, names in allowed.items():
         shown = re.findall(r"^\s+notes-cluster ([\w-]+)", _help(command), re.M)
