@@ -238,6 +238,14 @@ class ProcessNode:
         return [sys.executable, "-m", "cluster.node_process", *args], env
 
 
+@dataclass(frozen=True)
+class StartedNode:
+    """One node process once ready: the URL it answers at and its pid."""
+
+    url: str
+    pid: int
+
+
 async def start_process_nodes(
     nursery: trio.Nursery,
     settings: ClusterSettings,
@@ -253,12 +261,46 @@ async def start_process_nodes(
     ops: OpsOptions | None = None,
     log_args: Sequence[str] = (),
 ) -> list[str]:
+    """The URLs of ``start_node_processes`` (same arguments)."""
+    started = await start_node_processes(
+        nursery,
+        settings,
+        redis_url,
+        count=count,
+        embedded=embedded,
+        host=host,
+        base_port=base_port,
+        prefix=prefix,
+        name=name,
+        config_path=config_path,
+        ops=ops,
+        log_args=log_args,
+    )
+    return [n.url for n in started]
+
+
+async def start_node_processes(
+    nursery: trio.Nursery,
+    settings: ClusterSettings,
+    redis_url: str,
+    *,
+    count: int,
+    embedded: bool,
+    host: str = "127.0.0.1",
+    base_port: int = 0,
+    prefix: str = DEFAULT_PREFIX,
+    name: str = "node",
+    config_path: Path | None = None,
+    ops: OpsOptions | None = None,
+    log_args: Sequence[str] = (),
+) -> list[StartedNode]:
     """Start ``count`` node processes in ``nursery``, all at once (node i on ``base_port + i``,
-    or on free ports when ``base_port`` is 0); return their endpoint URLs once all are ready.
+    or on free ports when ``base_port`` is 0); return their URLs and pids once all are ready
+    (the pids of these children only: a caller measuring them counts no other node).
     Cancelling the nursery stops each with SIGTERM (a drain), then SIGKILL past its bound.
     Each child gets ``log_args`` and its own metrics options from ``ops``."""
     ops = ops or OpsOptions()
-    urls: list[str] = [""] * count
+    started: list[StartedNode | None] = [None] * count
 
     async def start(i: int) -> None:
         port = base_port + i if base_port else 0
@@ -266,18 +308,21 @@ async def start_process_nodes(
         node = ProcessNode(
             settings, redis_url, embedded, host, port, f"{name}-{i}", prefix, config_path, extra
         )
-        urls[i] = await nursery.start(_run_process, node, i)
+        started[i] = await nursery.start(_run_process, node, i)
 
     async with trio.open_nursery() as starting:
         for i in range(count):
             starting.start_soon(start, i)
-    return urls
+    return [n for n in started if n is not None]
 
 
 async def _run_process(
-    node: ProcessNode, index: int, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    node: ProcessNode,
+    index: int,
+    task_status: trio.TaskStatus[StartedNode] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run one node as a child process; report its URL from the line it prints when ready.
+    """Run one node as a child process; report its URL (from the line it prints when ready)
+    and its pid.
     The child watches a lifeline pipe whose only write end this process holds: should this
     process end without stopping it (SIGKILL), the child sees EOF and drains by itself."""
     command, env = node.command()
@@ -302,7 +347,7 @@ async def _run_process(
             if not chunk:
                 raise RuntimeError(f"node process {index} exited before it was ready")
             line += chunk
-        task_status.started(line.decode().strip())
+        task_status.started(StartedNode(line.decode().strip(), proc.pid))
         await proc.wait()
     finally:
         await _stop_process(proc, node.settings.timeouts.drain_s + STOP_GRACE_S)

@@ -23,10 +23,11 @@ import redis
 from click.testing import CliRunner
 
 from cluster.cli import EXIT_USAGE, main
+from cluster.config import demo_settings
 from cluster.experiments.bench.context import BenchOptions, command_line, plan_for
 from cluster.experiments.bench.database import BENCH_PREFIX
 from cluster.experiments.bench.http_scenarios import PEER_ROUNDS, SIDES
-from cluster.experiments.bench.procs import cpu_seconds
+from cluster.experiments.bench.procs import cpu_seconds, open_http_cluster
 from cluster.experiments.bench.report import BUDGET_ROWS, render_markdown
 from cluster.experiments.bench.run import run_bench
 from cluster.experiments.bench.servers import SIDES as SERVER_SIDES
@@ -251,6 +252,40 @@ def test_cpu_time_is_read_from_proc_and_a_vanished_process_has_none() -> None:
     assert own is not None
     assert own > 0
     assert cpu_seconds(2**22 + 12345) is None
+
+
+def _node_children() -> set[int]:
+    """Pids of this process's children that run a node (``cluster.node_process``)."""
+    out: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        for pid in map(int, (task / "children").read_text(encoding="ascii").split()):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"cluster.node_process" in cmdline:
+                out.add(pid)
+    return out
+
+
+async def test_clusters_open_side_by_side_each_report_only_their_own_node_pids(
+    tmp_path: Path,
+) -> None:
+    """The peer comparison holds several node clusters open at once: each must count (and pin)
+    its own nodes only, not every node process alive when it started."""
+    with own_redis(tmp_path) as server:
+        async with AsyncExitStack() as stack:
+            first = await stack.enter_async_context(
+                open_http_cluster(demo_settings(), 1, server.url, f"{BENCH_PREFIX}a:")
+            )
+            assert len(first.pids) == 1
+            assert set(first.pids) == _node_children()
+            second = await stack.enter_async_context(
+                open_http_cluster(demo_settings(), 2, server.url, f"{BENCH_PREFIX}b:")
+            )
+            assert len(second.pids) == len(second.urls) == 2
+            assert not set(first.pids) & set(second.pids)
+            assert set(first.pids) | set(second.pids) == _node_children()
 
 
 @pytest.mark.slow

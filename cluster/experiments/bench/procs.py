@@ -21,13 +21,12 @@ import trio
 
 from cluster.config import ClusterSettings
 from cluster.operations import OpsOptions
-from cluster.serve import start_process_nodes
+from cluster.serve import start_node_processes
 from cluster.stopping import open_lifeline
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT_S = 60.0
 """How long a server process may take to print its URL (imports dominate; seconds normally)."""
-NODE_MARKER = "cluster.node_process"
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -44,24 +43,6 @@ def cpu_seconds(pid: int) -> float | None:
 def total_cpu(pids: Sequence[int]) -> float:
     """Summed CPU seconds of ``pids`` (a process that vanished counts as zero)."""
     return sum(cpu_seconds(p) or 0.0 for p in pids)
-
-
-def child_pids(marker: str) -> list[int]:
-    """Pids of this process's children whose command line contains ``marker``."""
-    out: list[int] = []
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            children = (task / "children").read_text(encoding="ascii").split()
-        except OSError:
-            continue
-        for pid in map(int, children):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if marker.encode() in cmdline:
-                out.append(pid)
-    return sorted(set(out))
 
 
 async def redis_server_pid(client: coredis.Redis[str]) -> int | None:
@@ -145,16 +126,17 @@ async def open_http_cluster(
     env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[ServerProcs]:
     """``nodes`` node processes on free loopback ports over ``redis_url``, their keys under
-    ``prefix``; stopped on exit (``start_process_nodes`` stops each child by its pid when
-    cancelled). ``ops`` turns their metrics on; ``env`` is added to their environment (e.g. the
-    Redis client they use)."""
+    ``prefix``; stopped on exit (``start_node_processes`` stops each child by its pid when
+    cancelled). The pids are of these nodes only, so clusters open side by side (the peer
+    comparison's) each count their own. ``ops`` turns their metrics on; ``env`` is added to
+    their environment (e.g. the Redis client they use)."""
     async with trio.open_nursery() as nursery:
         with _environment(env or {}), trio.fail_after(START_TIMEOUT_S * nodes):
-            urls = await start_process_nodes(
+            started = await start_node_processes(
                 nursery, settings, redis_url, count=nodes, embedded=False, prefix=prefix, ops=ops
             )
         try:
-            yield ServerProcs(urls, child_pids(NODE_MARKER))
+            yield ServerProcs([n.url for n in started], [n.pid for n in started])
         finally:
             nursery.cancel_scope.cancel()
 
