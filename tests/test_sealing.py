@@ -196,6 +196,10 @@ def test_bodies_that_are_not_canonical_unpadded_base64url_are_refused(ring: KeyR
         body[:10] + "!" + body[11:],
         body[:10] + " " + body[10:],
         body[:10] + "é" + body[11:],
+        body[:8] + "=" + body[9:],  # padding inside
+        body[:-2] + "==",  # padding in place of the last two characters
+        body + "\n",
+        body[:10] + "\t" + body[11:],
         "A" * 61,  # length 1 mod 4 can never be valid
         "!!!!",
     ]
@@ -538,13 +542,14 @@ def compact(document: object) -> bytes:
 
 def test_a_sealed_plaintext_is_canonical_so_it_takes_the_one_parse_path(ring: KeyRing) -> None:
     payload = make_payload(extra={"target": 'é\u2028\n"\\/'})
-    assert sealing._canonical(payload.model_dump_json().encode())
+    plaintext = payload.model_dump_json().encode()
+    assert sealing._as_sealed(StatePayload.model_validate_json(plaintext), plaintext)
     assert ring.open(ring.seal(payload), audience=AUDIENCE) == payload
 
 
 def test_a_duplicate_key_in_compact_plaintext_is_refused_as_not_json() -> None:
     raw = compact(valid_document()).replace(b'"tenant":', b'"tenant":"evil","tenant":', 1)
-    assert not sealing._canonical(raw)
+    assert not sealing._as_sealed(StatePayload.model_validate_json(raw), raw)
     assert forged_reason(raw) == "plaintext is not json"
     nested = compact(valid_document()).replace(b'"version":', b'"version":9,"version":', 1)
     assert forged_reason(nested) == "plaintext is not json"
