@@ -264,20 +264,34 @@ def with_metrics(app: ASGIApp, metrics: NodeMetrics) -> ASGIApp:
         method, tool = metrics.labels_for(scope)
         status = 0
 
-        async def tracked(message: dict[str, Any]) -> None:
+        def tracked(message: dict[str, Any]) -> Awaitable[None]:
+            # Not a coroutine of its own: the app awaits ``send``'s (one frame less per send).
             nonlocal status
             if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
+                status = message["status"]
+            return send(message)
 
         metrics.in_flight_now += 1
         try:
             await app(scope, receive, tracked)
         finally:
             metrics.in_flight_now -= 1
-            metrics.count_request(method, tool, str(status) if status else "none")
+            metrics.count_request(method, tool, _status_label(status))
 
     return metered_app
+
+
+_STATUS_LABELS: dict[int, str] = {}
+
+
+def _status_label(status: int) -> str:
+    """The ``status`` label of an HTTP status (0: no response started), its text made once."""
+    label = _STATUS_LABELS.get(status)
+    if label is None:
+        label = str(int(status)) if status else "none"
+        if 100 <= status <= 599:  # a bounded set: the cache cannot grow past it
+            _STATUS_LABELS[status] = label
+    return label
 
 
 class MeteredStore:
