@@ -89,6 +89,10 @@ class RespCore(Generic[W]):
                 expected.popleft()
                 done.append((waiter, replies))
 
+    def waiting(self) -> list[W]:
+        """The waiters of the requests written and not yet fully answered, oldest first."""
+        return [w for w, _, _ in self._expected]
+
     def abandon(self) -> list[W]:
         """The connection is gone: forget every pending request and return their waiters, so
         the transport can tell each one its outcome is unknown."""

@@ -181,3 +181,51 @@ def test_a_call_on_an_open_connection_times_out_at_its_deadline(backend: str) ->
 
     run_on(backend, main)
     assert isinstance(outcomes["call"], ReplyTimeout), outcomes
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_call_behind_a_cancelled_one_times_out_at_its_own_deadline_not_the_first_ones(
+    backend: str,
+) -> None:
+    """Two unanswered calls on one connection, the second written later; the first caller
+    gives up (cancelled). The connection is not closed at the first call's deadline, and the
+    second call is ReplyTimeout at its own (on asyncio one timer watches every call's deadline
+    and waits again for the next one)."""
+    outcomes: dict[str, BaseException | str] = {}
+
+    async def main(advance: Callable[[float], None]) -> None:
+        server = SilentServer()
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.serve)
+            url = f"redis://127.0.0.1:{server.port}/0"
+            async with RespRedis.from_url(url, timeout_s=TIMEOUT_S, max_connections=1) as client:
+
+                async def call(name: str, scope: anyio.CancelScope) -> None:
+                    with scope:
+                        try:
+                            outcomes[name] = await client.ping()
+                        except RedisClientError as exc:
+                            outcomes[name] = exc
+                    if scope.cancelled_caught:
+                        outcomes[name] = "cancelled"
+
+                first = anyio.CancelScope()
+                tg.start_soon(call, "first", first)
+                await server.received.wait()
+                advance(TIMEOUT_S / 2)
+                await settle()
+                first.cancel()
+                tg.start_soon(call, "second", anyio.CancelScope())
+                await settle()
+                assert outcomes == {"first": "cancelled"}
+                advance(TIMEOUT_S / 2 + 0.5)  # past the first call's deadline
+                await settle()
+                assert outcomes == {"first": "cancelled"}, "closed at a cancelled call's deadline"
+                assert client.statistics()["connections"] == 1
+                advance(TIMEOUT_S / 2)  # past the second call's
+                await settle()
+                assert set(outcomes) == {"first", "second"}
+            tg.cancel_scope.cancel()
+
+    run_on(backend, main)
+    assert isinstance(outcomes["second"], ReplyTimeout), outcomes
