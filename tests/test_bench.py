@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from cluster.cli import EXIT_USAGE, main
 from cluster.config import demo_settings
+from cluster.experiments.bench import ab_nodes
 from cluster.experiments.bench.context import BenchOptions, command_line, plan_for
 from cluster.experiments.bench.database import BENCH_PREFIX
 from cluster.experiments.bench.http_scenarios import PEER_ROUNDS, SIDES
@@ -38,6 +39,7 @@ from cluster.experiments.bench.servers import (
     render_servers_markdown,
     run_bench_servers,
 )
+from store.client import CLIENT_ENV
 from tests.own_redis import OwnRedis, own_redis
 
 BENCH_DB = 5
@@ -245,6 +247,19 @@ def test_quick_and_full_modes_plan_the_documented_points() -> None:
     assert command_line(BenchOptions(redis_url="redis://h:1/4")) == (
         "notes-cluster bench --redis redis://h:1/4 --out runs/bench"
     )
+
+
+def test_an_ab_side_names_its_code_its_environment_and_its_metrics() -> None:
+    old = ab_nodes.parse_side("old=wt/a")
+    assert old == ab_nodes.Side("old", "wt/a", {CLIENT_ENV: "resp", "PYTHONPATH": "wt/a"})
+    assert not old.metrics
+    on = ab_nodes.parse_side("on=wt/b|METRICS=1,NOTES_CLUSTER_REDIS_CLIENT=coredis")
+    assert on.metrics
+    assert on.env == {CLIENT_ENV: "coredis", "PYTHONPATH": "wt/b"}
+    assert not ab_nodes.parse_side("off=wt/b|METRICS=0").metrics
+    for bad in ("old", "=wt/a", "old=", "old=wt/a|METRICS"):
+        with pytest.raises(ValueError, match="expected"):
+            ab_nodes.parse_side(bad)
 
 
 def test_cpu_time_is_read_from_proc_and_a_vanished_process_has_none() -> None:
