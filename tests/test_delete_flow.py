@@ -199,6 +199,30 @@ def sequenced_node(node: Node, store: NoteStore, seq: trio.testing.Sequencer, st
     return Node(replace(node.config, node_id="gated"), GatedStore(store, before_confirm))  # type: ignore[arg-type]
 
 
+class InStepStore(GatedStore):
+    """The shared store whose confirmations run whole inside one sequencer step: whatever a
+    later step does meets the confirmation's outcome, never a confirmation still in flight."""
+
+    def __init__(self, inner: NoteStore, seq: trio.testing.Sequencer, step: int) -> None:
+        super().__init__(inner, _nothing)
+        self.seq, self.step = seq, step
+
+    async def confirm(self, c: Confirmation) -> ConfirmOutcome:
+        async with self.seq(self.step):
+            return await self.inner.confirm(c)
+
+
+async def _nothing() -> None:
+    pass
+
+
+def confirming_in_step(
+    node: Node, store: NoteStore, seq: trio.testing.Sequencer, step: int
+) -> Node:
+    """A twin of ``node`` whose confirmations run whole inside sequencer step ``step``."""
+    return Node(replace(node.config, node_id="in-step"), InStepStore(store, seq, step))  # type: ignore[arg-type]
+
+
 # --- the happy path across nodes -------------------------------------------------------------
 
 
@@ -736,7 +760,9 @@ async def test_a_confirmation_that_executes_first_makes_a_later_move_find_nothin
     seeded = await seed(store)
     (node_a,) = make_nodes(store, 1)
     seq = trio.testing.Sequencer()
-    gated = sequenced_node(node_a, store, seq, step=0)
+    # The confirmation runs whole in step 0 (gated before it only, it could still be on its
+    # way to Redis when step 1's move starts: trio may run either first).
+    gated = confirming_in_step(node_a, store, seq, step=0)
     state, _ = await ask(node_a)
     replies: list[Reply] = []
 
