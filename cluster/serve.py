@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -247,35 +248,11 @@ class StartedNode:
 
 
 async def start_process_nodes(
-    nursery: trio.Nursery,
-    settings: ClusterSettings,
-    redis_url: str,
-    *,
-    count: int,
-    embedded: bool,
-    host: str = "127.0.0.1",
-    base_port: int = 0,
-    prefix: str = DEFAULT_PREFIX,
-    name: str = "node",
-    config_path: Path | None = None,
-    ops: OpsOptions | None = None,
-    log_args: Sequence[str] = (),
+    nursery: trio.Nursery, settings: ClusterSettings, redis_url: str, **options: Any
 ) -> list[str]:
-    """The URLs of ``start_node_processes`` (same arguments)."""
-    started = await start_node_processes(
-        nursery,
-        settings,
-        redis_url,
-        count=count,
-        embedded=embedded,
-        host=host,
-        base_port=base_port,
-        prefix=prefix,
-        name=name,
-        config_path=config_path,
-        ops=ops,
-        log_args=log_args,
-    )
+    """The URLs of ``start_node_processes`` (same arguments): a drop-in for
+    ``start_http_nodes``, which callers choose between."""
+    started = await start_node_processes(nursery, settings, redis_url, **options)
     return [n.url for n in started]
 
 
