@@ -7,7 +7,8 @@ concurrent tasks at the shared store, where the atomic script makes the outcome 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -174,53 +175,42 @@ def tool_failed(reply: Reply) -> dict[str, Any]:
 
 
 class GatedStore:
-    """The shared store with a hook awaited just before each confirmation reaches the script, so a
-    test can make something happen while a round 2 is in flight past all the node's checks."""
+    """The shared store with a gate around each confirmation's trip to the script, so a test can
+    make something happen while a round 2 is in flight past all the node's checks, or only once
+    its confirmation has run."""
 
-    def __init__(self, inner: NoteStore, before_confirm: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, inner: NoteStore, gate: Callable[[], AbstractAsyncContextManager[None]]
+    ) -> None:
         self.inner = inner
-        self.before_confirm = before_confirm
+        self.gate = gate
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def confirm(self, c: Confirmation) -> ConfirmOutcome:
-        await self.before_confirm()
-        return await self.inner.confirm(c)
-
-
-def sequenced_node(node: Node, store: NoteStore, seq: trio.testing.Sequencer, step: int) -> Node:
-    """A twin of ``node`` (same key ring and audience) whose confirmations wait for ``step``."""
-
-    async def before_confirm() -> None:
-        async with seq(step):
-            pass
-
-    return Node(replace(node.config, node_id="gated"), GatedStore(store, before_confirm))  # type: ignore[arg-type]
-
-
-class InStepStore(GatedStore):
-    """The shared store whose confirmations run whole inside one sequencer step: whatever a
-    later step does meets the confirmation's outcome, never a confirmation still in flight."""
-
-    def __init__(self, inner: NoteStore, seq: trio.testing.Sequencer, step: int) -> None:
-        super().__init__(inner, _nothing)
-        self.seq, self.step = seq, step
-
-    async def confirm(self, c: Confirmation) -> ConfirmOutcome:
-        async with self.seq(self.step):
+        async with self.gate():
             return await self.inner.confirm(c)
 
 
-async def _nothing() -> None:
-    pass
-
-
-def confirming_in_step(
-    node: Node, store: NoteStore, seq: trio.testing.Sequencer, step: int
+def sequenced_node(
+    node: Node, store: NoteStore, seq: trio.testing.Sequencer, step: int, *, holding: bool = False
 ) -> Node:
-    """A twin of ``node`` whose confirmations run whole inside sequencer step ``step``."""
-    return Node(replace(node.config, node_id="in-step"), InStepStore(store, seq, step))  # type: ignore[arg-type]
+    """A twin of ``node`` (same key ring and audience) whose confirmations wait for ``step``;
+    ``holding``: each runs whole inside it (a later step meets its outcome, never a confirmation
+    still on its way to Redis), else it goes on once the step has passed."""
+
+    @asynccontextmanager
+    async def gate() -> AsyncIterator[None]:
+        if holding:
+            async with seq(step):
+                yield
+        else:
+            async with seq(step):
+                pass
+            yield
+
+    return Node(replace(node.config, node_id="gated"), GatedStore(store, gate))  # type: ignore[arg-type]
 
 
 # --- the happy path across nodes -------------------------------------------------------------
@@ -762,7 +752,7 @@ async def test_a_confirmation_that_executes_first_makes_a_later_move_find_nothin
     seq = trio.testing.Sequencer()
     # The confirmation runs whole in step 0 (gated before it only, it could still be on its
     # way to Redis when step 1's move starts: trio may run either first).
-    gated = confirming_in_step(node_a, store, seq, step=0)
+    gated = sequenced_node(node_a, store, seq, step=0, holding=True)
     state, _ = await ask(node_a)
     replies: list[Reply] = []
 
