@@ -24,7 +24,7 @@ import trio
 
 from cluster.experiments.bench.context import Bench, BenchOptions, plan_for
 from cluster.experiments.bench.database import BENCH_PREFIX, bench_redis
-from cluster.experiments.bench.http_scenarios import PEER_CONCURRENCY, wrk_point
+from cluster.experiments.bench.http_scenarios import PEER_CONCURRENCY, aggregate, wrk_point
 from cluster.experiments.bench.procs import ServerProcs, open_http_cluster, redis_server_pid
 from cluster.experiments.bench.wrk import cpu_split, pin
 from cluster.operations import OpsOptions
@@ -103,12 +103,7 @@ def summary(points: dict[str, list[dict[str, Any]]]) -> list[str]:
     """Per side: CPU per flow over all its slots, and its ratio to the first side."""
     names = list(points)
     base = points[names[0]]
-
-    def per_flow(pts: list[dict[str, Any]], part: str) -> float:
-        flows = sum(int(p["flows"]) for p in pts)
-        total = sum(float(p["cpu_ms_per_flow"][part]) * int(p["flows"]) for p in pts)
-        return total / max(1, flows)
-
+    base_node = aggregate(base)["cpu_ms_per_flow"]["servers"]
     lines = []
     for name in names:
         pts = points[name]
@@ -116,10 +111,11 @@ def summary(points: dict[str, list[dict[str, Any]]]) -> list[str]:
             p["cpu_ms_per_flow"]["servers"] / max(1e-9, b["cpu_ms_per_flow"]["servers"])
             for p, b in zip(pts, base, strict=True)
         ]
-        node = per_flow(pts, "servers")
+        cpu = aggregate(pts)["cpu_ms_per_flow"]
+        node = cpu["servers"]
         lines.append(
-            f"{name:12} node {node:.3f} redis {per_flow(pts, 'redis'):.3f} ms/flow; node ÷ "
-            f"{names[0]}: summed {node / max(1e-9, per_flow(base, 'servers')):.3f}, median of "
+            f"{name:12} node {node:.3f} redis {cpu['redis']:.3f} ms/flow; node ÷ "
+            f"{names[0]}: summed {node / max(1e-9, base_node):.3f}, median of "
             f"rounds {statistics.median(ratios):.3f} ({min(ratios):.2f} to {max(ratios):.2f})"
         )
     return lines
