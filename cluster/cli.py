@@ -619,15 +619,9 @@ def simulate_cmd(
 
 def _run_stoppable(fn: Callable[[], Any]) -> Any:
     """``fn`` under trio, stopped cleanly by SIGTERM, SIGINT or SIGHUP (``cluster.stopping``)."""
-    from cluster.stopping import run_stoppable, signal_name
+    from cluster.stopping import run_stoppable
 
-    def say(signum: int) -> None:
-        click.echo(
-            f"{signal_name(signum)}: stopping, cleaning up (send it again to exit at once)",
-            err=True,
-        )
-
-    return run_stoppable(fn, on_stop=say)
+    return run_stoppable(fn)
 
 
 @contextmanager

@@ -7,10 +7,15 @@ and the command exits with the code the signal means (``cluster.exit_codes``). T
 - ``run_stoppable(fn)``: ``trio.run`` with a watcher that turns the first stop signal into a
   cancellation of ``fn`` (so its ``finally`` blocks and shielded clean-ups run in order), then
   raises ``Stopped``; a second signal exits at once.
-- ``forward_stop_signals()``: outside a trio run (or inside one that opens no watcher), SIGTERM
-  and SIGHUP are re-raised as SIGINT, which Python turns into ``KeyboardInterrupt`` and trio
-  delivers safely (SIGINT is made to, even when the process inherited it ignored, as a script's
-  background job does); ``received_signal()`` says which one really came.
+- ``forward_stop_signals()``: outside a trio run, SIGTERM and SIGHUP are re-raised as SIGINT,
+  which Python turns into ``KeyboardInterrupt`` (SIGINT is made to, even when the process
+  inherited it ignored, as a script's background job does); ``received_signal()`` says which
+  one really came. That is for plain code between runs only: inside a trio run a
+  ``KeyboardInterrupt`` is raised at whatever bytecode the run's task is at, and one that lands
+  between a ``with`` block's ``__enter__`` and the block itself leaves a cancel scope entered
+  for good ("Cancel scope stack corrupted", seen in a failover run stopped by SIGTERM). So every
+  ``trio.run`` of a command is a ``run_stoppable`` (``tests/test_stop_signals.py`` checks the
+  source for a bare one).
 
 A child never outlives its parent. The parent of node processes (``serve --processes``) holds
 the only write end of a pipe, the *lifeline*, whose read end each child watches: it turns
@@ -55,6 +60,9 @@ class Stopped(Exception):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         super().__init__(f"stopped by {signal_name(signum)}")
+
+    def __reduce__(self) -> tuple[type[Stopped], tuple[int]]:
+        return (Stopped, (self.signum,))  # crosses a process pool as itself
 
 
 def signal_name(signum: int) -> str:
@@ -106,14 +114,30 @@ def forwarding_stop_signals() -> Iterator[None]:
                 signal.signal(signum, handler)
 
 
-def run_stoppable(
-    fn: Callable[[], Awaitable[T]], *, on_stop: Callable[[int], None] | None = None
-) -> T:
-    """``trio.run(fn)``, cancelled by the first stop signal; then raise ``Stopped``.
+def say_stopping(signum: int) -> None:
+    """What a command says on stderr when the first stop signal arrives."""
+    sys.stderr.write(
+        f"{signal_name(signum)}: stopping, cleaning up (send it again to exit at once)\n"
+    )
+    sys.stderr.flush()
 
-    ``on_stop`` is told the signal as it arrives (to say "stopping ..."); a second stop signal
-    while ``fn`` cleans up exits at once with that signal's code."""
+
+def run_stoppable(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    on_stop: Callable[[int], None] | None = say_stopping,
+    clock: trio.abc.Clock | None = None,
+) -> T:
+    """``trio.run(fn, clock=clock)``, cancelled by the first stop signal; then raise
+    ``Stopped``. The signal reaches ``fn`` as a cancellation at its next checkpoint, never as a
+    ``KeyboardInterrupt`` in the middle of its code.
+
+    ``on_stop`` is told the signal as it arrives (by default it says "stopping ..." on stderr);
+    a second stop signal while ``fn`` cleans up exits at once with that signal's code."""
     from cluster.exit_codes import exit_code_for_signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return trio.run(fn, clock=clock)  # signals reach the main thread only
 
     async def main() -> tuple[list[T], list[int]]:
         result: list[T] = []
@@ -138,7 +162,7 @@ def run_stoppable(
                 nursery.cancel_scope.cancel()
         return result, seen
 
-    result, seen = trio.run(main)
+    result, seen = trio.run(main, clock=clock)
     if seen:
         raise Stopped(seen[0])
     return result[0]

@@ -15,12 +15,12 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
-
-import trio
 
 from cluster.deterministic.run import run_deterministic
 from cluster.experiments.simulate import SimulateOptions, simulate
+from cluster.stopping import run_stoppable
 from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
 
@@ -40,7 +40,7 @@ def side_by_side(flows: int, seed: int, log: Callable[[str], None] = print) -> d
         settings=RunSettings(flows=flows, seed=seed, tenants=tenants_for(flows))
     )
     out: dict[str, Any] = {"flows": flows, "seed": seed}
-    plain, wall, cpu = _measured(lambda: trio.run(simulate, options))
+    plain, wall, cpu = _measured(lambda: run_stoppable(partial(simulate, options)))
     out["simulate"] = _rates(plain.stats.tally.completed, plain.result.status, wall, cpu)
     det, wall, cpu = _measured(lambda: run_deterministic(options))
     out["deterministic"] = _rates(det.stats.tally.completed, det.result.status, wall, cpu) | {

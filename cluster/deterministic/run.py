@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from cluster.experiments.in_process_target import (
 from cluster.experiments.simulate import SimulateOptions
 from cluster.faults import open_injector
 from cluster.local import InProcessTransport
+from cluster.stopping import run_stoppable
 from cluster.store_faults import StoreFaults
 from loadgen.check.exercise import ExerciseRule
 from loadgen.history import History, Op
@@ -315,8 +317,9 @@ def run_deterministic(
     clocks = NodeClocks(seed, offsets_ms=node_offsets_ms) if skew or node_offsets_ms else None
     faults = Buggify(seed) if buggify else None
     with deterministic_world(seed, clock), buggify_on(faults) if faults else nullcontext():
-        return trio.run(
-            simulate_deterministic, options, on_flow, clocks, faults, transport_hook, clock=clock
+        return run_stoppable(
+            partial(simulate_deterministic, options, on_flow, clocks, faults, transport_hook),
+            clock=clock,
         )
 
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from redis.crc import key_slot
 from cluster.experiments.simulate import SimulateOptions, Simulation, simulate
 from cluster.faults import CustomFault
 from cluster.redis_cluster import HOST, RedisClusterInfo, local_redis_cluster
+from cluster.stopping import run_stoppable
 from loadgen.pictures import percentile, write_pictures
 from loadgen.run.folder import RunFolder
 from loadgen.runner import RunSettings
@@ -282,7 +284,7 @@ def _run(scenario: str, wait: int, rc: RedisClusterInfo, options: FailoverOption
         ),
         custom_faults=() if scenario == "baseline" else (_fault(scenario, rc, options),),
     )
-    sim = trio.run(simulate, sim_options)
+    sim = run_stoppable(partial(simulate, sim_options))
     if run_dir is not None:
         windows = [(f["start_s"], f["end_s"], f["action"]) for f in sim.faults_json()]
         write_pictures(RunFolder(run_dir), sim.results, sim.stats, faults=windows)

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
 
+from cluster.exit_codes import exit_code_for_signal
 from cluster.experiments.bench.context import Bench, BenchOptions, plan_for
 from cluster.experiments.bench.database import BENCH_PREFIX, bench_redis
 from cluster.experiments.bench.http_scenarios import PEER_CONCURRENCY, aggregate, wrk_point
@@ -29,6 +32,7 @@ from cluster.experiments.bench.procs import ServerProcs, open_http_cluster, redi
 from cluster.experiments.bench.wrk import cpu_split, pin
 from cluster.operations import OpsOptions
 from cluster.serve import settings_for
+from cluster.stopping import Stopped, forwarding_stop_signals, run_stoppable
 from store.client import CLIENT_ENV, redis_client
 
 
@@ -129,8 +133,11 @@ def main() -> None:
     parser.add_argument("--slot", type=float, default=3.0, help="seconds per measured slot")
     parser.add_argument("--redis", default=None, help="default: a redis-server of its own")
     a = parser.parse_args()
-    with bench_redis(a.redis) as where:
-        points = trio.run(run_ab, a.sides, a.rounds, a.slot, where.url, where.own)
+    try:
+        with forwarding_stop_signals(), bench_redis(a.redis) as where:
+            points = run_stoppable(partial(run_ab, a.sides, a.rounds, a.slot, where.url, where.own))
+    except Stopped as exc:
+        sys.exit(exit_code_for_signal(exc.signum))
     for line in summary(points):
         print(line)
 

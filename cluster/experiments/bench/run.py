@@ -75,6 +75,7 @@ from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.load_fixture import with_load_scope
 from cluster.local import InProcessTransport, open_local_cluster
 from cluster.serve import settings_for
+from cluster.stopping import run_stoppable
 from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
 from nodes.config import NodeConfig
@@ -411,7 +412,7 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     started = time.perf_counter()
     with bench_store(options.redis_url, log) as where:  # refused before anything is said
         log(f"bench ({'quick' if options.quick else 'full'}): {plan.seconds:g} s per point")
-        result = trio.run(partial(_run, options, plan, log, where))
+        result = run_stoppable(partial(_run, options, plan, log, where))
     result["scenarios"]["deterministic"] = _deterministic(options, plan, log)  # issue 19
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     write_report(result, render_markdown(result), options.out_dir / "bench", log)

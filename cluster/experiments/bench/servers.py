@@ -43,6 +43,7 @@ from cluster.experiments.bench.http_scenarios import (
 )
 from cluster.experiments.bench.procs import ServerProcs, open_server_process, redis_server_pid
 from cluster.experiments.bench.wrk import cpu_split, pin
+from cluster.stopping import run_stoppable
 from store.client import redis_client
 
 Log = Callable[[str], None]
@@ -261,7 +262,7 @@ def run_bench_servers(options: ServersOptions, log: Log) -> dict[str, Any]:
     started = time.perf_counter()
     with bench_store(options.redis_url, log) as where:  # refused before anything is said
         log(f"bench-servers: {options.round_count} rounds of {options.slot:g} s slots")
-        result = trio.run(partial(_run, options, log, where))
+        result = run_stoppable(partial(_run, options, log, where))
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     write_report(result, render_servers_markdown(result), options.out_dir / "servers", log)
     return result
