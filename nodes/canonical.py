@@ -8,6 +8,8 @@ the same for strings, integers, booleans, null, arrays and objects (``tests/test
 checks every control character, quote, backslash and non-ASCII kind); floats it writes in
 another notation (``1e16`` where Python writes ``1e+16``), so a value holding a float, or one
 orjson refuses (an integer past 64 bits, a lone surrogate), goes to the stdlib's encoder.
+``canonical_json_bytes`` is the same text as UTF-8 bytes, what a digest takes (orjson's own
+output, with no decode and encode again).
 """
 
 from __future__ import annotations
@@ -19,9 +21,16 @@ import orjson
 _STDLIB = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 """Built once: ``json.dumps`` with options builds an encoder per call."""
 
+_FLAT = frozenset({str, int, bool, type(None)})
+"""Exact types that are neither a float nor a container: a dict of only these holds no float."""
+
 
 def _no_float(value: object) -> bool:
-    """Whether ``value`` (decoded JSON) holds no float at any depth (an iterative walk)."""
+    """Whether ``value`` (decoded JSON) holds no float at any depth. A dict of plain scalars
+    (a tool's arguments, mostly) is answered by one pass over its values' types; anything else
+    by an iterative walk."""
+    if type(value) is dict and _FLAT.issuperset(map(type, value.values())):
+        return True
     stack = [value]
     while stack:
         node = stack.pop()
@@ -42,6 +51,22 @@ def canonical_json(value: object, *, allow_nan: bool = True) -> str:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8")
         except orjson.JSONEncodeError:
             pass  # an integer past 64 bits, a lone surrogate, a non-str key: the stdlib decides
+    return _stdlib(value, allow_nan)
+
+
+def canonical_json_bytes(value: object, *, allow_nan: bool = True) -> bytes:
+    """``canonical_json(value, allow_nan=allow_nan)`` encoded as UTF-8 (the same refusals; a
+    lone surrogate, which that text can hold, is a ``UnicodeEncodeError`` here)."""
+    if _no_float(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            pass  # as in canonical_json
+    return _stdlib(value, allow_nan).encode("utf-8")
+
+
+def _stdlib(value: object, allow_nan: bool) -> str:
+    """The stdlib's canonical text, for what orjson may write differently or refuses."""
     if allow_nan:
         return _STDLIB.encode(value)
     return json.dumps(

@@ -46,7 +46,7 @@ def open_state(
             principal=principal,
             method="tools/call",
             tool=tool,
-            args_digest=args_digest(dict(arguments)),
+            args_digest=args_digest(arguments),
         )
         if payload.phase != phase:
             raise StateRejected("unexpected phase")
@@ -83,7 +83,7 @@ def seal_state(
         audience=audience,
         method="tools/call",
         tool=tool,
-        args_digest=args_digest(dict(arguments)),
+        args_digest=args_digest(arguments),
         workspace=workspace,
         tenant=tenant,
         candidates=candidates,

@@ -9,7 +9,7 @@ Token format (version ``ns1``)::
     ns1.<kid>.<body>
     body = base64url, no padding, canonical ( nonce[12] || AES-256-GCM ciphertext || tag[16] )
     associated data = b"ns1" NUL kid NUL audience (UTF-8)
-    plaintext = compact JSON of `StatePayload` (UTF-8)
+    plaintext = compact JSON of `StatePayload` (UTF-8), fields in declaration order
 
 The associated data binds the format version, the key id and the audience, so a state sealed for
 one audience does not open for another even under the same key, and a body cannot be moved under a
@@ -18,12 +18,18 @@ unambiguous. Nonces are random: rotate keys well before 2**32 seals per key.
 
 `KeyRing.open` is strict and raises `StateRejected` for every failure; `reason` is a fixed string
 for the log (never attacker input, never key bytes). Callers answer one generic error.
+
+The payload is a msgspec ``Struct`` (issue 21): encoding and one strict, typed parse are each a
+single C call. Its plaintext is byte for byte what the earlier pydantic model wrote
+(``tests/test_sealing.py`` checks both the encoding and a state sealed by the earlier release), so
+states open across a rolling deploy in either direction.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -35,11 +41,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+import msgspec
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nodes.canonical import canonical_json
+from nodes.canonical import canonical_json_bytes
 from store import entropy
 
 FORMAT_VERSION = "ns1"
@@ -64,6 +70,7 @@ STATE_NONCE_BYTES = 16
 """Entropy of `new_nonce` (128 bits): unguessable and collision-free at any realistic volume."""
 
 _KID_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_+/=", b"+/!!!")
 """base64url to the standard alphabet, with the standard-only bytes made invalid."""
 _B64_VALUES = {
@@ -85,19 +92,21 @@ class StateRejected(Exception):
         self.reason = reason
 
 
-class Candidate(BaseModel):
+class Candidate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A note offered for confirmation, with the version that was shown to the user."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     note_id: str
     version: int
 
 
-class StatePayload(BaseModel):
-    """What a sealed `requestState` binds; only `KeyRing` turns it into a token and back."""
+class StatePayload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a sealed `requestState` binds; only `KeyRing` turns it into a token and back.
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    Keyword-only and frozen; construction does not check types at run time (mypy does for our
+    callers): `KeyRing.seal` refuses a payload that would not open as an equal one. A decoded
+    payload is strictly typed (no coercion: a bool, float or string is not an int; arrays for
+    tuples), with no unknown field at any depth. Copy with changes by `msgspec.structs.replace`.
+    """
 
     v: Literal[1] = 1
     principal: str
@@ -113,8 +122,15 @@ class StatePayload(BaseModel):
     issued_ms: int
     exp_ms: int
     """Expiry in milliseconds since the epoch, on the Redis server clock."""
-    extra: dict[str, str] = Field(default_factory=dict)
+    extra: dict[str, str] = msgspec.field(default_factory=dict)
     """Tool-specific bound values (e.g. an archive target)."""
+
+
+_ENCODER = msgspec.json.Encoder()
+"""Writes a payload's plaintext: compact UTF-8 JSON, fields in declaration order."""
+
+_DECODER = msgspec.json.Decoder(StatePayload)
+"""Parses and validates a plaintext in one pass (strict: no type coercion)."""
 
 
 def new_nonce() -> str:
@@ -125,10 +141,11 @@ def new_nonce() -> str:
 def args_digest(arguments: Mapping[str, object]) -> str:
     """Return the hex sha256 of the canonical JSON of `arguments` (key order does not matter).
 
-    Raises `TypeError` or `ValueError` for arguments that are not plain finite JSON.
+    Raises `TypeError` or `ValueError` for arguments that are not plain finite JSON. The digest
+    of given arguments never changes (states cross nodes of different releases); a test pins it.
     """
-    canonical = canonical_json(dict(arguments), allow_nan=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    value = arguments if type(arguments) is dict else dict(arguments)
+    return hashlib.sha256(canonical_json_bytes(value, allow_nan=False)).hexdigest()
 
 
 def verify_bindings(
@@ -173,13 +190,16 @@ class KeyRing:
     def seal(self, payload: StatePayload) -> str:
         """Seal `payload` under the active key for `payload.audience`; return the token.
 
-        Raises `ValueError` if the token would exceed `MAX_TOKEN_CHARS` (it could never open).
+        Raises `ValueError` if the token would exceed `MAX_TOKEN_CHARS`, or if `payload` would
+        not open as an equal payload (a value of the wrong type, a list for a tuple): either way it
+        could never open.
         """
-        plaintext = payload.model_dump_json().encode("utf-8")
+        plaintext = _encode(payload)
         nonce = entropy.token_bytes(NONCE_BYTES)
         aad = _associated_data(self.active, payload.audience)
         sealed = nonce + self._aeads[self.active].encrypt(nonce, plaintext, aad)
-        body = base64.urlsafe_b64encode(sealed).rstrip(b"=").decode("ascii")
+        encoded = binascii.b2a_base64(sealed, newline=False).rstrip(b"=").translate(_TO_URLSAFE)
+        body = encoded.decode("ascii")
         token = f"{FORMAT_VERSION}.{self.active}.{body}"
         if len(token) > MAX_TOKEN_CHARS:
             raise ValueError(f"sealed state is {len(token)} chars, over {MAX_TOKEN_CHARS}")
@@ -213,9 +233,9 @@ class KeyRing:
         prefix, kid, body = parts
         if prefix != FORMAT_VERSION:
             raise StateRejected("wrong token prefix")
-        if not _KID_RE.fullmatch(kid):
-            raise StateRejected("malformed key id")
-        if kid not in self._aeads:
+        if kid not in self._aeads:  # every kid of the ring is well formed (checked when built)
+            if not _KID_RE.fullmatch(kid):
+                raise StateRejected("malformed key id")
             raise StateRejected("unknown key id")
         sealed = _decode_body(body)
         if len(sealed) < MIN_BODY_BYTES:
@@ -240,10 +260,15 @@ class KeyRing:
 
 def _same(a: str, b: str) -> bool:
     """Constant-time string equality (UTF-8, so non-ASCII text is fine)."""
-    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+    try:
+        return hmac.compare_digest(a, b)  # ASCII text, as nearly every bound value is
+    except TypeError:
+        return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
 
 
+@functools.lru_cache(maxsize=64)
 def _associated_data(kid: str, audience: str) -> bytes:
+    """Built once per kid and audience (a node seals and opens for one or a few audiences)."""
     return b"\x00".join((FORMAT_VERSION.encode("ascii"), kid.encode("ascii"), audience.encode()))
 
 
@@ -264,18 +289,31 @@ def _decode_body(body: str) -> bytes:
     return sealed
 
 
+def _encode(payload: StatePayload) -> bytes:
+    """The plaintext sealing ``payload`` writes; `ValueError` unless it opens as ``payload``."""
+    try:
+        plaintext = _ENCODER.encode(payload)
+        # What open refuses, seal refuses: one strict parse, compared with what was asked.
+        valid = _DECODER.decode(plaintext) == payload
+    except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+        raise ValueError(f"payload cannot be sealed: {type(exc).__name__}") from None
+    if not valid:
+        raise ValueError("payload cannot be sealed: it would not open as an equal payload")
+    return plaintext
+
+
 def _parse_payload(plaintext: bytes) -> StatePayload:
     """Turn authenticated plaintext into a `StatePayload`, refusing anything not strictly valid.
 
-    Fast path: plaintext as our sealer writes it is the payload's own encoding, so one pydantic
+    Fast path: plaintext as our sealer writes it is the payload's own encoding, so one msgspec
     parse and encoding the result again gives the same bytes (`_as_sealed`). Such a document has
     no duplicate key (the parsed payload keeps one value per key, so its encoding would differ)
     and nothing but plain JSON, so it passes every check of the strict path below. Anything
-    else, a document pydantic refuses included, takes the strict path, which words the refusal.
+    else, a document msgspec refuses included, takes the strict path, which words the refusal.
     """
     try:
-        payload = StatePayload.model_validate_json(plaintext)
-    except ValidationError:
+        payload = _DECODER.decode(plaintext)
+    except msgspec.MsgspecError:
         return _parse_payload_strictly(plaintext)
     if _as_sealed(payload, plaintext):
         return payload
@@ -284,11 +322,11 @@ def _parse_payload(plaintext: bytes) -> StatePayload:
 
 def _as_sealed(payload: StatePayload, plaintext: bytes) -> bool:
     """True when ``plaintext`` is exactly what sealing ``payload`` writes."""
-    return payload.model_dump_json().encode("utf-8") == plaintext
+    return _ENCODER.encode(payload) == plaintext
 
 
 def _parse_payload_strictly(plaintext: bytes) -> StatePayload:
-    """The strict path: stdlib JSON with a duplicate-key refusal, then pydantic."""
+    """The strict path: stdlib JSON with a duplicate-key refusal, then msgspec's typed parse."""
     try:
         text = plaintext.decode("utf-8")
     except UnicodeDecodeError:
@@ -302,9 +340,9 @@ def _parse_payload_strictly(plaintext: bytes) -> StatePayload:
     if not isinstance(document, dict):
         raise StateRejected("plaintext is not a json object")
     try:
-        # JSON mode, so the strict model accepts arrays for tuples but nothing else loosely.
-        return StatePayload.model_validate_json(text)
-    except ValidationError:
+        # Strict: arrays for tuples, but no other conversion (msgspec's default).
+        return _DECODER.decode(plaintext)
+    except msgspec.MsgspecError:
         raise StateRejected("payload failed validation") from None
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from nodes.sealing import KeyRing, StatePayload, StateRejected
 
 SETUP_PATH_PREFIX = "/setup/"
@@ -34,14 +36,13 @@ def link_audience(server_name: str) -> str:
 
 def seal_link(ring: KeyRing, state: StatePayload) -> str:
     """A link token for the call whose (verified) state is ``state``: same nonce and expiry."""
-    payload = state.model_copy(
-        update={
-            "audience": link_audience(state.audience),
-            "method": LINK_METHOD,
-            "phase": LINK_PHASE,
-            "candidates": (),
-            "extra": {},
-        }
+    payload = msgspec.structs.replace(
+        state,
+        audience=link_audience(state.audience),
+        method=LINK_METHOD,
+        phase=LINK_PHASE,
+        candidates=(),
+        extra={},
     )
     return ring.seal(payload)
 

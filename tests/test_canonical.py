@@ -11,8 +11,10 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nodes.canonical import canonical_json
+from nodes.canonical import canonical_json, canonical_json_bytes
 from tests.harness import random_seed
 
 STRINGS = [
@@ -74,3 +76,51 @@ def test_random_strings_and_objects_agree_with_the_stdlib() -> None:
         }
         value["n"] = {"i": rng.randint(-(2**63), 2**63), "l": [rng.random() < 0.5, None]}
         assert canonical_json(value) == _stdlib(value), (seed, value)
+
+
+JSON_LIKE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(derandomize=True, max_examples=500, deadline=None)
+@given(value=JSON_LIKE | st.dictionaries(st.text(), JSON_LIKE, max_size=5))
+def test_the_canonical_bytes_are_the_stdlibs_text_in_utf8(value: object) -> None:
+    """Floats (NaN, infinities, exponents), integers past 64 bits and lone surrogates included:
+    the same bytes as the stdlib's text, or the same kind of refusal."""
+    for allow_nan in (True, False):
+        expected = _outcome(
+            lambda v, **kw: _stdlib(v, **kw).encode("utf-8"), value, allow_nan=allow_nan
+        )
+        assert _outcome(canonical_json_bytes, value, allow_nan=allow_nan) == expected
+        assert _outcome(canonical_json, value, allow_nan=allow_nan) == _outcome(
+            _stdlib, value, allow_nan=allow_nan
+        )
+
+
+class _Float(float):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": "x", "b": 1.0},
+        {"a": "x", "b": _Float(1e16)},
+        {"a": _Int(5), "b": [1e16]},
+        {"a": {"b": 1e-7}},
+        {"a": "x", "b": 2**64, "c": True, "d": None},
+    ],
+)
+def test_a_float_beside_plain_scalars_is_written_as_the_stdlib_writes_it(value: object) -> None:
+    assert canonical_json_bytes(value) == _stdlib(value).encode("utf-8")

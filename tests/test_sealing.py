@@ -11,10 +11,15 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Literal
 
+import msgspec
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, Field
 
 from nodes import sealing
 from nodes.sealing import (
@@ -27,6 +32,7 @@ from nodes.sealing import (
     new_nonce,
     verify_bindings,
 )
+from store import entropy
 
 AUDIENCE = "https://notes.example/mcp"
 ARGS = {"workspaceUri": "notes://acme/team", "title": "Q3 plan"}
@@ -245,7 +251,7 @@ def test_sealing_a_payload_too_large_to_open_is_a_local_error(ring: KeyRing) -> 
 
 
 def valid_document() -> dict[str, Any]:
-    return json.loads(make_payload().model_dump_json())  # type: ignore[no-any-return]
+    return json.loads(msgspec.json.encode(make_payload()))  # type: ignore[no-any-return]
 
 
 def forged_reason(document: object) -> str:
@@ -542,14 +548,14 @@ def compact(document: object) -> bytes:
 
 def test_a_sealed_plaintext_is_canonical_so_it_takes_the_one_parse_path(ring: KeyRing) -> None:
     payload = make_payload(extra={"target": 'é\u2028\n"\\/'})
-    plaintext = payload.model_dump_json().encode()
-    assert sealing._as_sealed(StatePayload.model_validate_json(plaintext), plaintext)
+    plaintext = msgspec.json.encode(payload)
+    assert sealing._as_sealed(msgspec.json.decode(plaintext, type=StatePayload), plaintext)
     assert ring.open(ring.seal(payload), audience=AUDIENCE) == payload
 
 
 def test_a_duplicate_key_in_compact_plaintext_is_refused_as_not_json() -> None:
     raw = compact(valid_document()).replace(b'"tenant":', b'"tenant":"evil","tenant":', 1)
-    assert not sealing._as_sealed(StatePayload.model_validate_json(raw), raw)
+    assert not sealing._as_sealed(msgspec.json.decode(raw, type=StatePayload), raw)
     assert forged_reason(raw) == "plaintext is not json"
     nested = compact(valid_document()).replace(b'"version":', b'"version":9,"version":', 1)
     assert forged_reason(nested) == "plaintext is not json"
@@ -591,3 +597,172 @@ def test_the_fast_and_strict_paths_agree_on_mutated_documents() -> None:
         except StateRejected as exc:
             strict = exc.reason
         assert fast == strict, (seed, raw)
+
+
+# --- compatibility with states and digests of the earlier release (issue 21) -------------------
+
+# Written by the release whose payload was a pydantic model (commit 7b34825): key bytes 0..31,
+# the AES-GCM nonce all zero bytes, the payload `PREVIOUS_PAYLOAD` builds.
+PREVIOUS_TOKEN = (
+    "ns1.k1.AAAAAAAAAAAAAAAAdZ7D_I8dr5942sBbe0Xh-L5hbHFJ7QlM5byfoaSKOT8rMYXZCMiaZ1CuFNivoR0r2iVtxBQU"
+    "Ms0_0h0caBQhi4UcEWnwvTzA_6unqHlIaqN_e1ntRdsaJVHKcTebff2StiMpdHM7hc58ChIWuQbYZBTbZg7dTyip43ZBz"
+    "lwWWuNMjKG9ihg5THpT4ct3k7VcRWsuSeaS-4WxP0lrWQNbgwYHoEctyO7p4LKA5wo-yPoSmj2zhruqtAb5K3qGem0IB8b"
+    "bbKVr-FtCwnKVGG01xXJHML4h7QmxOgCE4ARl049OWh3mkeT73SdYcXoGH7kJGRxis-m2809QUGRmDz1LpSfS9Dk8TBfOf"
+    "GpZ453JzVUqha2D1sEl5im4dDE9iPxDt2e-PhaWqsXWv1kCOUt9RzntnEpuO1ZJZm-SFqnucLVTj2Gxo6TxcfRTxLtKiWw"
+    "WZzMvJps39KZ9eJDTQdh9PaImAAOAG1_YH9QK7dYvPvc48bREZ5SGfs0ofqp3p3AJ8HY79P4ndNJe8FTQyJD5Qij5XOaI5"
+    "gadJHHpHULYJzJ9XJRyXp-kvM7PMERIm4SwOw6MFf2skPy_4asGQAiWhsZOU2VDJ_mZZnedyHWSRWuXtqjCSFg"
+)
+DELETE_ARGS = {"workspaceUri": "notes://tenant-3/inbox", "title": "Quarterly plan 17"}
+
+
+def previous_payload() -> StatePayload:
+    return StatePayload(
+        principal="alice",
+        audience="acme-notes",
+        method="tools/call",
+        tool="notes_delete",
+        args_digest=args_digest(DELETE_ARGS),
+        workspace="notes://tenant-3/inbox",
+        tenant="tenant-3",
+        candidates=(Candidate(note_id="n1", version=3), Candidate(note_id="n2é", version=1)),
+        phase="confirm",
+        nonce="A" * 22,
+        issued_ms=1_700_000_000_000,
+        exp_ms=1_700_000_120_000,
+        extra={"target": "notes://tenant-3/archive"},
+    )
+
+
+def test_a_state_sealed_by_the_previous_release_opens_and_seals_to_the_same_token() -> None:
+    ring = KeyRing(keys={"k1": bytes(range(32))}, active="k1")
+    assert ring.open(PREVIOUS_TOKEN, audience="acme-notes") == previous_payload()
+    with entropy.entropy_source(bytes):
+        assert ring.seal(previous_payload()) == PREVIOUS_TOKEN
+
+
+@pytest.mark.parametrize(
+    ("arguments", "digest"),
+    [
+        (DELETE_ARGS, "b98f4e53953df482aa2271a165f590743fd3c6888c65097e5a9edb445fe21064"),
+        (
+            {
+                "workspaceUri": "file:///Users/alice/Documents/Notes",
+                "title": "Café Отчёт 会議 👩\u200d💻",
+                "archiveUri": "notes://acme/archive",
+            },
+            "27e43436339aebf0780f2f7c683533de9b08c0f3fd45450cf76d75bf78e814f2",
+        ),
+        (
+            {
+                "z": [1, 2, {"b": None, "a": True}],
+                "y": -9223372036854775808,
+                "x": 18446744073709551616,
+                "w": '\x00\x1f"\\\u2028',
+            },
+            "47d2405683bf9ac1b165cbab88e02960d1b4c6c94a24c1843f1e3f1d10d6a885",
+        ),
+        (
+            {"f": 1e16, "g": 1e-7, "h": 0.5, "i": -0.0, "j": [1.0, 2.5e300]},
+            "b9fe736269a198326359382882f67b2424d1c4db9258b095cdd90001c2ed4973",
+        ),
+        ({}, "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"),
+    ],
+    ids=["delete", "unicode", "nested-ints", "floats", "empty"],
+)
+def test_args_digest_is_the_previous_releases(arguments: dict[str, object], digest: str) -> None:
+    """Values computed by the release before issue 21: a state sealed by one node opens on
+    another of a different release only while the digest of the same arguments is the same."""
+    assert args_digest(arguments) == digest
+    assert args_digest(MappingProxyType(arguments)) == digest
+
+
+class PreviousCandidate(BaseModel):
+    """The payload model of the previous release (pydantic), to compare encodings with."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    note_id: str
+    version: int
+
+
+class PreviousPayload(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    v: Literal[1] = 1
+    principal: str
+    audience: str
+    method: str
+    tool: str
+    args_digest: str
+    workspace: str
+    tenant: str
+    candidates: tuple[PreviousCandidate, ...]
+    phase: str
+    nonce: str
+    issued_ms: int
+    exp_ms: int
+    extra: dict[str, str] = Field(default_factory=dict)
+
+
+INTS = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+TEXT = st.text(st.characters(exclude_categories=("Cs",)))
+
+
+@settings(derandomize=True, max_examples=500, deadline=None)
+@given(
+    texts=st.lists(TEXT, min_size=9, max_size=9),
+    candidates=st.lists(st.tuples(TEXT, INTS), max_size=4),
+    times=st.tuples(INTS, INTS),
+    extra=st.dictionaries(TEXT, TEXT, max_size=3),
+)
+def test_the_plaintext_is_byte_for_byte_the_previous_releases(
+    texts: list[str],
+    candidates: list[tuple[str, int]],
+    times: tuple[int, int],
+    extra: dict[str, str],
+) -> None:
+    """Either release takes the other's states on its one-parse path (a rolling deploy)."""
+    names = ("principal", "audience", "method", "tool", "args_digest", "workspace", "tenant")
+    common: dict[str, Any] = {
+        **dict(zip(names, texts, strict=False)),
+        "phase": texts[7],
+        "nonce": texts[8],
+        "issued_ms": times[0],
+        "exp_ms": times[1],
+        "extra": extra,
+    }
+    previous = PreviousPayload(
+        **common,
+        candidates=tuple(PreviousCandidate(note_id=n, version=v) for n, v in candidates),
+    ).model_dump_json()
+    payload = StatePayload(
+        **common, candidates=tuple(Candidate(note_id=n, version=v) for n, v in candidates)
+    )
+    plaintext = msgspec.json.encode(payload)
+    assert plaintext == previous.encode("utf-8")
+    assert sealing._parse_payload(plaintext) == payload
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"principal": 7},
+        {"exp_ms": True},
+        {"exp_ms": 1.5},
+        {"v": 2},
+        {"candidates": [Candidate(note_id="n1", version=3)]},
+        {"candidates": ({"note_id": "n1", "version": 3},)},
+        {"candidates": (Candidate(note_id="n1", version="3"),)},  # type: ignore[arg-type]
+        {"extra": {"target": 1}},
+        {"extra": None},
+        {"nonce": object()},
+        {"tenant": "lone \ud800 surrogate"},
+    ],
+)
+def test_sealing_a_payload_that_would_not_open_as_itself_is_a_local_error(
+    ring: KeyRing, overrides: dict[str, Any]
+) -> None:
+    """The payload's types are not checked when it is built; sealing checks them, so no token
+    is ever written that the opener would refuse or open as another payload."""
+    with pytest.raises(ValueError, match="cannot be sealed"):
+        ring.seal(make_payload(**overrides))
