@@ -766,3 +766,20 @@ def test_sealing_a_payload_that_would_not_open_as_itself_is_a_local_error(
     is ever written that the opener would refuse or open as another payload."""
     with pytest.raises(ValueError, match="cannot be sealed"):
         ring.seal(make_payload(**overrides))
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {**valid_document(), "principal": "\ud800"},
+        {**valid_document(), "extra": {"\udc00": "x"}},
+        {**valid_document(), "candidates": [{"note_id": "a\udfffb", "version": 1}]},
+    ],
+)
+def test_an_authenticated_lone_surrogate_escape_is_refused_as_invalid(document: object) -> None:
+    """Such text cannot be written as UTF-8 again: the opener refuses it as a StateRejected
+    (never another exception), whether the JSON is compact or not."""
+    assert forged_reason(json.dumps(document, separators=(",", ":")).encode()) == (
+        "payload failed validation"
+    )
+    assert forged_reason(document) == "payload failed validation"
