@@ -60,6 +60,10 @@ class TokenTable:
                 raise ValueError("every token hash needs a principal")
             entries.append((bytes.fromhex(normalized), principal))
         self._entries = tuple(entries)
+        # The same hash listed twice (in other letter cases): the last one counts, as before.
+        self._by_digest: dict[bytes, tuple[bytes, str]] = {
+            stored: (stored, principal) for stored, principal in entries
+        }
         if anonymous is not None and anonymous not in {p for _, p in entries}:
             raise ValueError(f"the anonymous principal {anonymous!r} has no token here")
         self.anonymous = anonymous
@@ -90,15 +94,21 @@ class TokenTable:
     def authenticate(self, authorization_header: str | None) -> str | None:
         """The principal of a well-formed, known bearer token; None otherwise.
 
-        Every stored hash is compared with ``hmac.compare_digest``, match or not, so the time
-        taken does not say which entry (if any) matched.
+        One dict lookup keyed by the token's SHA-256 digest, then one ``hmac.compare_digest``
+        of the entry found, so the cost does not grow with the number of tokens. Why the
+        lookup's timing reveals nothing useful: the key is a SHA-256 digest, whose bytes the
+        caller does not choose (only by brute force, about 256 tries per leading byte), and
+        the dict places and probes keys by ``hash(bytes)``, keyed with a random SipHash key
+        per process (unless PYTHONHASHSEED pins it). At most a few leading bytes of a stored
+        digest could leak, and a digest is not a credential: using one needs a SHA-256
+        preimage. The table stores only digests for that reason (module docstring).
         """
         token = bearer_token(authorization_header)
         if token is None:
             return None
         digest = hashlib.sha256(token.encode("utf-8")).digest()
-        found: str | None = None
-        for stored, principal in self._entries:
-            if hmac.compare_digest(stored, digest):
-                found = principal
-        return found
+        entry = self._by_digest.get(digest)
+        if entry is None:
+            return None
+        stored, principal = entry
+        return principal if hmac.compare_digest(stored, digest) else None
