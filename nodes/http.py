@@ -207,14 +207,42 @@ _INTERNAL = _rpc_error(errors.JsonRpcError(errors.INTERNAL_ERROR, "Internal erro
 _JSON_TYPE = (b"content-type", b"application/json")
 
 
+_KNOWN_HEADER_NAMES = {
+    name.encode("latin-1"): name
+    for name in (
+        "accept",
+        "accept-encoding",
+        "authorization",
+        "connection",
+        "content-length",
+        "content-type",
+        "cookie",
+        "host",
+        "last-event-id",
+        "mcp-method",
+        "mcp-name",
+        "mcp-protocol-version",
+        "mcp-session-id",
+        "origin",
+        "user-agent",
+    )
+}
+"""Header names as servers hand them over (lowercase bytes) to the key ``_header_dict`` makes of
+them, so the common names skip a decode and a lowercase; any other name takes the full path."""
+
+
 def _header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     """Lowercased names, latin-1 values; repeated headers joined with ", " (RFC 9110)."""
     out: dict[str, str] = {}
+    known = _KNOWN_HEADER_NAMES.get
     for name, value in raw:
-        key = name.decode("latin-1").lower()
+        key = known(name)
+        if key is None:
+            key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
-        prior = out.get(key)
-        out[key] = text if prior is None else f"{prior}, {text}"
+        if key in out:
+            text = f"{out[key]}, {text}"
+        out[key] = text
     return out
 
 
@@ -273,11 +301,17 @@ def deeper_than(value: object, limit: int) -> bool:
 
 
 async def _send(send: Send, answer: _Answer) -> None:
-    headers = [(b"content-length", str(len(answer.body)).encode("ascii")), *answer.headers]
-    if answer.body and not any(name == b"content-type" for name, _ in answer.headers):
-        headers.append(_JSON_TYPE)
+    body = answer.body
+    extra = answer.headers
+    length = (b"content-length", str(len(body)).encode("ascii"))
+    if not extra:  # the core's replies: JSON or empty
+        headers = [length, _JSON_TYPE] if body else [length]
+    else:
+        headers = [length, *extra]
+        if body and not any(name == b"content-type" for name, _ in extra):
+            headers.append(_JSON_TYPE)
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-    await send({"type": "http.response.body", "body": answer.body})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -570,6 +570,78 @@ def test_the_longest_allowed_token_and_b64token_characters_are_accepted() -> Non
 
 
 # --- small pure helpers of the shell ------------------------------------------------------------
+def _reference_header_dict(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The header dict as the shell has always built it, without its known-names table."""
+    out: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        prior = out.get(key)
+        out[key] = text if prior is None else f"{prior}, {text}"
+    return out
+
+
+def test_the_header_dict_is_the_plain_decode_lowercase_and_join_for_every_name() -> None:
+    for name, key in http._KNOWN_HEADER_NAMES.items():
+        assert key == name.decode("latin-1").lower()
+    raw = [
+        (b"accept", b"application/json"),
+        (b"Accept", b"text/event-stream"),
+        (b"MCP-Method", b"tools/call"),
+        (b"mcp-method", b"x"),
+        (b"x-\xc0\xe9", b"caf\xe9"),
+        (b"X-\xc0\xc9", b"2"),
+        (b"content-type", b"application/json"),
+        (b"authorization", b""),
+        (b"authorization", b"Bearer t"),
+    ]
+    expected = _reference_header_dict(raw)
+    assert http._header_dict(raw) == expected
+    assert list(http._header_dict(raw)) == list(expected)
+    assert expected["accept"] == "application/json, text/event-stream"
+    assert expected["x-\xe0\xe9"] == "caf\xe9, 2"
+    assert expected["authorization"] == ", Bearer t"
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (
+            http._Answer(200, b"{}"),
+            [(b"content-length", b"2"), (b"content-type", b"application/json")],
+        ),
+        (http._Answer(202, b""), [(b"content-length", b"0")]),
+        (
+            http._Answer(405, b"{}", ((b"allow", b"POST"),)),
+            [
+                (b"content-length", b"2"),
+                (b"allow", b"POST"),
+                (b"content-type", b"application/json"),
+            ],
+        ),
+        (
+            http._Answer(200, b"<p>", ((b"content-type", b"text/html"),)),
+            [(b"content-length", b"3"), (b"content-type", b"text/html")],
+        ),
+        (
+            http._Answer(204, b"", ((b"connection", b"close"),)),
+            [(b"content-length", b"0"), (b"connection", b"close")],
+        ),
+    ],
+)
+async def test_an_answer_is_sent_with_its_length_its_headers_and_json_by_default(
+    answer: Any, expected: list[tuple[bytes, bytes]]
+) -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await http._send(send, answer)
+    assert sent == [
+        {"type": "http.response.start", "status": answer.status, "headers": expected},
+        {"type": "http.response.body", "body": answer.body},
+    ]
 
 
 @pytest.mark.parametrize(
