@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """Tenant names are plain tokens: they go inside a hash tag, where ``{`` or ``}`` would break it."""
@@ -36,18 +36,25 @@ NOTE_ID_PATTERN = re.compile(r"n[0-9a-f]{16}")
 
 
 DIGEST_CACHE_SIZE = 4096
-"""Workspace and title digests remembered (sha256 each time cost ~5% of a node's CPU per flow;
-a flow's workspace and title repeat). Bounded, so hostile variety costs memory no more."""
+"""Workspace digests, and (workspace, title) digests, each remembered up to this many (sha256 each
+time cost ~5% of a node's CPU per flow; a flow's workspace and title repeat). Bounded, so hostile
+variety costs memory no more."""
 
 
 @lru_cache(maxsize=DIGEST_CACHE_SIZE)
-def _digest(*parts: str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode("utf-8")
-        h.update(len(data).to_bytes(8, "big"))
-        h.update(data)
-    return h.hexdigest()[:32]
+def _digest(part: str) -> str:
+    """sha256 over ``part`` UTF-8, prefixed by its length (8 bytes, big-endian); 32 hex digits."""
+    data = part.encode("utf-8")
+    return hashlib.sha256(len(data).to_bytes(8, "big") + data).hexdigest()[:32]
+
+
+@lru_cache(maxsize=DIGEST_CACHE_SIZE)
+def _digest_pair(first: str, second: str) -> str:
+    """sha256 over both strings, each as ``_digest`` takes one, in order; 32 hex digits."""
+    one = first.encode("utf-8")
+    two = second.encode("utf-8")
+    prefixed = len(one).to_bytes(8, "big") + one + len(two).to_bytes(8, "big") + two
+    return hashlib.sha256(prefixed).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,9 @@ class TenantKeys:
         if not self.prefix or any(c in self.prefix for c in "{}: "):
             raise ValueError(f"invalid key prefix {self.prefix!r}")
 
-    @property
+    @cached_property
     def base(self) -> str:
-        """The common start of every key of this tenant, hash tag included."""
+        """The common start of every key of this tenant, hash tag included (computed once)."""
         return f"{self.prefix}:{{t:{self.tenant}}}"
 
     def note(self, note_id: str) -> str:
@@ -78,7 +85,7 @@ class TenantKeys:
 
     def title(self, workspace_uri: str, title: str) -> str:
         """The title index entry for one (workspace, title) pair."""
-        return f"{self.base}:title:{_digest(workspace_uri, title)}"
+        return f"{self.base}:title:{_digest_pair(workspace_uri, title)}"
 
     def replay(self, nonce: str) -> str:
         """The replay entry of one confirmation (keyed by the sealed state's nonce)."""
