@@ -11,6 +11,7 @@ import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from nodes import errors
@@ -33,10 +34,21 @@ class Answer:
         return hashlib.sha256(canonical_json(self.raw).encode("utf-8")).hexdigest()
 
 
+MINUTE_CACHE_SIZE = 1024
+"""Minutes whose text ``_minute`` remembers (a form shows notes created in a few recent ones)."""
+
+
 def _minute(ms: int) -> str:
-    """``2025-12-02 01:46``: the UTC minute of a millisecond timestamp (``time.strftime``:
-    a quarter of ``datetime``'s formatting cost, the same text)."""
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ms // 1000))
+    """``2025-12-02 01:46``: the UTC minute of a millisecond timestamp."""
+    return _minute_text(ms // 60_000)
+
+
+@lru_cache(maxsize=MINUTE_CACHE_SIZE)
+def _minute_text(minute: int) -> str:
+    """The text of the ``minute``-th minute since the epoch (``time.strftime``: a quarter of
+    ``datetime``'s formatting cost, the same text). Keyed by the minute, not the millisecond:
+    the text shows no seconds, and notes shown together were mostly made in a few minutes."""
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(minute * 60))
 
 
 def pick_form(message: str, notes: tuple[NoteHead, ...], confirm_title: str) -> dict[str, Any]:

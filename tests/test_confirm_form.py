@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pytest
 
+from nodes import confirm_form
 from nodes.confirm_form import pick_form
 from store.api import NoteHead
 
@@ -31,3 +33,25 @@ def test_an_options_title_names_the_creation_minute_as_datetime_writes_it(create
     (option,) = form["params"]["requestedSchema"]["properties"]["noteId"]["oneOf"]
     minute = f"{datetime.fromtimestamp(created_ms / 1000, UTC):%Y-%m-%d %H:%M}"
     assert option == {"const": "n1", "title": f"TPS report — {note.uri} (created {minute} UTC)"}
+
+
+def test_the_minute_is_the_same_text_for_every_millisecond_of_it_and_the_cache_is_bounded() -> None:
+    # Cached per minute: each millisecond still gets its own minute's text, as strftime writes it
+    # from the second (before the epoch too: floor division on both paths).
+    stamps = [
+        *STAMPS,
+        -1,
+        -999,
+        -1_000,
+        -59_999,
+        -60_000,
+        -60_001,
+        *range(1_764_640_000_000 - 2_500, 1_764_640_000_000 + 2_500, 7),
+        *range(1_764_640_059_000, 1_764_640_061_000, 3),
+    ]
+    for ms in stamps:
+        expected = time.strftime("%Y-%m-%d %H:%M", time.gmtime(ms // 1000))
+        assert confirm_form._minute(ms) == expected, ms
+    for minute in range(confirm_form.MINUTE_CACHE_SIZE + 50):
+        confirm_form._minute(minute * 60_000)
+    assert confirm_form._minute_text.cache_info().currsize <= confirm_form.MINUTE_CACHE_SIZE
