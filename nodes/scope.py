@@ -29,7 +29,7 @@ import string
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 from urllib.parse import quote
 
@@ -294,11 +294,17 @@ class Scope:
         which workspaces exist.
         """
         uri = normalize_uri(raw_workspace_uri)
-        tenant = self.workspaces.get(uri)
+        workspace = self._workspace_objects.get(uri)
         roots = self.grants.get(principal, ())
-        if tenant is None or not any(contains(root, uri) for root in roots):
+        if workspace is None or not any(contains(root, uri) for root in roots):
             raise ScopeError(f"not authorized for workspace {_show(uri)}")
-        return Workspace(uri=uri, tenant=tenant)
+        return workspace
+
+    @cached_property
+    def _workspace_objects(self) -> Mapping[str, Workspace]:
+        """A ``Workspace`` per configured URI, made once (it is immutable): ``authorize`` hands
+        out these instead of building one per request. Bounded by the configuration."""
+        return {uri: Workspace(uri=uri, tenant=tenant) for uri, tenant in self.workspaces.items()}
 
     def workspaces_for(self, principal: str) -> tuple[Workspace, ...]:
         """Every configured workspace within one of `principal`'s roots, sorted by URI."""

@@ -443,6 +443,23 @@ def test_unknown_and_unauthorized_workspaces_get_the_same_message(cluster_scope:
     assert unknown == "not authorized for workspace '<uri>'"
 
 
+def test_authorize_hands_out_one_workspace_per_configured_uri_and_the_scope_stays_a_value(
+    cluster_scope: Scope,
+) -> None:
+    first = cluster_scope.authorize("alice", NOTES)
+    assert cluster_scope.authorize("root", NOTES + "/") is first
+    assert first == Workspace(uri=NOTES, tenant="acme")
+    with pytest.raises(AttributeError):
+        first.tenant = "evil"  # type: ignore[misc]
+    # The made-once workspaces are no field: equality, repr and replace see only the config.
+    rebuilt = Scope(cluster_scope.workspaces, cluster_scope.grants, cluster_scope.shared)
+    assert rebuilt == cluster_scope
+    assert repr(rebuilt) == repr(cluster_scope)
+    assert rebuilt.authorize("bob", "file:///srv/bob") == Workspace("file:///srv/bob", "bobco")
+    with pytest.raises(ScopeError, match="not authorized for workspace"):
+        rebuilt.authorize("bob", NOTES)
+
+
 def test_authorize_reports_a_malformed_uri_with_its_specific_reason(cluster_scope: Scope) -> None:
     with pytest.raises(ScopeError, match="decodes to the dot segment"):
         cluster_scope.authorize("alice", NOTES + "/Projects/%2e%2e")
