@@ -17,6 +17,10 @@ What uvicorn lacks is added here, small and local:
   requests finish within ``timeout_graceful_shutdown`` and then runs the lifespan shutdown;
   ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``), which would
   otherwise keep their connections open until the bound.
+And two cuts of uvicorn's cost per request (issue 21): a response that is not chunked leaves in
+one write (uvicorn writes its head and body apart: two system calls), and the header, body and
+idle bounds share one deadline per connection (uvicorn and the first version here armed and
+cancelled three timers per request).
 (Nodes inside a trio process, on hypercorn, get the body deadline from the app instead.)
 """
 
@@ -35,7 +39,7 @@ from typing import Any
 import httptools
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.supervisors import multiprocess
 
 from cluster.stopping import die_with_parent
@@ -78,19 +82,107 @@ class _HeaderBlockTooLarge(Exception):
     """Raised from a parser callback to stop parsing a request whose header block is too large."""
 
 
+_COPY_LIMIT = 65_536
+"""Up to this body size a held response head is joined to its body (one buffer, one ``write``
+system call); a larger body goes with it through ``writelines`` (uvloop: one ``writev``)."""
+_EARLY_S = 0.001
+"""A deadline timer that fires this close to its deadline counts as expired (loop clocks round)."""
+_NO_DEADLINE, _HEADERS, _BODY, _IDLE = range(4)
+"""The connection's phases that have a deadline (``_TimedHttpToolsProtocol._phase``)."""
+
+
+class _HeldHead:
+    """The transport as one response cycle of uvicorn sees it: the head of a response that is not
+    chunked (it declares its length, or has no body: HEAD, 204, 304) is held until the
+    response's next write, and both leave in one ``transport.write``: the node's answers (a head
+    and one body) cost one system call instead of two.
+
+    Anything else passes through at once: a ``100 Continue`` (written before the response
+    starts), a chunked (streaming) response's head and every chunk after the first write. A held
+    head is flushed before any other call on the transport (``close``, any attribute) and when
+    the response completes (a HEAD response writes no body), so nothing is held past the
+    response: a response that streams a declared length gets its head with its first chunk."""
+
+    __slots__ = ("_cycle", "_head", "_on_response", "_transport", "_waiting")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._on_response: Callable[..., None] = cycle.on_response
+        self._head: bytes | None = None
+        self._waiting = True
+        """Until the cycle's first write once its response started: its head."""
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            if len(data) <= _COPY_LIMIT:
+                self._transport.write(head + data)
+            else:
+                self._transport.writelines((head, data))
+            return
+        if self._waiting and self._cycle.response_started:
+            self._waiting = False
+            if not self._cycle.chunked_encoding:  # a declared length, or no body (204, 304)
+                self._head = data
+                return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def response_complete(self) -> None:
+        """The cycle's ``on_response``: flush, then the protocol's callback."""
+        self.flush()
+        self._on_response()
+
+    def __getattr__(self, name: str) -> Any:
+        self.flush()
+        return getattr(self._transport, name)
+
+
 class _TimedHttpToolsProtocol(HttpToolsProtocol):
     """httptools' protocol with two more deadlines: the header block must be complete within
     ``headers_timeout_s`` (from the connection's start, then from each request's first byte),
     and the body within ``body_timeout_s`` of its headers; past the first the connection is
     closed, past the second the client gets 408 (unless a response started) and it is closed.
-    One timer per phase: far cheaper than a cancel scope around the app's body read.
+    uvicorn's idle bound (``timeout_keep_alive``, from a response's end to the next request's
+    first byte) is kept, as a third phase of the same deadline.
+
+    One deadline per connection, one timer: each phase only stores its deadline (a float), and
+    the timer, when it fires early, sleeps again until the current deadline; it is moved only
+    when a deadline comes before it. uvicorn armed and cancelled a ``call_later`` per request
+    for the idle bound, and this class did for the two others: three timers per request.
 
     And one size bound: while a header block is being received, the bytes that arrived count
     against ``max_header_bytes`` (checked after each read is parsed, so the parser holds at most
     the bound plus one read); a complete block is measured exactly (``header_block_size``).
-    Past the bound the client gets 431 and the connection is closed."""
+    Past the bound the client gets 431 and the connection is closed.
+
+    Each response cycle writes through a ``_HeldHead``: a complete response leaves in one write.
+
+    uvicorn internals used (present from 0.30 to 0.54; ``tests/test_node_server_internals.py``
+    checks them): ``self.cycle`` and ``self.pipeline``; a cycle's ``transport``,
+    ``on_response``, ``response_started`` and ``chunked_encoding``; ``on_response_complete``'s
+    steps (``server_state.total_requests``, ``flow.resume_reading``), which
+    ``on_response_complete`` repeats, without the keep-alive timer, when no pipelined request
+    waits."""
 
     _timer: asyncio.TimerHandle | None = None
+    _timer_at = 0.0
+    _deadline = 0.0
+    _phase = _NO_DEADLINE
     _heading = True
     """Between a request's start (or the previous request's end) and its complete headers."""
     _header_bytes = 0
@@ -98,7 +190,7 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self.config.headers_timeout_s, self._headers_timed_out)  # type: ignore[attr-defined]
+        self._arm(_HEADERS, self.config.headers_timeout_s)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, with the header size bound around the parser."""
@@ -126,8 +218,8 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._timer is None:
-            self._arm(self.config.headers_timeout_s, self._headers_timed_out)  # type: ignore[attr-defined]
+        if self._phase != _HEADERS:  # the connection's first request keeps its deadline
+            self._arm(_HEADERS, self.config.headers_timeout_s)  # type: ignore[attr-defined]
 
     def on_headers_complete(self) -> None:
         self._disarm()
@@ -135,14 +227,31 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
         if header_block_size(self.url, self.headers) > self.config.max_header_bytes:  # type: ignore[attr-defined]
             self._header_refused = True
             raise _HeaderBlockTooLarge  # stops the parser: data_received answers 431
+        previous = self.cycle
         super().on_headers_complete()
-        self._arm(self.config.body_timeout_s, self._body_timed_out)  # type: ignore[attr-defined]
+        cycle = self.cycle
+        if cycle is not previous:  # a request's cycle (its task has not run yet)
+            held = _HeldHead(self.transport, cycle)
+            cycle.transport = held  # type: ignore[assignment]
+            cycle.on_response = held.response_complete
+        self._arm(_BODY, self.config.body_timeout_s)  # type: ignore[attr-defined]
 
     def on_message_complete(self) -> None:
         self._disarm()
         self._heading = True
         self._header_bytes = 0
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, with the idle bound as this connection's deadline (no timer per request).
+        A pipelined request waiting, or a closing transport: uvicorn's own (no idle bound)."""
+        if self.pipeline or self.transport.is_closing():
+            super().on_response_complete()
+            return
+        self.server_state.total_requests += 1
+        self.flow.resume_reading()
+        if self._phase == _NO_DEADLINE:  # else the next request started: its deadline holds
+            self._arm(_IDLE, self.timeout_keep_alive)
 
     def _refuse_header_block(self) -> None:
         self._heading = False
@@ -153,23 +262,48 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self, seconds: float, expire: Callable[[], None]) -> None:
-        self._timer = self.loop.call_later(seconds, expire)
-
-    def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        super().connection_lost(exc)
 
-    def _headers_timed_out(self) -> None:
+    def _arm(self, phase: int, seconds: float) -> None:
+        """The connection's deadline: ``phase`` ends ``seconds`` from now."""
+        at = self.loop.time() + seconds
+        self._phase = phase
+        self._deadline = at
+        timer = self._timer
+        if timer is None or at < self._timer_at:
+            if timer is not None:
+                timer.cancel()
+            self._timer = self.loop.call_at(at, self._deadline_reached)
+            self._timer_at = at
+
+    def _disarm(self) -> None:
+        self._phase = _NO_DEADLINE
+
+    def _deadline_reached(self) -> None:
         self._timer = None
+        phase = self._phase
+        if phase == _NO_DEADLINE:
+            return
+        at = self._deadline
+        if at - self.loop.time() > _EARLY_S:  # the deadline moved on since the timer was set
+            self._timer = self.loop.call_at(at, self._deadline_reached)
+            self._timer_at = at
+            return
+        self._phase = _NO_DEADLINE
+        if phase == _BODY:
+            self._body_timed_out()
+        else:
+            self._close()
+
+    def _close(self) -> None:
+        """Past the header or idle deadline: close."""
         if not self.transport.is_closing():
             self.transport.close()
 
     def _body_timed_out(self) -> None:
-        self._timer = None
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             if not cycle.response_started and not self.transport.is_closing():
@@ -177,8 +311,8 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             # The app's receive() now answers http.disconnect; its sends are dropped.
             cycle.disconnected = True
             cycle.message_event.set()
-        if not self.transport.is_closing():
-            self.transport.close()
+            cycle.transport.close()  # a begun response's held head leaves first
+        self._close()
 
 
 async def _drain_app(app: Any) -> None:
