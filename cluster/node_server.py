@@ -158,7 +158,9 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     and the body within ``body_timeout_s`` of its headers; past the first the connection is
     closed, past the second the client gets 408 (unless a response started) and it is closed.
     uvicorn's idle bound (``timeout_keep_alive``, from a response's end to the next request's
-    first byte) is kept, as a third phase of the same deadline.
+    first byte) is kept, as a third phase of the same deadline; it also starts when a request
+    answered before its body came (a refusal) has its body in (uvicorn's timer, armed at the
+    response's end, was cancelled by the body's bytes: the connection was left with no bound).
 
     One deadline per connection, one timer: each phase only stores its deadline (a float), and
     the timer, when it fires early, sleeps again until the current deadline; it is moved only
@@ -237,7 +239,12 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
         self._arm(_BODY, self.config.body_timeout_s)  # type: ignore[attr-defined]
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        cycle = self.cycle
+        if cycle is not None and cycle.response_complete and not self.pipeline:
+            # Answered before its body came (a refusal): from now on the connection is idle.
+            self._arm(_IDLE, self.timeout_keep_alive)
+        else:
+            self._disarm()
         self._heading = True
         self._header_bytes = 0
         super().on_message_complete()

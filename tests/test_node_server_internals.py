@@ -35,6 +35,8 @@ GET = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
 BODY = b'{"jsonrpc":"2.0","id":1,"result":{}}'
 STEP_S = 10.0
 """A guard against a hang, not a measurement."""
+SHORT_S = 0.3
+"""The short bounds of the deadline tests."""
 
 
 async def answer(scope: Any, receive: Any, send: Any) -> None:
@@ -317,6 +319,30 @@ def test_keep_alive_requests_arm_no_timer_each() -> None:
     run(scenario)
 
 
+def test_a_request_answered_before_its_body_came_is_idle_once_the_body_is_in() -> None:
+    """A refusal answers before reading the body; the body then arrives: the connection is
+    idle from there and closed at the idle bound (uvicorn's keep-alive timer, armed at the
+    response's end, was cancelled by the body's bytes and the connection held no deadline)."""
+
+    async def refuse(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def scenario() -> None:
+        timeouts = ServerTimeouts(headers_s=60.0, body_s=60.0, idle_s=SHORT_S)
+        protocol, transport, _ = connection(refuse, timeouts)
+        protocol.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n")
+        await settle()
+        assert transport.writes[0].startswith(b"HTTP/1.1 401 ")
+        protocol.data_received(b"{}")
+        await asyncio.sleep(3 * SHORT_S)
+        assert transport.closed
+        protocol.connection_lost(None)
+
+    run(scenario)
+
+
 # --- the uvicorn internals the protocol relies on ---------------------------------------------
 
 
@@ -367,8 +393,6 @@ def test_pipelined_requests_are_answered_in_order() -> None:
 
 
 # --- the deadlines on a real socket -----------------------------------------------------------
-
-SHORT_S = 0.3
 
 
 @contextmanager
