@@ -118,7 +118,7 @@ class _HeldHead:
         if head is not None:
             self._head = None
             if len(data) <= _COPY_LIMIT:
-                self._transport.write(head + data)
+                self._transport.write(b"".join((head, data)))  # data: any bytes-like
             else:
                 self._transport.writelines((head, data))
             return

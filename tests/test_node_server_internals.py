@@ -280,6 +280,23 @@ def test_a_body_longer_than_declared_still_gets_the_head_and_a_closed_connection
     run(scenario)
 
 
+def test_a_body_of_any_bytes_like_type_goes_with_its_head() -> None:
+    async def view(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        headers = [(b"content-length", str(len(BODY)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": memoryview(BODY)})
+
+    async def scenario() -> None:
+        protocol, transport, _ = connection(view)
+        protocol.data_received(GET)
+        await settle()
+        assert len(transport.writes) == 1
+        assert split(transport.writes[0])[1] == BODY
+
+    run(scenario)
+
+
 def test_a_large_body_goes_with_its_head_in_one_writelines() -> None:
     large = b"x" * 200_000
 
