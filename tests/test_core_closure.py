@@ -1,6 +1,6 @@
 """The node's protocol core stays sans-IO: its import closure is the stdlib, pydantic,
-cryptography, two pure text libraries (the title rules), orjson, and of our own code only the
-pure store modules."""
+cryptography, two pure text libraries (the title rules), orjson, msgspec, and of our own code only
+the pure store modules."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ THIRD_PARTY = {
     "regex",  # Unicode properties of title characters: pure text, no I/O
     "confusable_homoglyphs",  # UTS #39 confusables data, read once at import: no I/O after
     "orjson",  # JSON bytes in and out (the canonical digests' fast path): no I/O
+    "msgspec",  # the sealed state's payload, encoded and parsed in memory: no I/O
 }
 OURS = {"store.api", "store.keys", "store.entropy", "store.buggify"}
 """The pure store modules: types and key names; the random source (``os.urandom`` unless a
