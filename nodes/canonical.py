@@ -46,23 +46,27 @@ def _no_float(value: object) -> bool:
 def canonical_json(value: object, *, allow_nan: bool = True) -> str:
     """``value`` as canonical JSON text (see the module). ``allow_nan=False`` refuses NaN and
     infinities with ``ValueError``, as ``json.dumps`` does."""
-    if _no_float(value):
-        try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8")
-        except orjson.JSONEncodeError:
-            pass  # an integer past 64 bits, a lone surrogate, a non-str key: the stdlib decides
-    return _stdlib(value, allow_nan)
+    fast = _orjson(value)
+    return _stdlib(value, allow_nan) if fast is None else fast.decode("utf-8")
 
 
 def canonical_json_bytes(value: object, *, allow_nan: bool = True) -> bytes:
     """``canonical_json(value, allow_nan=allow_nan)`` encoded as UTF-8 (the same refusals; a
     lone surrogate, which that text can hold, is a ``UnicodeEncodeError`` here)."""
+    fast = _orjson(value)
+    return _stdlib(value, allow_nan).encode("utf-8") if fast is None else fast
+
+
+def _orjson(value: object) -> bytes | None:
+    """orjson's sorted-key bytes where they are the stdlib's text in UTF-8; None for a value
+    holding a float, or one orjson refuses (an integer past 64 bits, a lone surrogate, a
+    non-str key): the stdlib decides those."""
     if _no_float(value):
         try:
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:
-            pass  # as in canonical_json
-    return _stdlib(value, allow_nan).encode("utf-8")
+            pass
+    return None
 
 
 def _stdlib(value: object, allow_nan: bool) -> str:

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from nodes import errors
-from nodes.canonical import canonical_json
+from nodes.canonical import canonical_json_bytes
 from nodes.sealing import Candidate
 from store.api import ConfirmAction, NoteHead
 
@@ -31,7 +31,7 @@ class Answer:
     @property
     def digest(self) -> str:
         """What identifies this answer in the replay store: the same answer, the same digest."""
-        return hashlib.sha256(canonical_json(self.raw).encode("utf-8")).hexdigest()
+        return hashlib.sha256(canonical_json_bytes(self.raw)).hexdigest()
 
 
 MINUTE_CACHE_SIZE = 1024

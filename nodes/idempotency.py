@@ -13,7 +13,6 @@ and refuse the key with other arguments or another tool (``errors.idempotency_ke
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from nodes import errors
 from nodes.canonical import canonical_json
 from store.api import WriteOp
+from store.keys import framed_sha256
 
 META_IDEMPOTENCY_KEY = errors.IDEMPOTENCY_KEY_META
 """The request ``_meta`` key that carries an idempotency key."""
@@ -44,18 +44,9 @@ def idempotency_key(meta: object) -> str | None:
     return key
 
 
-def _sha(*parts: str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        data = part.encode("utf-8")
-        h.update(len(data).to_bytes(8, "big"))
-        h.update(data)
-    return h.hexdigest()
-
-
 def operation_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     """What one write does: its tool and its arguments, canonically (key order ignored)."""
-    return _sha(tool, canonical_json(arguments))[:32]
+    return framed_sha256(tool, canonical_json(arguments))[:32]
 
 
 def write_op(
@@ -65,4 +56,5 @@ def write_op(
     the client sent ``key``, else a fresh random one (kept only for the node's own re-sends)."""
     if key is None:
         return WriteOp.fresh()
-    return WriteOp("k" + _sha(principal, key)[:40], operation_digest(tool, arguments), window_ms)
+    op_id = "k" + framed_sha256(principal, key)[:40]
+    return WriteOp(op_id, operation_digest(tool, arguments), window_ms)

@@ -41,20 +41,27 @@ time cost ~5% of a node's CPU per flow; a flow's workspace and title repeat). Bo
 variety costs memory no more."""
 
 
+def framed_sha256(*parts: str) -> str:
+    """The sha256 hex digest of the parts' UTF-8, each prefixed by its length (8 bytes,
+    big-endian), in order: no two lists of parts give the same input."""
+    framed = bytearray()
+    for part in parts:
+        data = part.encode("utf-8")
+        framed += len(data).to_bytes(8, "big")
+        framed += data
+    return hashlib.sha256(framed).hexdigest()
+
+
 @lru_cache(maxsize=DIGEST_CACHE_SIZE)
 def _digest(part: str) -> str:
-    """sha256 over ``part`` UTF-8, prefixed by its length (8 bytes, big-endian); 32 hex digits."""
-    data = part.encode("utf-8")
-    return hashlib.sha256(len(data).to_bytes(8, "big") + data).hexdigest()[:32]
+    """``framed_sha256(part)``, 32 hex digits."""
+    return framed_sha256(part)[:32]
 
 
 @lru_cache(maxsize=DIGEST_CACHE_SIZE)
 def _digest_pair(first: str, second: str) -> str:
-    """sha256 over both strings, each as ``_digest`` takes one, in order; 32 hex digits."""
-    one = first.encode("utf-8")
-    two = second.encode("utf-8")
-    prefixed = len(one).to_bytes(8, "big") + one + len(two).to_bytes(8, "big") + two
-    return hashlib.sha256(prefixed).hexdigest()[:32]
+    """``framed_sha256(first, second)``, 32 hex digits."""
+    return framed_sha256(first, second)[:32]
 
 
 @dataclass(frozen=True)
