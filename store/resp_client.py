@@ -206,6 +206,8 @@ class RespRedis:
         if waiting.cancelled_caught:
             raise NotSent(f"no connection within {self.endpoint.timeout_s} s")
         try:
+            if not self._open:  # closed while this call waited for the lock
+                raise NotSent("the client is closed")
             self._connections = [c for c in self._connections if c.alive]
             if len(self._connections) >= self.max_connections:
                 return min(self._connections, key=lambda c: c.pending)

@@ -349,6 +349,40 @@ def test_nothing_listening_is_not_sent(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_call_waiting_to_connect_when_the_client_closes_is_not_sent(
+    backend: str, server: OwnRedis
+) -> None:
+    """A call queued behind another call's connect while the client closes (a run stopped by
+    SIGTERM closes its store under flows still calling) is told ``NotSent``; it used to go on
+    and find the task group gone (an ``AssertionError`` on trio, seen in a failover run)."""
+
+    async def main() -> None:
+        client = RespRedis.from_url(server.url, timeout_s=5.0)
+        outcome: list[object] = []
+
+        async def call() -> None:
+            try:
+                await client.ping()
+                outcome.append("answered")
+            except NotSent as exc:
+                outcome.append(str(exc))
+
+        async with anyio.create_task_group() as tg:
+            # The readers' group is the test's own (on trio), so closing nests as in a node.
+            client.start(tg if backend == "trio" else None)
+            lock = client._connecting
+            assert lock is not None
+            await lock.acquire()  # another call's connect is under way
+            tg.start_soon(call)
+            await anyio.wait_all_tasks_blocked()
+            await client.aclose()
+            lock.release()
+        assert outcome == ["the client is closed"]
+
+    run(backend, main)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_wait_goes_on_the_scripts_connection_and_too_few_replicas_is_unknown(
     backend: str, server: OwnRedis, key: str
 ) -> None:
