@@ -107,7 +107,7 @@ class _HeldHead:
 
     def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
         self._transport = transport
-        self._cycle = cycle
+        self._cycle: RequestResponseCycle | None = cycle
         self._on_response: Callable[..., None] = cycle.on_response
         self._head: bytes | None = None
         self._waiting = True
@@ -122,9 +122,10 @@ class _HeldHead:
             else:
                 self._transport.writelines((head, data))
             return
-        if self._waiting and self._cycle.response_started:
+        cycle = self._cycle
+        if self._waiting and cycle is not None and cycle.response_started:
             self._waiting = False
-            if not self._cycle.chunked_encoding:  # a declared length, or no body (204, 304)
+            if not cycle.chunked_encoding:  # a declared length, or no body (204, 304)
                 self._head = data
                 return
         self._transport.write(data)
@@ -143,8 +144,14 @@ class _HeldHead:
         self._transport.close()
 
     def response_complete(self) -> None:
-        """The cycle's ``on_response``: flush, then the protocol's callback."""
+        """The cycle's ``on_response``: flush, then the protocol's callback. It also lets go of
+        the cycle: the cycle holds this object (its ``transport`` and ``on_response``), so a
+        reference back would make each answered request a reference cycle that only the cyclic
+        garbage collector frees (the cycle, its event, its message dicts: a few tens of objects
+        per request), instead of reference counting the moment the request's task ends."""
         self.flush()
+        self._cycle = None
+        self._waiting = False
         self._on_response()
 
     def __getattr__(self, name: str) -> Any:
