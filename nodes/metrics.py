@@ -67,6 +67,9 @@ millisecond; the top buckets catch WAIT timeouts and the 5 s stream timeout."""
 STORE_CALLS = frozenset(n for n in vars(NoteStoreAPI) if not n.startswith("_"))
 """The calls ``MeteredStore`` times: exactly the methods of the node's store interface."""
 SETUP_PATH_PREFIX = "/setup/"
+LABEL_CACHE_SIZE = 256
+"""``(Mcp-Method, Mcp-Name)`` header pairs whose labels are kept: clients send a handful; one
+sending ever new values has them worked out each time, and costs no memory."""
 
 
 LEGACY_FAMILIES: tuple[tuple[str, str, str], ...] = (
@@ -190,6 +193,8 @@ class NodeMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.tool_names: frozenset[str] = frozenset()
         """The ``tool`` label values besides ``other``: the watched node's tools."""
+        self._labels: dict[tuple[bytes | None, bytes | None], tuple[str, str]] = {}
+        """The labels of each ``(Mcp-Method, Mcp-Name)`` pair seen, at most ``LABEL_CACHE_SIZE``."""
         r = self.registry
         self.counts = _Counts()
         r.register(self.counts)
@@ -229,6 +234,7 @@ class NodeMetrics:
     def watch_node(self, node: Node) -> None:
         """Label requests with ``node``'s tool names; expose its own counters at scrape time."""
         self.tool_names = frozenset(node.tools)
+        self._labels.clear()
         self._callbacks.node = node.statistics
 
     def watch_legacy(self, statistics: Callable[[], Any]) -> None:
@@ -240,8 +246,21 @@ class NodeMetrics:
         path = str(scope.get("path", ""))
         if path.startswith(SETUP_PATH_PREFIX):
             return "setup_page", ""
-        headers = dict(scope.get("headers", ()))  # the last of a repeated header, as before
-        raw_method = headers.get(b"mcp-method")
+        raw_method = raw_name = None
+        for name, value in scope.get("headers", ()):  # the last of a repeated header counts
+            if name == b"mcp-method":
+                raw_method = value
+            elif name == b"mcp-name":
+                raw_name = value
+        key = (raw_method, raw_name)
+        labels = self._labels.get(key)
+        if labels is None:
+            labels = self._labels_of(raw_method, raw_name)
+            if len(self._labels) < LABEL_CACHE_SIZE:  # the values are the client's to choose
+                self._labels[key] = labels
+        return labels
+
+    def _labels_of(self, raw_method: bytes | None, raw_name: bytes | None) -> tuple[str, str]:
         if raw_method is None:
             return "none", ""
         method = raw_method.decode("latin-1")
@@ -249,7 +268,6 @@ class NodeMetrics:
             return OTHER, ""
         if method != "tools/call":
             return method, ""
-        raw_name = headers.get(b"mcp-name")
         name = None if raw_name is None else raw_name.decode("latin-1")
         return method, name if name in self.tool_names else OTHER
 

@@ -26,6 +26,8 @@ from cluster.serve import serve_http_node
 from nodes import http
 from nodes.auth import TokenTable
 from nodes.metrics import (
+    LABEL_CACHE_SIZE,
+    OTHER,
     STORE_BUCKETS,
     NodeMetrics,
     metered,
@@ -144,6 +146,26 @@ async def test_labels_stay_bounded_whatever_the_headers_say(metered_nodes: Meter
     assert methods <= {"tools/call", "other", "setup_page"}
     assert value(samples, "notes_requests_total", method="tools/call", tool="other", status="400")
     assert value(samples, "notes_requests_total", method="setup_page", tool="", status="404")
+
+
+def test_the_labels_of_header_values_are_kept_up_to_a_bound() -> None:
+    """``labels_for`` keeps the labels of the header pairs it saw: a client sending ever new
+    values gets them worked out each time (``other``), and the kept pairs stop at the bound."""
+    m = NodeMetrics()
+    m.tool_names = frozenset({"notes_delete"})
+
+    def scope(method: bytes, name: bytes) -> dict[str, Any]:
+        headers = [(b"mcp-method", b"ignored"), (b"mcp-method", method), (b"mcp-name", name)]
+        return {"type": "http", "path": "/mcp", "headers": headers}
+
+    assert m.labels_for(scope(b"tools/call", b"notes_delete")) == ("tools/call", "notes_delete")
+    assert m.labels_for(scope(b"tools/call", b"notes_delete")) == ("tools/call", "notes_delete")
+    for i in range(LABEL_CACHE_SIZE * 2):
+        assert m.labels_for(scope(b"tools/call", b"x%d" % i)) == ("tools/call", OTHER)
+    assert len(m._labels) == LABEL_CACHE_SIZE
+    assert m.labels_for(scope(b"tools/call", b"notes_delete")) == ("tools/call", "notes_delete")
+    assert m.labels_for(scope(b"tools/list", b"")) == ("tools/list", "")
+    assert m.labels_for({"type": "http", "path": "/mcp", "headers": []}) == ("none", "")
 
 
 async def test_each_node_has_its_own_registry_and_the_global_one_stays_empty(
