@@ -41,7 +41,12 @@ from cluster.experiments.bench.database import BENCH_PREFIX, BenchRedis, Foreign
 from cluster.experiments.bench.flows import Target
 from cluster.experiments.bench.seeding import seed_targets
 from cluster.redis_server import RedisServerError
-from cluster.stopping import forwarding_stop_signals, received_signal, stop_with_parent
+from cluster.stopping import (
+    forwarding_stop_signals,
+    received_signal,
+    signal_name,
+    stop_with_parent,
+)
 from store.client import redis_client
 
 DEFAULT_FLOWS = 300
@@ -64,6 +69,9 @@ CHILD_START_S = 120.0
 CHILD_S_PER_FLOW = 0.5
 """The child's time bound: start-up under valgrind, then each flow (about 25 ms under callgrind
 on an idle core; the bound leaves room for a busy machine)."""
+
+STORE_TIMEOUT_S = 60.0
+"""Bound of clearing and seeding the store for one side (a few hundred notes: milliseconds)."""
 
 TOOLS = ("valgrind", "callgrind_control")
 
@@ -104,15 +112,17 @@ def checked_side(side: Side) -> Side:
 
 async def seed(where: BenchRedis, count: int) -> list[Target]:
     """Empty the bench's keys, then seed ``count`` notes (titles ``bench instr 0`` ...)."""
-    async with redis_client(where.url) as client:
-        await clear(client, where)
-        return await seed_targets(client, BENCH_PREFIX, count, TAG)
+    with trio.fail_after(STORE_TIMEOUT_S):
+        async with redis_client(where.url) as client:
+            await clear(client, where)
+            return await seed_targets(client, BENCH_PREFIX, count, TAG)
 
 
 async def clear_all(where: BenchRedis) -> None:
     """Remove what the run stored (``database.clear``)."""
-    async with redis_client(where.url) as client:
-        await clear(client, where)
+    with trio.fail_after(STORE_TIMEOUT_S):
+        async with redis_client(where.url) as client:
+            await clear(client, where)
 
 
 def write_job(
@@ -207,8 +217,8 @@ def run(sides: list[Side], redis_url: str | None, flows: int, asgi: bool) -> lis
     with bench_store(redis_url, log) as where, tempfile.TemporaryDirectory() as tmp:
         try:
             for side in sides:
+                log(f"{side.name}: {flows} flows under callgrind ({side.pythonpath})")
                 counts.append(measure(side, where, flows, asgi, Path(tmp)))
-                log(report(counts)[-1])
         finally:
             trio.run(clear_all, where)
     return counts
@@ -254,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
         with forwarding_stop_signals():
             counts = run(a.sides, a.redis, a.flows, a.asgi_only)
     except KeyboardInterrupt:
+        print(f"instructions: stopped by {signal_name(received_signal())}", file=sys.stderr)
         sys.exit(exit_code_for_signal(received_signal()))
     except (ForeignKeys, RedisServerError) as exc:  # what to give it instead
         print(f"instructions: {exc}", file=sys.stderr)
