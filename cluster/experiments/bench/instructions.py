@@ -9,7 +9,7 @@ the measured ones under ``valgrind --tool=callgrind`` with the instrumentation o
 them. Printed per side: the user-space instructions per flow of that process (the node's request
 path and the harness driving it, which is the same for every side; no kernel time, no waiting,
 nothing of Redis), the flows run and failed, and the ratio to the first side. Counts do not
-depend on the machine's load: two runs of one tree agree within 0.1%, where ``ab_nodes``'s CPU
+depend on the machine's load: two runs of one tree agree within about 0.1%, where ``ab_nodes``'s CPU
 over HTTP spreads ±15% per round on a shared machine.
 
 The notes live in a Redis of the run's own, or ``--redis URL`` (refused when it holds keys the
