@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
@@ -251,15 +252,38 @@ def test_quick_and_full_modes_plan_the_documented_points() -> None:
 
 def test_an_ab_side_names_its_code_its_environment_and_its_metrics() -> None:
     old = ab_nodes.parse_side("old=wt/a")
-    assert old == ab_nodes.Side("old", "wt/a", {CLIENT_ENV: "resp", "PYTHONPATH": "wt/a"})
+    safe = {"PYTHONSAFEPATH": "1"}
+    assert old == ab_nodes.Side("old", "wt/a", {CLIENT_ENV: "resp", "PYTHONPATH": "wt/a", **safe})
     assert not old.metrics
     on = ab_nodes.parse_side("on=wt/b|METRICS=1,NOTES_CLUSTER_REDIS_CLIENT=coredis")
     assert on.metrics
-    assert on.env == {CLIENT_ENV: "coredis", "PYTHONPATH": "wt/b"}
+    assert on.env == {CLIENT_ENV: "coredis", "PYTHONPATH": "wt/b", **safe}
     assert not ab_nodes.parse_side("off=wt/b|METRICS=0").metrics
     for bad in ("old", "=wt/a", "old=", "old=wt/a|METRICS"):
         with pytest.raises(ValueError, match="expected"):
             ab_nodes.parse_side(bad)
+
+
+def test_an_ab_side_runs_its_own_tree_even_from_a_checkout(tmp_path: Path) -> None:
+    """A side's node runs as ``python -m cluster.node_process`` from the working directory of
+    the A/B run, usually a checkout: the side's tree must still be the code that runs."""
+    tree = tmp_path / "side"
+    (tree / "cluster").mkdir(parents=True)
+    (tree / "cluster" / "__init__.py").write_text("")
+    (tree / "cluster" / "node_process.py").write_text("print(__file__)\n")
+    side = ab_nodes.parse_side(f"side={tree}")
+    checkout = Path(__file__).resolve().parent.parent  # holds a cluster package of its own
+    assert (checkout / "cluster" / "node_process.py").is_file()
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster.node_process"],
+        env={**os.environ, **side.env},
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tree / "cluster" / "node_process.py")
 
 
 def test_cpu_time_is_read_from_proc_and_a_vanished_process_has_none() -> None:

@@ -52,7 +52,10 @@ def parse_side(text: str) -> Side:
     if not sep or not name or not rest:
         raise ValueError(f"{text!r}: expected NAME=PYTHONPATH[|KEY=VALUE,...]")
     path, _, extra = rest.partition("|")
-    env = {CLIENT_ENV: "resp", "PYTHONPATH": path}
+    # PYTHONSAFEPATH: the node runs as ``python -m``, which would put the working directory
+    # first on sys.path, and a tree of this project there (a run from a checkout) would shadow
+    # the side's own: every side would run the same code.
+    env = {CLIENT_ENV: "resp", "PYTHONPATH": path, "PYTHONSAFEPATH": "1"}
     metrics = False
     for pair in filter(None, extra.split(",")):
         key, sep, value = pair.partition("=")
