@@ -102,6 +102,23 @@ def test_on_a_given_redis_it_deletes_only_its_own_keys_and_never_flushes(tmp_pat
         bystander.close()
 
 
+@pytest.mark.slow
+def test_the_store_alone_counts_a_part_of_what_the_app_counts(tmp_path: Path) -> None:
+    """``--store-only`` runs no node: the store's find and confirm of each flow, a subset of the
+    work ``--asgi-only`` counts (the app calls the same two)."""
+    require_valgrind()
+    with own_redis(tmp_path) as server:
+        per_flow = {}
+        for layer in ("--asgi-only", "--store-only"):
+            done = run_tool("--redis", server.url, "--flows", "5", layer, f"a={TREE}", cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            side = side_lines(done.stdout)["a"]
+            assert (int(side["flows"]), int(side["failed"])) == (5, 0)
+            per_flow[layer] = int(side["per_flow"].replace(",", ""))
+        assert 0 < per_flow["--store-only"] < per_flow["--asgi-only"] / 2, per_flow
+        assert redis.Redis(port=server.port).dbsize() == 0
+
+
 def test_a_given_redis_holding_foreign_keys_is_refused_untouched(tmp_path: Path) -> None:
     require_valgrind()
     with own_redis(tmp_path) as server:
@@ -135,6 +152,7 @@ def test_without_valgrind_it_says_so_and_exits_2(tmp_path: Path) -> None:
         ([f"a={TREE}", f"a={TREE}"], "side names must differ"),
         (["--flows", "0", f"a={TREE}"], "--flows must be at least 1"),
         (["--flows", "many", f"a={TREE}"], "invalid int value"),
+        (["--asgi-only", "--store-only", f"a={TREE}"], "not allowed with argument"),
     ],
 )
 def test_bad_arguments_are_refused_with_exit_2(

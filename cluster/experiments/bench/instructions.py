@@ -4,7 +4,9 @@ shows a cut of 1%.
 Layer: cluster (an experiment). Each side is a tree of this project given as ``PYTHONPATH``
 (``NAME=PYTHONPATH[|KEY=VALUE,...]``, as ``ab_nodes`` takes it). For each side in turn, a child
 process (``instructions_child``) builds the node's production ASGI app and its uvicorn protocol
-on an in-memory transport (``--asgi-only``: the ASGI app alone), runs warm-up delete flows, then
+on an in-memory transport (``--asgi-only``: the ASGI app alone; ``--store-only``: no node, the
+store's part of each flow, ``NoteStore.find`` then ``confirm``, and its Redis client), runs
+warm-up delete flows, then
 the measured ones under ``valgrind --tool=callgrind`` with the instrumentation on only around
 them. Printed per side: the user-space instructions per flow of that process (the node's request
 path and the harness driving it, which is the same for every side; no kernel time, no waiting,
@@ -126,7 +128,7 @@ async def clear_all(where: BenchRedis) -> None:
 
 
 def write_job(
-    path: Path, where: BenchRedis, targets: list[Target], flows: int, asgi: bool, metrics: bool
+    path: Path, where: BenchRedis, targets: list[Target], flows: int, layer: str, metrics: bool
 ) -> None:
     """The child's job file (``instructions_child.Job``)."""
     tokens = _tokens()
@@ -135,10 +137,13 @@ def write_job(
         "prefix": BENCH_PREFIX,
         "warmup": WARMUP_FLOWS,
         "flows": flows,
-        "asgi_only": asgi,
+        "layer": layer,
         "metrics": metrics,
         "instrument": True,
-        "targets": [[tokens[t.principal], t.workspace, t.title, t.note_id] for t in targets],
+        "targets": [
+            [tokens[t.principal], t.workspace, t.title, t.note_id, t.tenant, t.principal]
+            for t in targets
+        ],
     }
     path.write_text(json.dumps(job), encoding="utf-8")
 
@@ -157,11 +162,11 @@ def child_errors(stderr: str) -> str:
     return "\n".join(lines[-15:]) or stderr[-2000:]
 
 
-def measure(side: Side, where: BenchRedis, flows: int, asgi: bool, work: Path) -> Count:
+def measure(side: Side, where: BenchRedis, flows: int, layer: str, work: Path) -> Count:
     """One side: seed, run the child under callgrind, read its count."""
     targets = trio.run(seed, where, WARMUP_FLOWS + flows)
     job, out = work / f"{side.name}.json", work / f"{side.name}.callgrind"
-    write_job(job, where, targets, flows, asgi, side.metrics)
+    write_job(job, where, targets, flows, layer, side.metrics)
     argv = [
         "valgrind",
         "--tool=callgrind",
@@ -207,7 +212,7 @@ def report(counts: list[Count]) -> list[str]:
     ]
 
 
-def run(sides: list[Side], redis_url: str | None, flows: int, asgi: bool) -> list[Count]:
+def run(sides: list[Side], redis_url: str | None, flows: int, layer: str) -> list[Count]:
     """Every side in turn on the run's Redis; the store cleared after."""
 
     def log(text: str) -> None:
@@ -218,7 +223,7 @@ def run(sides: list[Side], redis_url: str | None, flows: int, asgi: bool) -> lis
         try:
             for side in sides:
                 log(f"{side.name}: {flows} flows under callgrind ({side.pythonpath})")
-                counts.append(measure(side, where, flows, asgi, Path(tmp)))
+                counts.append(measure(side, where, flows, layer, Path(tmp)))
         finally:
             trio.run(clear_all, where)
     return counts
@@ -233,9 +238,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("sides", nargs="+", metavar="NAME=PYTHONPATH[|K=V,...]")
     parser.add_argument("--flows", type=int, default=DEFAULT_FLOWS, help="measured, per side")
     parser.add_argument("--redis", default=None, help="default: a redis-server of its own")
-    parser.add_argument(
-        "--asgi-only", action="store_true", help="straight into the ASGI app, no uvicorn protocol"
+    layer = parser.add_mutually_exclusive_group()
+    layer.add_argument(
+        "--asgi-only",
+        dest="layer",
+        action="store_const",
+        const="asgi",
+        help="straight into the ASGI app, no uvicorn protocol",
     )
+    layer.add_argument(
+        "--store-only",
+        dest="layer",
+        action="store_const",
+        const="store",
+        help="no node: the store's find and confirm of each flow, and its Redis client",
+    )
+    parser.set_defaults(layer="protocol")
     a = parser.parse_args(argv)
     if a.flows < 1:
         parser.error("--flows must be at least 1")
@@ -262,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_USAGE)
     try:
         with forwarding_stop_signals():
-            counts = run(a.sides, a.redis, a.flows, a.asgi_only)
+            counts = run(a.sides, a.redis, a.flows, a.layer)
     except KeyboardInterrupt:
         print(f"instructions: stopped by {signal_name(received_signal())}", file=sys.stderr)
         sys.exit(exit_code_for_signal(received_signal()))

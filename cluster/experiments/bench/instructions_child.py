@@ -10,7 +10,7 @@ for every side, so its instructions cancel out of a ratio. It imports nothing of
 older tree too.
 
 Each request goes either through the node's uvicorn protocol class (``config.http_protocol_class``:
-httptools parsing, the response's head and body) on an in-memory transport, or (``asgi_only``)
+httptools parsing, the response's head and body) on an in-memory transport, or (layer ``asgi``)
 straight into the ASGI app as uvicorn would call it. No socket is between the harness and the
 node; the store's Redis is a real one over loopback (its work is another process's). The
 requests are made before the measured flows and the answers kept, then checked once the
@@ -73,11 +73,13 @@ class Job:
     prefix: str
     warmup: int
     flows: int
-    asgi_only: bool
+    layer: str
+    """``protocol`` (the node behind its uvicorn protocol), ``asgi`` (the ASGI app alone) or
+    ``store`` (no node: the store's work of each flow)."""
     metrics: bool
     instrument: bool
     targets: list[list[str]]
-    """Per flow: bearer token, workspace URI, title, note id."""
+    """Per flow: bearer token, workspace URI, title, note id, tenant, principal."""
 
     @classmethod
     def load(cls, path: str) -> Job:
@@ -248,7 +250,7 @@ class Flow:
 
 def body(request_id: int, target: list[str], extra: dict[str, Any]) -> bytes:
     """A ``tools/call`` of ``notes_delete`` (the wrk flow's JSON, compact)."""
-    _, workspace, title, _ = target
+    workspace, title = target[1], target[2]
     params = {
         "name": "notes_delete",
         "arguments": {"workspaceUri": workspace, "title": title},
@@ -297,7 +299,7 @@ def result_of(answer: tuple[int, bytes], round_no: int, title: str) -> dict[str,
 
 def check(flow: Flow, answers: Answers) -> None:
     """Round 1 must offer the note and seal a state, round 2 must delete it."""
-    _, _, title, note_id = flow.target
+    title, note_id = flow.target[2], flow.target[3]
     first = result_of(answers[0], 1, title)
     state = first.get("requestState")
     if first.get("resultType") != "input_required" or not isinstance(state, str):
@@ -359,8 +361,60 @@ async def measure(call: Call, job: Job) -> int:
     return len(answers)
 
 
+async def store_flow(store: Any, target: list[str]) -> None:
+    """The store's work of one delete flow, as the node asks it (round 1's ``find``, round 2's
+    ``confirm``), or ``FlowFailed``."""
+    from nodes.sealing import new_nonce
+    from store.api import Confirmation
+
+    _, workspace, title, _, tenant, principal = target
+    snap = await store.find(tenant, workspace, title, 51)
+    if len(snap.notes) != 1:
+        raise FlowFailed(f"{title!r}: find gave {len(snap.notes)} notes")
+    note = snap.notes[0]
+    out = await store.confirm(
+        Confirmation(
+            tenant=tenant,
+            nonce=new_nonce(),
+            action="accept",
+            answer_digest="0" * 64,
+            exp_ms=snap.redis_now_ms + 300_000,
+            note_id=note.note_id,
+            expected_version=note.version,
+            title=title,
+            workspace=workspace,
+            principal=principal,
+            tool="notes_delete",
+        )
+    )
+    if out.status != "executed":
+        raise FlowFailed(f"{title!r}: confirm said {out.status}")
+
+
+async def measure_store(job: Job) -> int:
+    """The store's part of each flow alone, on the client a node opens; checked as it goes (a
+    failure ends the run, and there is nothing to keep for later)."""
+    from store.client import open_note_client
+    from store.notes import NoteStore
+
+    targets = job.targets[: job.warmup + job.flows]
+    async with open_note_client(job.redis_url, client_name="instructions") as client:
+        store = NoteStore(client, prefix=job.prefix)
+        for target in targets[: job.warmup]:
+            await store_flow(store, target)
+        if job.instrument:
+            instrument(True)
+        for target in targets[job.warmup :]:
+            await store_flow(store, target)
+        if job.instrument:
+            instrument(False)
+    return len(targets) - job.warmup
+
+
 async def run(job: Job) -> int:
-    """Start the node (uvicorn's lifespan), measure, stop it."""
+    """Start the node (uvicorn's lifespan), measure, stop it (``store``: no node)."""
+    if job.layer == "store":
+        return await measure_store(job)
     config = node_config(job)
     config.load()
     lifespan = config.lifespan_class(config)
@@ -369,7 +423,7 @@ async def run(job: Job) -> int:
         raise FlowFailed("the node's lifespan startup failed")
     try:
         state = lifespan.state
-        if job.asgi_only:
+        if job.layer == "asgi":
             return await measure(asgi_call(config.loaded_app, state), job)
         return await measure(protocol_call(config, state), job)
     finally:
