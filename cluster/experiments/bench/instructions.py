@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -44,8 +45,10 @@ from cluster.experiments.bench.flows import Target
 from cluster.experiments.bench.seeding import seed_targets
 from cluster.redis_server import RedisServerError
 from cluster.stopping import (
+    Stopped,
     forwarding_stop_signals,
     received_signal,
+    run_stoppable,
     signal_name,
     stop_with_parent,
 )
@@ -164,7 +167,7 @@ def child_errors(stderr: str) -> str:
 
 def measure(side: Side, where: BenchRedis, flows: int, layer: str, work: Path) -> Count:
     """One side: seed, run the child under callgrind, read its count."""
-    targets = trio.run(seed, where, WARMUP_FLOWS + flows)
+    targets = run_stoppable(partial(seed, where, WARMUP_FLOWS + flows))
     job, out = work / f"{side.name}.json", work / f"{side.name}.callgrind"
     write_job(job, where, targets, flows, layer, side.metrics)
     argv = [
@@ -225,7 +228,7 @@ def run(sides: list[Side], redis_url: str | None, flows: int, layer: str) -> lis
                 log(f"{side.name}: {flows} flows under callgrind ({side.pythonpath})")
                 counts.append(measure(side, where, flows, layer, Path(tmp)))
         finally:
-            trio.run(clear_all, where)
+            run_stoppable(partial(clear_all, where), on_stop=None)
     return counts
 
 
@@ -281,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with forwarding_stop_signals():
             counts = run(a.sides, a.redis, a.flows, a.layer)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):  # a signal while the child ran, or inside a trio run
         print(f"instructions: stopped by {signal_name(received_signal())}", file=sys.stderr)
         sys.exit(exit_code_for_signal(received_signal()))
     except (ForeignKeys, RedisServerError) as exc:  # what to give it instead
