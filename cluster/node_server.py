@@ -151,7 +151,6 @@ class _HeldHead:
         per request), instead of reference counting the moment the request's task ends."""
         self.flush()
         self._cycle = None
-        self._waiting = False
         self._on_response()
 
     def __getattr__(self, name: str) -> Any:

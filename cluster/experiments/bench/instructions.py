@@ -3,16 +3,15 @@ shows a cut of 1%.
 
 Layer: cluster (an experiment). Each side is a tree of this project given as ``PYTHONPATH``
 (``NAME=PYTHONPATH[|KEY=VALUE,...]``, as ``ab_nodes`` takes it). For each side in turn, a child
-process (``instructions_child``) builds the node's production ASGI app and its uvicorn protocol
-on an in-memory transport (``--asgi-only``: the ASGI app alone; ``--store-only``: no node, the
-store's part of each flow, ``NoteStore.find`` then ``confirm``, and its Redis client), runs
-warm-up delete flows, then
-the measured ones under ``valgrind --tool=callgrind`` with the instrumentation on only around
-them. Printed per side: the user-space instructions per flow of that process (the node's request
-path and the harness driving it, which is the same for every side; no kernel time, no waiting,
-nothing of Redis), the flows run and failed, and the ratio to the first side. Counts do not
-depend on the machine's load: two runs of one tree agree within about 0.1%, where ``ab_nodes``'s CPU
-over HTTP spreads ±15% per round on a shared machine.
+process (``instructions_child``) builds the node's production ASGI app and its uvicorn protocol on
+an in-memory transport (``--asgi-only``: the ASGI app alone; ``--store-only``: no node, the store's
+part of each flow, ``NoteStore.find`` then ``confirm``, and its Redis client), runs warm-up delete
+flows, then the measured ones under ``valgrind --tool=callgrind`` with the instrumentation on only
+around them. Printed per side: the user-space instructions per flow of that process (the node's
+request path and the harness driving it, which is the same for every side; no kernel time, no
+waiting, nothing of Redis), the flows run and failed, and the ratio to the first side. Counts do
+not depend on the machine's load: two runs of one tree agree within about 0.1%, where
+``ab_nodes``'s CPU over HTTP spreads ±15% per round on a shared machine.
 
 The notes live in a Redis of the run's own, or ``--redis URL`` (refused when it holds keys the
 bench did not write; only keys under ``BENCH_PREFIX`` are written and deleted there, never

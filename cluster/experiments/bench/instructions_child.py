@@ -38,6 +38,10 @@ from cluster.asgi import NodeApp, NodeOptions
 from cluster.node_server import server_config
 from cluster.operations import OpsOptions
 from cluster.serve import settings_for
+from nodes.sealing import new_nonce
+from store.api import Confirmation
+from store.client import open_note_client
+from store.notes import NoteStore
 
 HOST, PORT = "127.0.0.1", 8000
 """The address the node believes it serves on (nothing listens there)."""
@@ -363,10 +367,8 @@ async def measure(call: Call, job: Job) -> int:
 
 async def store_flow(store: Any, target: list[str]) -> None:
     """The store's work of one delete flow, as the node asks it (round 1's ``find``, round 2's
-    ``confirm``), or ``FlowFailed``."""
-    from nodes.sealing import new_nonce
-    from store.api import Confirmation
-
+    ``confirm``), or ``FlowFailed``. ``seeding.raw_flow`` does the same for the bench's ceiling;
+    this copy keeps the harness the tool's own whatever the side's tree holds (see the module)."""
     _, workspace, title, _, tenant, principal = target
     snap = await store.find(tenant, workspace, title, 51)
     if len(snap.notes) != 1:
@@ -394,9 +396,6 @@ async def store_flow(store: Any, target: list[str]) -> None:
 async def measure_store(job: Job) -> int:
     """The store's part of each flow alone, on the client a node opens; checked as it goes (a
     failure ends the run, and there is nothing to keep for later)."""
-    from store.client import open_note_client
-    from store.notes import NoteStore
-
     targets = job.targets[: job.warmup + job.flows]
     async with open_note_client(job.redis_url, client_name="instructions") as client:
         store = NoteStore(client, prefix=job.prefix)
