@@ -17,10 +17,11 @@ What uvicorn lacks is added here, small and local:
   requests finish within ``timeout_graceful_shutdown`` and then runs the lifespan shutdown;
   ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``), which would
   otherwise keep their connections open until the bound.
-And two cuts of uvicorn's cost per request (issue 21): a response that is not chunked leaves in
-one write (uvicorn writes its head and body apart: two system calls), and the header, body and
-idle bounds share one deadline per connection (uvicorn and the first version here armed and
-cancelled three timers per request).
+And cuts of uvicorn's cost per request (issue 21): each request's cycle is a
+``cluster.response_cycle.ResponseCycle`` instead of uvicorn's (a response that is not chunked
+leaves in one write, where uvicorn writes its head and body apart; no ``asyncio.Event`` per
+request), and the header, body and idle bounds share one deadline per connection (uvicorn and
+the first version here armed and cancelled three timers per request).
 (Nodes inside a trio process, on hypercorn, get the body deadline from the app instead.)
 """
 
@@ -28,10 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import signal
 import socket
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
@@ -39,9 +42,11 @@ from typing import Any
 import httptools
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.supervisors import multiprocess
 
+from cluster.response_cycle import ResponseCycle
 from cluster.stopping import die_with_parent
 from nodes.http import (
     DEFAULT_MAX_HEADER_BYTES,
@@ -82,80 +87,10 @@ class _HeaderBlockTooLarge(Exception):
     """Raised from a parser callback to stop parsing a request whose header block is too large."""
 
 
-_COPY_LIMIT = 65_536
-"""Up to this body size a held response head is joined to its body (one buffer, one ``write``
-system call); a larger body goes with it through ``writelines`` (uvloop: one ``writev``)."""
 _EARLY_S = 0.001
 """A deadline timer that fires this close to its deadline counts as expired (loop clocks round)."""
 _NO_DEADLINE, _HEADERS, _BODY, _IDLE = range(4)
 """The connection's phases that have a deadline (``_TimedHttpToolsProtocol._phase``)."""
-
-
-class _HeldHead:
-    """The transport as one response cycle of uvicorn sees it: the head of a response that is not
-    chunked (it declares its length, or has no body: HEAD, 204, 304) is held until the
-    response's next write, and both leave in one ``transport.write``: the node's answers (a head
-    and one body) cost one system call instead of two.
-
-    Anything else passes through at once: a ``100 Continue`` (written before the response
-    starts), a chunked (streaming) response's head and every chunk after the first write. A held
-    head is flushed before any other call on the transport (``close``, any attribute) and when
-    the response completes (a HEAD response writes no body), so nothing is held past the
-    response: a response that streams a declared length gets its head with its first chunk."""
-
-    __slots__ = ("_cycle", "_head", "_on_response", "_transport", "_waiting")
-
-    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
-        self._transport = transport
-        self._cycle: RequestResponseCycle | None = cycle
-        self._on_response: Callable[..., None] = cycle.on_response
-        self._head: bytes | None = None
-        self._waiting = True
-        """Until the cycle's first write once its response started: its head."""
-
-    def write(self, data: bytes) -> None:
-        head = self._head
-        if head is not None:
-            self._head = None
-            if len(data) <= _COPY_LIMIT:
-                self._transport.write(b"".join((head, data)))  # data: any bytes-like
-            else:
-                self._transport.writelines((head, data))
-            return
-        cycle = self._cycle
-        if self._waiting and cycle is not None and cycle.response_started:
-            self._waiting = False
-            if not cycle.chunked_encoding:  # a declared length, or no body (204, 304)
-                self._head = data
-                return
-        self._transport.write(data)
-
-    def flush(self) -> None:
-        head = self._head
-        if head is not None:
-            self._head = None
-            self._transport.write(head)
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def response_complete(self) -> None:
-        """The cycle's ``on_response``: flush, then the protocol's callback. It also lets go of
-        the cycle: the cycle holds this object (its ``transport`` and ``on_response``), so a
-        reference back would make each answered request a reference cycle that only the cyclic
-        garbage collector frees (the cycle, its event, its message dicts: a few tens of objects
-        per request), instead of reference counting the moment the request's task ends."""
-        self.flush()
-        self._cycle = None
-        self._on_response()
-
-    def __getattr__(self, name: str) -> Any:
-        self.flush()
-        return getattr(self._transport, name)
 
 
 class _TimedHttpToolsProtocol(HttpToolsProtocol):
@@ -178,14 +113,15 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     the bound plus one read); a complete block is measured exactly (``header_block_size``).
     Past the bound the client gets 431 and the connection is closed.
 
-    Each response cycle writes through a ``_HeldHead``: a complete response leaves in one write.
+    Each request's cycle is a ``ResponseCycle`` (``cluster.response_cycle``), built and started
+    here as uvicorn builds and starts its own; a complete response leaves in one write.
 
-    uvicorn internals used (present from 0.30 to 0.54; ``tests/test_node_server_internals.py``
-    checks them): ``self.cycle`` and ``self.pipeline``; a cycle's ``transport``,
-    ``on_response``, ``response_started`` and ``chunked_encoding``; ``on_response_complete``'s
-    steps (``server_state.total_requests``, ``flow.resume_reading``), which
-    ``on_response_complete`` repeats, without the keep-alive timer, when no pipelined request
-    waits."""
+    uvicorn internals used (present from 0.30 to 0.55; ``tests/test_node_server_internals.py``
+    checks them): the parser callbacks' state (``self.url``, ``self.headers``, ``self.scope``,
+    ``self.expect_100_continue``), ``self.cycle``, ``self.pipeline``, ``self.tasks``,
+    ``self.flow``, ``_should_upgrade`` and ``_unset_keepalive_if_required``;
+    ``on_response_complete``'s steps, which ``on_response_complete`` here repeats, without the
+    keep-alive timer when no pipelined request waits."""
 
     _timer: asyncio.TimerHandle | None = None
     _timer_at = 0.0
@@ -230,19 +166,72 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             self._arm(_HEADERS, self.config.headers_timeout_s)  # type: ignore[attr-defined]
 
     def on_headers_complete(self) -> None:
+        """uvicorn's, with the header size bound, the body deadline and a ``ResponseCycle``
+        (``cluster.response_cycle``) in place of uvicorn's cycle."""
         self._disarm()
         self._heading = False
         if header_block_size(self.url, self.headers) > self.config.max_header_bytes:  # type: ignore[attr-defined]
             self._header_refused = True
             raise _HeaderBlockTooLarge  # stops the parser: data_received answers 431
+        parser = self.parser
+        scope = self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return
+        url = httptools.parse_url(self.url)
+        raw_path = url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        root = self.root_path
+        scope["path"] = root + path
+        scope["raw_path"] = root.encode("ascii") + raw_path if root else raw_path
+        scope["query_string"] = url.query or b""
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        else:
+            app = self.app
         previous = self.cycle
-        super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not previous:  # a request's cycle (its task has not run yet)
-            held = _HeldHead(self.transport, cycle)
-            cycle.transport = held  # type: ignore[assignment]
-            cycle.on_response = held.response_complete
+        cycle = ResponseCycle(
+            scope,  # type: ignore[arg-type]
+            self.transport,
+            self.flow,
+            self.logger,
+            self.access_logger,
+            self.access_log,
+            self.server_state.default_headers,
+            self.expect_100_continue,
+            http_version != "1.0" and parser.should_keep_alive(),
+            self.on_response_complete,
+        )
+        self.cycle = cycle  # type: ignore[assignment]
+        if previous is None or previous.response_complete:
+            self._start_cycle(cycle, app)
+        else:  # pipelined: it starts when the one before it has answered
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))  # type: ignore[arg-type]
         self._arm(_BODY, self.config.body_timeout_s)  # type: ignore[attr-defined]
+
+    def _start_cycle(self, cycle: ResponseCycle, app: Any) -> None:
+        if getattr(self.config, "reset_contextvars", False):  # uvicorn 0.55's opt-in
+            task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
+        else:
+            task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        if cycle.add_body(body) > HIGH_WATER_LIMIT:  # type: ignore[attr-defined]
+            self.flow.pause_reading()
+        cycle.message_event.set()
 
     def on_message_complete(self) -> None:
         cycle = self.cycle
@@ -253,13 +242,23 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             self._disarm()
         self._heading = True
         self._header_bytes = 0
-        super().on_message_complete()
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.more_body = False
+        cycle.message_event.set()
 
     def on_response_complete(self) -> None:
         """uvicorn's, with the idle bound as this connection's deadline (no timer per request).
         A pipelined request waiting, or a closing transport: uvicorn's own (no idle bound)."""
-        if self.pipeline or self.transport.is_closing():
-            super().on_response_complete()
+        if self.transport.is_closing():
+            self.server_state.total_requests += 1
+            return
+        if self.pipeline:
+            self.server_state.total_requests += 1
+            self._unset_keepalive_if_required()
+            self.flow.resume_reading()
+            cycle, app = self.pipeline.pop()
+            self._start_cycle(cycle, app)  # type: ignore[arg-type]
             return
         self.server_state.total_requests += 1
         self.flow.resume_reading()
@@ -324,7 +323,7 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             # The app's receive() now answers http.disconnect; its sends are dropped.
             cycle.disconnected = True
             cycle.message_event.set()
-            cycle.transport.close()  # a begun response's held head leaves first
+            cycle.close_connection()  # type: ignore[attr-defined]  # a held head leaves first
         self._close()
 
 
