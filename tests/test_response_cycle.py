@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
@@ -28,7 +29,10 @@ from tests.test_node_server_internals import FakeTransport, run, settle
 
 App = Callable[[Any, Any, Any], Awaitable[None]]
 JSON = b'{"ok":true}'
-POST = b"POST /p?q=1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+POST = (
+    b"POST /p?q=1 HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    b"content-length: 2\r\n\r\n{}"
+)
 GET = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
 
 
@@ -46,7 +50,7 @@ async def _exchange(
     pieces: list[bytes],
     seen: list[Any],
 ) -> tuple[bytes, bool, list[Any]]:
-    protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())  # type: ignore[arg-type]
+    protocol = protocol_class(config, ServerState(), {}, _loop=asyncio.get_running_loop())
     transport = FakeTransport()
     protocol.connection_made(transport)
     for piece in pieces:
@@ -122,7 +126,10 @@ LENGTH_5 = (b"content-length", b"5")
 
 SCENARIOS: dict[str, tuple[App, list[bytes]]] = {
     "a JSON answer, kept alive": (json_answer, [POST, POST]),
-    "a HEAD": (sending(start(200, LENGTH_5), body(b"hello")), [b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\n"]),
+    "a HEAD": (
+        sending(start(200, LENGTH_5), body(b"hello")),
+        [b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\n"],
+    ),
     "no length: chunked": (sending(start(200), body(b"ab", True), body(b"c")), [GET]),
     "chunked, an empty last chunk": (sending(start(200), body(b"ab", True), body()), [GET]),
     "204 without a body": (sending(start(204), body()), [GET]),
@@ -155,7 +162,10 @@ SCENARIOS: dict[str, tuple[App, list[bytes]]] = {
         json_answer,
         [b"POST / HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n", b"{}"],
     ),
-    "a body longer than declared": (sending(start(200, (b"content-length", b"1")), body(b"ab")), [GET]),
+    "a body longer than declared": (
+        sending(start(200, (b"content-length", b"1")), body(b"ab")),
+        [GET],
+    ),
     "a body shorter than declared": (sending(start(200, LENGTH_5), body(b"ab")), [GET]),
     "a CR LF in a header value": (
         sending(start(200, LENGTH_5, (b"x-a", b"1\r\nset-cookie: x")), body(b"hello")),
@@ -215,7 +225,9 @@ def test_a_client_gone_while_the_app_waits_for_the_body() -> None:
 
     async def scenario() -> None:
         config = server_config(_http(waiting), host="127.0.0.1", port=0, timeouts=ServerTimeouts())
-        protocol = _TimedHttpToolsProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())  # type: ignore[arg-type]
+        protocol = _TimedHttpToolsProtocol(
+            config, ServerState(), {}, _loop=asyncio.get_running_loop()
+        )
         transport = FakeTransport()
         protocol.connection_made(transport)
         protocol.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 9\r\n\r\n{")
@@ -235,8 +247,16 @@ def test_a_client_gone_while_the_app_waits_for_the_body() -> None:
 
 def test_a_body_that_came_in_one_piece_is_handed_over_as_it_came() -> None:
     cycle = ResponseCycle(
-        {}, FakeTransport(), None, logging.getLogger("t"), logging.getLogger("t"),  # type: ignore[arg-type]
-        False, [], False, True, lambda: None,
+        {},
+        FakeTransport(),
+        FlowControl(FakeTransport()),
+        logging.getLogger("t"),
+        logging.getLogger("t"),
+        False,
+        [],
+        False,
+        True,
+        lambda: None,
     )
     piece = b'{"a":1}'
     assert cycle.add_body(piece) == len(piece)

@@ -169,6 +169,11 @@ FAST_PATH_CORPUS = (
     b'{"a":[1,-2,3.5,1e300,9223372036854775807,-9223372036854775807,null,true,false]}',
     b'{"t":"smile \xf0\x9f\x98\x80","u":"\\u00e9","c":"a:b","s":"\\\\ud800"}',
     b'{"e":{},"l":[],"n":[[[{"k":[]}]]]}',
+    b'{"s":"12345678901234567890123","n":9007199254740991,"m":-9007199254740991}',
+    b'{"n":9007199254740992}',
+    b'{"n":9007199254740993}',
+    b"[-9007199254740993,1]",
+    b'{"id":9223372036854775807}',
     # What the strict decoder refuses, compact, so orjson accepts or refuses each first.
     b'{"k":1,"k":1}',
     b'{"o":{"k":1,"k":2}}',
@@ -227,3 +232,27 @@ def test_a_compact_body_skips_the_strict_decoder_and_a_duplicate_does_not(
         assert strict_calls[-1] == body
     with pytest.raises(json_strict.JsonRefused, match="duplicate key 'k'"):
         json_strict.decode(b'{"o":{"k":1,"k":2}}')
+
+
+def test_long_digit_runs_in_strings_stay_on_the_fast_path_and_large_integers_leave_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Integers past 53 bits take the strict decoder (which keeps them up to ``INT_LIMIT``
+    and refuses them beyond); digits in a string are no reason to leave the fast path."""
+    strict_calls: list[bytes] = []
+    real = json_strict.decode_strictly
+
+    def counted(body: bytes) -> object:
+        strict_calls.append(body)
+        return real(body)
+
+    monkeypatch.setattr(json_strict, "decode_strictly", counted)
+    digits = b'{"note":"12345678901234567890123456789","n":-9007199254740991}'
+    assert json_strict.decode(digits) == {"note": "12345678901234567890123456789", "n": 1 - 2**53}
+    assert strict_calls == []
+    assert json_strict.decode(b'{"n":9007199254740992}') == {"n": 2**53}
+    assert strict_calls == [b'{"n":9007199254740992}']
+    assert json_strict.decode(b"[-9223372036854775807]") == [-json_strict.INT_LIMIT]
+    with pytest.raises(json_strict.JsonRefused):
+        json_strict.decode(b"[9223372036854775808]")
+    assert len(strict_calls) == 3
