@@ -186,8 +186,20 @@ SCENARIOS: dict[str, tuple[App, list[bytes]]] = {
 }
 
 
+FIXED_IN_UVICORN_0_53 = {"the app asks to close", "HTTP/1.0", "a space in a header name"}
+"""Where uvicorn's own cycle answered otherwise before 0.53 (no ``connection: close`` on an
+HTTP/1.0 answer or after the app's own ``Connection: close``; a header-name check that let a
+space through), and the node's cycle answers as 0.53 and later do."""
+
+
+def _uvicorn_version() -> tuple[int, ...]:
+    return tuple(int(part) for part in uvicorn.__version__.split(".")[:2])
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_the_node_cycle_answers_as_uvicorns(name: str) -> None:
+    if name in FIXED_IN_UVICORN_0_53 and _uvicorn_version() < (0, 53):
+        pytest.skip(f"uvicorn {uvicorn.__version__} answered this before its fix (0.53)")
     app, pieces = SCENARIOS[name]
     both(app, pieces)
 
