@@ -4,7 +4,8 @@ Layer: store. Knows the store's own client (``store.resp_client``: the note stor
 coredis (the legacy sessions; the note stores when chosen, ``CLIENT_ENV``), redis-py (the
 tooling, sync) and Redis server settings; nothing of MCP. A ``redis://HOST:PORT`` URL that
 points at a Redis Cluster node (``INFO cluster`` says ``cluster_enabled:1``) is opened as a
-cluster, with no other flag.
+cluster, with no other flag; a ``unix://`` URL never is (a cluster's slot map names TCP
+addresses).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def check_redis_url(url: str) -> str:
             "(e.g. redis://127.0.0.1:6379/0)"
         )
     if parts.scheme == "unix":
-        if not parts.path:
+        if not parts.path or parts.hostname:
             raise ValueError(f"{url!r}: a unix:// URL names the socket's path (unix:///PATH)")
         return url
     if not parts.hostname:
@@ -228,7 +229,10 @@ def _cluster_enabled(info: dict[str, Any]) -> bool:
 
 async def is_cluster(url: str) -> bool:
     """True when the server at ``url`` is a Redis Cluster node (``INFO cluster``). A server that
-    refuses INFO (the embedded store has no such command) is taken as a plain Redis."""
+    refuses INFO (the embedded store has no such command) is taken as a plain Redis; so is a
+    ``unix://`` URL, unasked (a cluster's slot map names TCP addresses, never a socket's path)."""
+    if urlsplit(url).scheme == "unix":
+        return False
     client = redis_client(_without_db(url), max_connections=1)
     async with client:
         try:
@@ -296,6 +300,8 @@ def sync_client(url: str, *, decode_responses: bool = False, timeout_s: float = 
 
         return memory_server(url).sync_client(decode_responses=decode_responses)  # type: ignore[no-any-return]
     timeouts: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if urlsplit(url).scheme == "unix":  # never a cluster (see ``is_cluster``)
+        return redis.Redis.from_url(url, decode_responses=decode_responses, **timeouts)
     probe = redis.Redis.from_url(_without_db(url), **timeouts)
     try:
         info: dict[str, Any] = dict(probe.info("cluster"))
@@ -326,7 +332,7 @@ async def resp_eviction_problem(client: RespRedis | RespCluster) -> str | None:
     for server in servers:
         policy = (await server.config_get(["maxmemory-policy"])).get("maxmemory-policy", "")
         if policy not in SAFE_EVICTION_POLICIES:
-            where = f"{server.endpoint.host}:{server.endpoint.port}"
+            where = server.endpoint.where
             return (
                 f"Redis maxmemory-policy is {policy!r} on {where}: it could evict replay "
                 "entries and let a confirmation execute twice; set it to 'noeviction'"
@@ -347,16 +353,17 @@ async def open_note_client(
     """The client a ``NoteStore`` should use on ``url``, checked like ``open_redis``: the
     store's own (``RespRedis``, or ``RespCluster`` when ``url`` is a cluster node), unless
     ``client_kind`` says coredis. A coredis client the caller already opened on ``url`` is
-    passed as ``shared`` and yielded as it is where coredis is the answer. A ``unix://`` URL
-    is opened with coredis: the store's own client speaks TCP (and TLS) only. A ``memory://``
-    URL (an in-process store, ``store.memory_transport``) always gets the store's own client."""
+    passed as ``shared`` and yielded as it is where coredis is the answer. The store's own
+    client speaks TCP, TLS (``rediss://``) and Unix domain sockets (``unix://``, never a
+    cluster). A ``memory://`` URL (an in-process store, ``store.memory_transport``) always gets
+    the store's own client."""
     if url.startswith(MEMORY_URL_HEAD):
         from store.memory_transport import MemoryRedis
 
         async with MemoryRedis(url, client_name=client_name) as memory:
             yield memory
         return
-    if client_kind(kind) == "resp" and urlsplit(url).scheme != "unix":
+    if client_kind(kind) == "resp":
         opts: dict[str, Any] = {"client_name": client_name, "timeout_s": stream_timeout_s}
         cluster = not embedded and await is_cluster(url)
         client: RespRedis | RespCluster = (

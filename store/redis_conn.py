@@ -1,4 +1,5 @@
 """One multiplexed Redis connection on each backend: asyncio (production) and anyio (trio).
+Over TCP, TLS or a Unix domain socket (``Endpoint.unix_path``).
 
 Layer: store. Thin shells around ``store.resp.RespCore``: they write its bytes, feed it what
 they read and wake the caller whose replies are complete. Many calls share one connection
@@ -38,8 +39,8 @@ _CLOCK_RESOLUTION_S = 0.001
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where and how to connect: address, TLS, and the handshake (AUTH, SELECT, CLIENT SETNAME)
-    sent before the first command."""
+    """Where and how to connect: address (a TCP host and port, or a Unix socket's path), TLS,
+    and the handshake (AUTH, SELECT, CLIENT SETNAME) sent before the first command."""
 
     host: str
     port: int
@@ -50,6 +51,20 @@ class Endpoint:
     ssl_context: ssl.SSLContext | None = None
     timeout_s: float = 5.0
     """Connect timeout, and how long a reply may take before its connection is closed."""
+    unix_path: str | None = None
+    """A Unix domain socket's path: when set, connections go there (``host`` and ``port`` are
+    not used). No TLS on it: the socket never leaves the machine."""
+
+    def __post_init__(self) -> None:
+        if self.unix_path is not None and self.ssl_context is not None:
+            raise ValueError(f"unix:{self.unix_path}: no TLS on a Unix domain socket")
+
+    @property
+    def where(self) -> str:
+        """The address, for messages: ``host:port`` or ``unix:PATH``."""
+        if self.unix_path is not None:
+            return f"unix:{self.unix_path}"
+        return f"{self.host}:{self.port}"
 
     def handshake(self) -> tuple[bytes, ...]:
         """The commands that set a new connection up (maybe none)."""
@@ -87,15 +102,20 @@ class AsyncioConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout_at(deadline):
-                _, conn = await loop.create_connection(
-                    lambda: cls(endpoint.timeout_s),
-                    endpoint.host,
-                    endpoint.port,
-                    ssl=endpoint.ssl_context,
-                    server_hostname=endpoint.host if endpoint.ssl_context else None,
-                )
-        except (OSError, TimeoutError) as exc:
-            raise NotSent(f"connect {endpoint.host}:{endpoint.port}: {exc!r}") from exc
+                if endpoint.unix_path is not None:
+                    _, conn = await loop.create_unix_connection(
+                        lambda: cls(endpoint.timeout_s), endpoint.unix_path
+                    )
+                else:
+                    _, conn = await loop.create_connection(
+                        lambda: cls(endpoint.timeout_s),
+                        endpoint.host,
+                        endpoint.port,
+                        ssl=endpoint.ssl_context,
+                        server_hostname=endpoint.host if endpoint.ssl_context else None,
+                    )
+        except (OSError, TimeoutError) as exc:  # a missing socket file too: nothing was sent
+            raise NotSent(f"connect {endpoint.where}: {exc!r}") from exc
         try:
             await _handshake(conn, endpoint, deadline)
         except BaseException:  # refused, timed out or cancelled: the connection goes with it
@@ -222,8 +242,10 @@ class AnyioConnection:
         does not answer the handshake, by then."""
         try:
             with anyio.CancelScope(deadline=deadline) as connecting:
-                if endpoint.ssl_context is not None:
-                    stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                if endpoint.unix_path is not None:
+                    stream: anyio.abc.ByteStream = await anyio.connect_unix(endpoint.unix_path)
+                elif endpoint.ssl_context is not None:
+                    stream = await anyio.connect_tcp(
                         endpoint.host,
                         endpoint.port,
                         ssl_context=endpoint.ssl_context,
@@ -232,10 +254,10 @@ class AnyioConnection:
                     )
                 else:
                     stream = await anyio.connect_tcp(endpoint.host, endpoint.port)
-        except OSError as exc:
-            raise NotSent(f"connect {endpoint.host}:{endpoint.port}: {exc!r}") from exc
+        except OSError as exc:  # a missing socket file too: nothing was sent
+            raise NotSent(f"connect {endpoint.where}: {exc!r}") from exc
         if connecting.cancelled_caught:
-            raise NotSent(f"connect {endpoint.host}:{endpoint.port}: timed out")
+            raise NotSent(f"connect {endpoint.where}: timed out")
         conn = cls(stream, endpoint.timeout_s)
         group.start_soon(conn.run)
         try:
@@ -336,7 +358,7 @@ async def _handshake(
     try:
         replies = await conn.request(commands, deadline)
     except UnknownOutcome as exc:
-        raise NotSent(f"handshake with {endpoint.host}:{endpoint.port}: {exc}") from exc
+        raise NotSent(f"handshake with {endpoint.where}: {exc}") from exc
     for reply in replies:
         if isinstance(reply, ReplyError):
             conn.close(ConnectionLost("handshake refused"))

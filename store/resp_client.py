@@ -12,7 +12,7 @@ Semantics, where general-purpose clients differ (see ``store.redis_errors``):
   with ``WAIT n ms`` behind it in the same write, on the same connection; fewer replicas is
   ``ReplicationError``.
 - AUTH, SELECT and ``CLIENT SETNAME`` on every new connection (a fault injector finds the
-  node's connections by name); TLS for ``rediss://``.
+  node's connections by name); TLS for ``rediss://``; a Unix domain socket for ``unix://``.
 
 The same code runs on asyncio (a native protocol: the production path) and on trio (an anyio
 stream); which one is decided when the client is entered.
@@ -63,26 +63,45 @@ def endpoint_from_url(
     url: str, *, client_name: str | None = None, timeout_s: float = 5.0
 ) -> Endpoint:
     """The ``Endpoint`` of ``redis://[user:password@]host:port/db`` (``rediss://``: TLS with
-    the system's trust store; ``?ssl_cert_reqs=none`` skips verification, for test servers)."""
+    the system's trust store; ``?ssl_cert_reqs=none`` skips verification, for test servers) or
+    ``unix://[user:password@]/PATH`` (a Unix domain socket; no TLS). Either also takes
+    ``?db=N``, ``?username=`` and ``?password=``, read as coredis and redis-py read them (the
+    query's database over the path's, credentials before ``@`` over the query's), so one URL
+    means the same server, database and user on every client."""
     parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss"):
-        raise ValueError(f"{url}: the store's client speaks redis:// and rediss:// only")
-    path = parts.path.strip("/")
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"{url}: the store's client speaks redis://, rediss:// and unix:// only")
+    query = {name: values[0] for name, values in parse_qs(parts.query).items()}
+    username = unquote(parts.username) if parts.username else query.get("username")
+    password = unquote(parts.password) if parts.password is not None else query.get("password")
+    unix_path: str | None = None
     context: ssl.SSLContext | None = None
+    if parts.scheme == "unix":
+        unix_path = unquote(parts.path)
+        if parts.hostname or not unix_path:
+            raise ValueError(f"{url}: a unix:// URL names the socket's path: unix:///PATH")
+        if any(name.startswith("ssl") for name in query):
+            raise ValueError(f"{url}: no TLS on a Unix domain socket (drop the ssl options)")
+        db_text = query.get("db", "")
+    else:
+        db_text = query.get("db") or parts.path.strip("/")
     if parts.scheme == "rediss":
         context = ssl.create_default_context()
-        if parse_qs(parts.query).get("ssl_cert_reqs", [""])[0].lower() == "none":
+        if query.get("ssl_cert_reqs", "").lower() == "none":
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+    if db_text and not (db_text.isascii() and db_text.isdigit()):
+        raise ValueError(f"{url}: the database must be a number, not {db_text!r}")
     return Endpoint(
         host=parts.hostname or "localhost",
         port=parts.port or 6379,
-        db=int(path) if path else 0,
-        username=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
+        db=int(db_text) if db_text else 0,
+        username=username,
+        password=password,
         client_name=client_name,
         ssl_context=context,
         timeout_s=timeout_s,
+        unix_path=unix_path,
     )
 
 

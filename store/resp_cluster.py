@@ -83,6 +83,8 @@ class RespCluster:
     ) -> RespCluster:
         """A cluster client bootstrapped from the node at ``url`` (database 0 only)."""
         seed = endpoint_from_url(url, client_name=client_name, timeout_s=timeout_s)
+        if seed.unix_path is not None:  # its slot map names TCP addresses, never this socket
+            raise ValueError(f"{url}: a Redis Cluster is reached over TCP, not a unix:// URL")
         if seed.db:
             raise ValueError(f"{url}: a Redis Cluster has database 0 only")
         return cls(seed, max_connections=max_connections)

@@ -166,7 +166,7 @@ def test_urls_give_address_database_credentials_and_tls() -> None:
     assert not e.ssl_context.check_hostname
     plain = endpoint_from_url("redis://127.0.0.1/0")
     assert (plain.port, plain.db, plain.ssl_context, plain.password) == (6379, 0, None, None)
-    with pytest.raises(ValueError, match="redis:// and rediss://"):
+    with pytest.raises(ValueError, match="redis://, rediss:// and unix://"):
         endpoint_from_url("http://127.0.0.1:6379")
 
 
