@@ -1,4 +1,5 @@
-"""A ``redis-server`` of a test's own on a free loopback port, stopped by pid.
+"""A ``redis-server`` of a test's own on a free loopback port (and, when asked, a Unix domain
+socket), stopped by pid.
 
 For tests that kill, pause or replicate a server: never the shared one at 6379.
 """
@@ -30,10 +31,19 @@ class OwnRedis:
 
     port: int
     proc: subprocess.Popen[bytes]
+    unix_path: Path | None = None
+    """The Unix domain socket it also listens on (``own_redis(..., unix_socket=...)``)."""
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def unix_url(self) -> str:
+        """``unix:///PATH`` of its socket (database 0)."""
+        if self.unix_path is None:
+            raise ValueError("this server listens on no Unix domain socket")
+        return f"unix://{self.unix_path}"
 
 
 def require_redis_server() -> None:
@@ -60,18 +70,37 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def own_redis(directory: Path | None, *extra: str) -> Iterator[OwnRedis]:
+def short_folder() -> Iterator[Path]:
+    """A temporary folder with a short path, removed on exit: a Unix socket's path must fit
+    in 107 bytes, which a test's ``tmp_path`` may not leave room for."""
+    folder = Path(tempfile.mkdtemp(prefix="nc-sock-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def own_redis(
+    directory: Path | None,
+    *extra: str,
+    unix_socket: Path | bool = False,
+    port: int | None = None,
+) -> Iterator[OwnRedis]:
     """Start a server (``extra``: more ``redis-server`` arguments, e.g. ``--maxmemory 2mb``),
     wait for PING, yield it; kill it by pid on exit. Its data folder goes under ``directory``,
     or, when that is None (a module-scoped fixture has no ``tmp_path``), in a temporary folder
-    removed on exit."""
+    removed on exit. ``unix_socket``: also listen on a Unix domain socket (mode 700), at that
+    path, or (True) in a short temporary folder removed on exit. ``port``: the port to take
+    instead of a free one; with the same ``directory`` (and ``unix_socket``) it restarts a
+    stopped server on its data."""
     require_redis_server()
-    port = free_port()
+    port = free_port() if port is None else port
     if directory is None:
         data = Path(tempfile.mkdtemp(prefix="notes-own-redis-"))
     else:
         data = directory / f"redis-{port}"
-        data.mkdir(parents=True)
+        data.mkdir(parents=True, exist_ok=port is not None)
     args = [
         "redis-server",
         "--port", str(port),
@@ -82,6 +111,15 @@ def own_redis(directory: Path | None, *extra: str) -> Iterator[OwnRedis]:
         "--dir", str(data),
         *extra,
     ]  # fmt: skip
+    socket_folder: Path | None = None
+    unix_path: Path | None = None
+    if unix_socket is True:
+        socket_folder = Path(tempfile.mkdtemp(prefix="nc-sock-"))
+        unix_path = socket_folder / "redis.sock"
+    elif isinstance(unix_socket, Path):
+        unix_path = unix_socket
+    if unix_path is not None:
+        args += ["--unixsocket", str(unix_path), "--unixsocketperm", "700"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
@@ -93,9 +131,11 @@ def own_redis(directory: Path | None, *extra: str) -> Iterator[OwnRedis]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise
                 time.sleep(0.05)
-        yield OwnRedis(port, proc)
+        yield OwnRedis(port, proc, unix_path)
     finally:
         stop(proc)
         if directory is None:
             shutil.rmtree(data, ignore_errors=True)
+        if socket_folder is not None:
+            shutil.rmtree(socket_folder, ignore_errors=True)
     assert not Path(f"/proc/{proc.pid}").exists()
