@@ -247,7 +247,7 @@ def test_a_server_killed_under_a_call_is_connection_lost_and_the_call_never_sent
 
         async def main() -> None:
             async with (
-                RespRedis.from_url(f"unix://{path}", timeout_s=5.0, max_connections=1) as client,
+                RespRedis.from_url(f"unix://{path}", timeout_s=30.0, max_connections=1) as client,
                 RespRedis.from_url(first.url, timeout_s=5.0) as probe,
             ):
                 script = client.register_script(SPIN_SCRIPT)
@@ -273,7 +273,8 @@ def test_a_server_killed_under_a_call_is_connection_lost_and_the_call_never_sent
                     killed_at = time.monotonic()
                     os.kill(first.proc.pid, signal.SIGKILL)
                 assert len(outcome) == 1, outcome
-                assert time.monotonic() - killed_at < 2.0  # told at once, not at the timeout
+                # Told when the connection drops, not at the reply timeout (30 s).
+                assert time.monotonic() - killed_at < 15.0
                 assert first.proc.wait(timeout=10) == -signal.SIGKILL
                 assert path.exists()  # a killed server leaves its socket file: refused
                 with pytest.raises(NotSent):
