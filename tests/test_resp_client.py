@@ -55,8 +55,28 @@ def run(backend: str, fn: Callable[[], Awaitable[None]]) -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[OwnRedis]:
-    with own_redis(None) as r:
+    with own_redis(None, unix_socket=True) as r:
         yield r
+
+
+@pytest.fixture(params=["tcp", "unix"])
+def over(request: pytest.FixtureRequest, server: OwnRedis) -> str:
+    """The server's URL over TCP or over its Unix domain socket: a test that takes it runs on
+    both (``tests/test_resp_unix.py`` holds what only a socket has)."""
+    return server.url if request.param == "tcp" else server.unix_url
+
+
+def with_db(url: str, db: int) -> str:
+    """``url`` naming database ``db`` (a path over TCP, ``?db=`` on a socket)."""
+    if url.startswith("unix://"):
+        return f"{url}?db={db}"
+    return f"{url.rsplit('/', 1)[0]}/{db}"
+
+
+def with_credentials(url: str, userinfo: str) -> str:
+    """``url`` with ``userinfo@`` after its scheme."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{userinfo}@{rest}"
 
 
 @pytest.fixture
@@ -175,10 +195,10 @@ def test_urls_give_address_database_credentials_and_tls() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_many_concurrent_calls_each_get_their_own_reply(
-    backend: str, server: OwnRedis, key: str
+    backend: str, server: OwnRedis, over: str, key: str
 ) -> None:
     async def main() -> None:
-        async with RespRedis.from_url(server.url) as client:
+        async with RespRedis.from_url(over) as client:
             script = client.register_script(COUNT_SCRIPT)
             got: dict[str, Any] = {}
 
@@ -247,10 +267,10 @@ def test_a_stalled_reply_times_out_and_is_never_taken_for_another_call(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_noscript_sends_the_script_once_in_full_and_it_runs_once(
-    backend: str, server: OwnRedis, key: str
+    backend: str, server: OwnRedis, over: str, key: str
 ) -> None:
     async def main() -> None:
-        async with RespRedis.from_url(server.url) as client:
+        async with RespRedis.from_url(over) as client:
             script = client.register_script(COUNT_SCRIPT)
             await client.execute("SCRIPT", "FLUSH")
             assert await client.script_exists([script.sha]) == (False,)
@@ -305,34 +325,47 @@ def test_cancelled_callers_leave_the_others_their_own_replies(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_connections_are_named_and_select_the_database(backend: str, server: OwnRedis) -> None:
+def test_connections_are_named_and_select_the_database(
+    backend: str, server: OwnRedis, over: str
+) -> None:
     name = "nc-resp-" + secrets.token_hex(4)
 
     async def main() -> None:
-        url = f"redis://127.0.0.1:{server.port}/3"
-        async with RespRedis.from_url(url, client_name=name) as client:
+        async with RespRedis.from_url(with_db(over, 3), client_name=name) as client:
             await client.ping()
             entries = redis.Redis(port=server.port).client_list()
             mine = [e for e in entries if e.get("name") == name]
             assert len(mine) == 1
             assert str(mine[0]["db"]) == "3"
+            # Redis' flag for a client on a Unix domain socket.
+            assert ("U" in mine[0]["flags"]) == over.startswith("unix://")
 
     run(backend, main)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_auth_is_sent_and_a_wrong_password_is_refused(backend: str) -> None:
-    with own_redis(None) as server:
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_auth_is_sent_in_each_form_and_a_wrong_password_is_refused(
+    backend: str, transport: str
+) -> None:
+    with own_redis(None, unix_socket=True) as server:
         redis.Redis(port=server.port).config_set("requirepass", "demo-password")
+        base = server.url if transport == "tcp" else server.unix_url
+        query = "&" if "?" in base else "?"
 
         async def main() -> None:
-            good = f"redis://:demo-password@127.0.0.1:{server.port}/0"
-            async with RespRedis.from_url(good) as client:
-                assert await client.ping() == "PONG"
-            bad = f"redis://:wrong@127.0.0.1:{server.port}/0"
-            async with RespRedis.from_url(bad) as client:
-                with pytest.raises(ReplyError, match=r"WRONGPASS|invalid"):
-                    await client.ping()
+            for good in (
+                with_credentials(base, ":demo-password"),
+                with_credentials(base, "default:demo-password"),
+                f"{base}{query}password=demo-password",
+                f"{base}{query}username=default&password=demo-password&db=1",
+            ):
+                async with RespRedis.from_url(good) as client:
+                    assert await client.ping() == "PONG", good
+            for bad in (with_credentials(base, ":wrong"), base):
+                async with RespRedis.from_url(bad) as client:
+                    with pytest.raises(ReplyError, match=r"WRONGPASS|NOAUTH|invalid"):
+                        await client.ping()
 
         run(backend, main)
 

@@ -1,9 +1,10 @@
 """The store's own Redis client over a Unix domain socket (``unix:///PATH``), on trio and on
 asyncio (uvloop), against a real redis-server listening on a socket of its own.
 
-The same rules as over TCP (``tests/test_resp_client.py``): replies in order, NOSCRIPT sent
-once in full, the handshake on every connection, a socket nobody listens on is ``NotSent``, a
-server killed under a call is ``ConnectionLost`` and the call is never sent again. And
+What only a socket has; the rules both share (replies in order, NOSCRIPT sent once in full,
+the handshake on every connection, AUTH in each URL form) run over TCP and over a socket in
+``tests/test_resp_client.py``. Here: unix URLs, a socket nobody listens on is ``NotSent``, a
+server killed under a call is ``ConnectionLost`` and the call is never sent again, and
 ``open_note_client`` runs a ``unix://`` store URL on this client, not coredis.
 """
 
@@ -17,14 +18,12 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import anyio
 import coredis
 import pytest
 import redis
 
-from store.api import Confirmation
 from store.client import (
     CLIENT_ENV,
     check_redis_url,
@@ -39,22 +38,14 @@ from store.resp import ReplyError
 from store.resp_client import RespRedis, endpoint_from_url
 from store.resp_cluster import RespCluster
 from tests.own_redis import OwnRedis, own_redis, short_folder
-from tests.test_resp_client import BACKENDS, COUNT_SCRIPT, run
-
-WS = "file:///Users/alice/Documents/Notes"
+from tests.test_resp_client import BACKENDS, run
+from tests.test_store_smoke import delete_once
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[OwnRedis]:
     with own_redis(None, unix_socket=True) as r:
         yield r
-
-
-@pytest.fixture
-def key(server: OwnRedis) -> Iterator[str]:
-    name = "resp-unix:" + secrets.token_hex(6)
-    yield name
-    redis.Redis(port=server.port).delete(name)
 
 
 def runs(port: int, key: str) -> int:
@@ -109,88 +100,6 @@ def test_a_unix_url_is_never_a_redis_cluster() -> None:
 
 
 # -- against a real Redis on its socket ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_concurrent_calls_over_the_socket_each_get_their_own_reply(
-    backend: str, server: OwnRedis, key: str
-) -> None:
-    async def main() -> None:
-        async with RespRedis.from_url(server.unix_url) as client:
-            script = client.register_script(COUNT_SCRIPT)
-            got: dict[str, Any] = {}
-
-            async def one(i: int) -> None:
-                got[str(i)] = await script(keys=[key], args=[str(i)])
-
-            async with anyio.create_task_group() as tg:
-                for i in range(200):
-                    tg.start_soon(one, i)
-            assert {k: v[0] for k, v in got.items()} == {str(i): str(i) for i in range(200)}
-
-    run(backend, main)
-    assert runs(server.port, key) == 200
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_noscript_over_the_socket_sends_the_script_once_in_full_and_it_runs_once(
-    backend: str, server: OwnRedis, key: str
-) -> None:
-    async def main() -> None:
-        async with RespRedis.from_url(server.unix_url) as client:
-            script = client.register_script(COUNT_SCRIPT)
-            await client.execute("SCRIPT", "FLUSH")
-            assert await client.script_exists([script.sha]) == (False,)
-            assert await script(keys=[key], args=["a"]) == ["a", "1"]
-            assert await client.script_exists([script.sha]) == (True,)
-            assert await script(keys=[key], args=["b"]) == ["b", "2"]
-
-    run(backend, main)
-    assert runs(server.port, key) == 2
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_socket_connections_are_named_and_select_the_database_of_the_query(
-    backend: str, server: OwnRedis
-) -> None:
-    name = "nc-unix-" + secrets.token_hex(4)
-
-    async def main() -> None:
-        async with RespRedis.from_url(server.unix_url + "?db=3", client_name=name) as client:
-            await client.ping()
-            entries = redis.Redis(port=server.port).client_list()
-            mine = [e for e in entries if e.get("name") == name]
-            assert len(mine) == 1
-            assert str(mine[0]["db"]) == "3"
-            assert "U" in mine[0]["flags"]  # Redis' word for a Unix socket client
-
-    run(backend, main)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_auth_over_the_socket_in_either_form_and_a_wrong_password_is_refused(
-    backend: str,
-) -> None:
-    with own_redis(None, unix_socket=True) as server:
-        redis.Redis(port=server.port).config_set("requirepass", "demo-password")
-        base = server.unix_url
-
-        async def main() -> None:
-            path = base.removeprefix("unix://")
-            for good in (
-                f"unix://:demo-password@{path}",
-                f"unix://default:demo-password@{path}",
-                f"{base}?password=demo-password",
-                f"{base}?username=default&password=demo-password&db=1",
-            ):
-                async with RespRedis.from_url(good) as client:
-                    assert await client.ping() == "PONG", good
-            for bad in (f"unix://:wrong@{path}", base):
-                async with RespRedis.from_url(bad) as client:
-                    with pytest.raises(ReplyError, match=r"WRONGPASS|NOAUTH|invalid"):
-                        await client.ping()
-
-        run(backend, main)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -316,28 +225,8 @@ def test_a_delete_flow_on_a_unix_store_url_runs_on_the_stores_own_client(
                 assert isinstance(client, coredis.Redis)
             store = NoteStore(client, prefix=prefix)
             await store.check_ready()
-            note = await store.create("acme", WS, "TPS report", "body", "alice")
-            snap = await store.find("acme", WS, "TPS report")
-            assert [n.note_id for n in snap.notes] == [note.note_id]
-            c = Confirmation(
-                tenant="acme",
-                nonce="u" * 22,
-                action="accept",
-                answer_digest="d1",
-                exp_ms=snap.redis_now_ms + 10_000,
-                note_id=note.note_id,
-                expected_version=1,
-                title="TPS report",
-                workspace=WS,
-                principal="alice",
-                tool="notes_delete",
-            )
-            done = await store.confirm(c)
-            assert (done.status, done.op, done.note_id) == ("executed", "delete", note.note_id)
-            again = await store.confirm(c)
-            assert again.status == "replay"
-            assert await store.get("acme", note.note_id) is None
-            assert (await store.find("acme", WS, "TPS report")).notes == ()
+            note_id = await delete_once(store, nonce="u" * 22)
+            assert await store.get("acme", note_id) is None
 
     run(backend, main)
     r = redis.Redis(port=server.port, db=2)

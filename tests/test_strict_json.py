@@ -214,17 +214,23 @@ def test_the_fast_path_answers_as_the_strict_decoder(body: bytes) -> None:
     assert _outcome(json_strict.decode, body) == _outcome(json_strict.decode_strictly, body)
 
 
-def test_a_compact_body_skips_the_strict_decoder_and_a_duplicate_does_not(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    strict_calls: list[bytes] = []
+@pytest.fixture
+def strict_calls(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The bodies that reach the strict decoder, in order, from here on."""
+    calls: list[bytes] = []
     real = json_strict.decode_strictly
 
     def counted(body: bytes) -> object:
-        strict_calls.append(body)
+        calls.append(body)
         return real(body)
 
     monkeypatch.setattr(json_strict, "decode_strictly", counted)
+    return calls
+
+
+def test_a_compact_body_skips_the_strict_decoder_and_a_duplicate_does_not(
+    strict_calls: list[bytes],
+) -> None:
     assert json_strict.decode(FAST_PATH_CORPUS[0])["id"] == 1  # type: ignore[index]
     assert strict_calls == []
     for body in (b'{"k":1,"k":1}', b"9223372036854775808", b'{"a": 1}'):
@@ -235,18 +241,10 @@ def test_a_compact_body_skips_the_strict_decoder_and_a_duplicate_does_not(
 
 
 def test_long_digit_runs_in_strings_stay_on_the_fast_path_and_large_integers_leave_it(
-    monkeypatch: pytest.MonkeyPatch,
+    strict_calls: list[bytes],
 ) -> None:
     """Integers past 53 bits take the strict decoder (which keeps them up to ``INT_LIMIT``
     and refuses them beyond); digits in a string are no reason to leave the fast path."""
-    strict_calls: list[bytes] = []
-    real = json_strict.decode_strictly
-
-    def counted(body: bytes) -> object:
-        strict_calls.append(body)
-        return real(body)
-
-    monkeypatch.setattr(json_strict, "decode_strictly", counted)
     digits = b'{"note":"12345678901234567890123456789","n":-9007199254740991}'
     assert json_strict.decode(digits) == {"note": "12345678901234567890123456789", "n": 1 - 2**53}
     assert strict_calls == []
