@@ -242,6 +242,7 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             self._disarm()
         self._heading = True
         self._header_bytes = 0
+        # uvicorn's own steps, inline: through super() they cost 0.4% of a flow's instructions.
         if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
             return
         cycle.more_body = False
@@ -250,15 +251,8 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         """uvicorn's, with the idle bound as this connection's deadline (no timer per request).
         A pipelined request waiting, or a closing transport: uvicorn's own (no idle bound)."""
-        if self.transport.is_closing():
-            self.server_state.total_requests += 1
-            return
-        if self.pipeline:
-            self.server_state.total_requests += 1
-            self._unset_keepalive_if_required()
-            self.flow.resume_reading()
-            cycle, app = self.pipeline.pop()
-            self._start_cycle(cycle, app)  # type: ignore[arg-type]
+        if self.pipeline or self.transport.is_closing():
+            super().on_response_complete()  # starts a pipelined cycle as it starts its own
             return
         self.server_state.total_requests += 1
         self.flow.resume_reading()

@@ -241,9 +241,9 @@ class ResponseCycle:
         if not self.disconnected and not self.response_complete:
             self.flow.resume_reading()
             event = self.message_event
-            if not event._set:
+            if not event.is_set():  # no coroutine to await when the body is already in
                 await event.wait()
-            event._set = False
+            event.clear()
         if self.disconnected or self.response_complete:
             return _DISCONNECT.copy()
         body = self.body
