@@ -24,6 +24,7 @@ log = logging.getLogger("nodes.health")
 
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
+HEALTH_PATHS = frozenset({HEALTH_PATH, READY_PATH})
 READY_CACHE_S = 1.0
 """How long one readiness answer is reused: a load balancer polls every few seconds, so a second
 is fresh enough, and any number of pollers then cost Redis at most one probe per second."""
@@ -106,20 +107,27 @@ async def _send(send: Send, answer: tuple[int, bytes], head: bool) -> None:
 
 
 def with_health(app: ASGIApp, readiness: Readiness) -> ASGIApp:
-    """``app`` with ``/healthz`` and ``/readyz`` answered in front of it."""
+    """``app`` with ``/healthz`` and ``/readyz`` answered in front of it.
 
-    async def health_app(scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path") if scope["type"] == "http" else None
-        if path not in (HEALTH_PATH, READY_PATH):
-            await app(scope, receive, send)
-            return
-        method = scope["method"]
-        if method not in ("GET", "HEAD"):
-            await _send(send, _METHOD, head=False)
-        elif path == HEALTH_PATH:
-            await _send(send, _ALIVE, head=method == "HEAD")
-        else:
-            answer = _READY if await readiness.ready() else _NOT_READY
-            await _send(send, answer, head=method == "HEAD")
+    Not a coroutine of its own: any other request gets ``app``'s awaitable itself, so the
+    middleware adds no frame to the request's await chain (every resumption of the request
+    passes through each frame of it)."""
+
+    def health_app(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "http" and scope.get("path") in HEALTH_PATHS:
+            return _answer(scope, send, readiness)
+        return app(scope, receive, send)
 
     return health_app
+
+
+async def _answer(scope: Scope, send: Send, readiness: Readiness) -> None:
+    path = scope["path"]
+    method = scope["method"]
+    if method not in ("GET", "HEAD"):
+        await _send(send, _METHOD, head=False)
+    elif path == HEALTH_PATH:
+        await _send(send, _ALIVE, head=method == "HEAD")
+    else:
+        answer = _READY if await readiness.ready() else _NOT_READY
+        await _send(send, answer, head=method == "HEAD")

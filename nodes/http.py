@@ -246,6 +246,11 @@ def _header_dict(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     return out
 
 
+HEADERS_SCOPE_KEY = "nodes.http.headers"
+"""Where the app leaves a request's header dict (``_header_dict``) in its scope, once made:
+middleware that labels requests after the app (metrics) reads it instead of the raw list."""
+
+
 def _zero_quality(params: str) -> bool:
     for param in params.split(";"):
         key, _, value = param.partition("=")
@@ -363,6 +368,19 @@ Route = Callable[[Scope, Receive], Awaitable["_Answer | LegacyRequest"]]
 """One route's handler: the request's scope and receive, the whole answer back."""
 
 
+class RequestMeter(Protocol):
+    """What counts the app's HTTP requests (``nodes.metrics.NodeMetrics``), told by the app
+    itself (``StreamableHTTPApp.meter``) instead of through a middleware: a middleware is a
+    coroutine frame and a ``send`` wrapper per request, about a percent of a node's CPU."""
+
+    in_flight_now: int
+    """Requests being answered now."""
+
+    def count(self, scope: Scope, status: int) -> None:
+        """One request answered with HTTP ``status`` (0: no response started)."""
+        ...
+
+
 class StreamableHTTPApp:
     """The ASGI callable ``make_app`` returns: routes, the HTTP checks, and the drain hook."""
 
@@ -388,6 +406,9 @@ class StreamableHTTPApp:
         self.setup = SetupPages(node.config, node.store, tokens)
         self.routes: dict[str, Route] = {endpoint: self._mcp}
         """Exact paths to handlers; add a route by adding an entry (before serving)."""
+        self.meter: RequestMeter | None = None
+        """Counts every HTTP request from its start to its answer's end (set before serving:
+        ``nodes.metrics.with_metrics``)."""
 
     async def drain(self) -> None:
         """Called when the node stops (SIGTERM), once it no longer accepts connections: ends
@@ -405,26 +426,47 @@ class StreamableHTTPApp:
             # A WebSocket upgrade: closing before accepting makes the server answer 403.
             await send({"type": "websocket.close", "code": 1008})
             return
+        meter = self.meter
+        if meter is None:
+            await self._respond(scope, receive, send)
+            return
+        meter.in_flight_now += 1
+        status = 0
         try:
-            answer = await self._answer(scope, receive)
+            status = await self._respond(scope, receive, send)
+        finally:
+            meter.in_flight_now -= 1
+            meter.count(scope, status)
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """Answer one HTTP request; the status of the response started (0: none)."""
+        try:
+            route = self.routes.get(scope["path"])
+            if route is not None:
+                answer = await route(scope, receive)
+            elif SetupPages.handles(scope["path"]):
+                answer = await self._setup_page(scope, receive)
+            else:
+                answer = _NOT_FOUND
         except _Rejected as exc:
             answer = exc.answer
         except _ClientGone:
-            return
+            return 0
         except Exception:
             log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
             answer = _INTERNAL
         if isinstance(answer, LegacyRequest):
-            await self._serve_legacy(answer, receive, send)
-            return
+            return await self._serve_legacy(answer, receive, send)
         await _send(send, answer)
+        return answer.status
 
-    async def _serve_legacy(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
-        started = False
+    async def _serve_legacy(self, request: LegacyRequest, receive: Receive, send: Send) -> int:
+        status = 0
 
         async def tracked(message: dict[str, Any]) -> None:
-            nonlocal started
-            started = True
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
             await send(message)
 
         assert self.legacy is not None
@@ -432,16 +474,10 @@ class StreamableHTTPApp:
             await self.legacy.serve(request, receive, tracked)
         except Exception:
             log.exception("unexpected error answering a legacy request")
-            if not started:
+            if not status:
                 await _send(send, _INTERNAL)
-
-    async def _answer(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
-        route = self.routes.get(scope["path"])
-        if route is not None:
-            return await route(scope, receive)
-        if SetupPages.handles(scope["path"]):
-            return await self._setup_page(scope, receive)
-        return _NOT_FOUND
+                return _INTERNAL.status
+        return status
 
     async def _mcp(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
         """The MCP endpoint: the HTTP checks in order, then the core (or the legacy handler)."""
@@ -455,6 +491,7 @@ class StreamableHTTPApp:
                     return LegacyRequest("DELETE", principal, headers, None)
             return _METHOD_NOT_ALLOWED
         headers = _header_dict(scope["headers"])
+        scope[HEADERS_SCOPE_KEY] = headers  # type: ignore[index]  # for the metrics
         principal = self._authenticate(headers, scope.get("server"))
         if not accepts_json_and_sse(headers.get("accept", "")):
             return _NOT_ACCEPTABLE

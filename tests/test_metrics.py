@@ -255,3 +255,114 @@ def test_the_store_call_histogram_counts_as_prometheus_clients_does() -> None:
     assert value(samples(metrics.registry), "notes_store_call_seconds_count", call="find") == len(
         observations
     )
+
+
+async def test_the_app_counts_its_requests_as_the_middleware_counts_them(
+    store: NoteStore, nursery: trio.Nursery
+) -> None:
+    """The node's own app counts its requests itself (``StreamableHTTPApp.meter``: no
+    middleware frame and no ``send`` wrapper); any other app gets ``with_metrics``' middleware.
+    The same requests give the same request counts both ways: calls, a repeated ``Mcp-Method``
+    (the last counts), a made-up tool and method, a refused token, a GET, an unknown path and a
+    setup page."""
+    node = make_nodes(store, 1)[0]
+    served = []
+    for middleware in (False, True):
+        m = NodeMetrics()
+        m.watch_node(node)
+        sock, ops = bind_metrics(OpsOptions(metrics_port=0))
+        assert sock is not None
+        assert ops.metrics_port is not None
+
+        def wrap(
+            app: http.ASGIApp,
+            m: NodeMetrics = m,
+            port: int = ops.metrics_port,
+            middleware: bool = middleware,
+        ) -> Any:
+            if middleware:
+                inner = app
+
+                async def app(scope: Any, receive: Any, send: Any) -> None:  # not the node's app
+                    await inner(scope, receive, send)
+
+            else:
+                assert isinstance(app, http.StreamableHTTPApp)
+            counted = with_metrics(app, m)
+            assert (counted is app) is not middleware
+            return with_metrics_port(counted, m.registry, port)
+
+        url = await nursery.start(partial(http.serve_node, node, TOKENS, wrap=wrap, sockets=[sock]))
+        served.append((url, f"http://127.0.0.1:{ops.metrics_port}/metrics"))
+
+    async def requests(url: str, client: httpx.AsyncClient) -> None:
+        msg = delete_call()
+        base = url.removesuffix("/mcp")
+        await client.post(url, json=msg, headers=good_headers(msg))
+        await client.post(url, json=msg, headers={**good_headers(msg), "mcp-name": "made-up"})
+        await client.post(url, json=msg, headers={**good_headers(msg), "mcp-method": "made/up"})
+        await client.post(url, json=msg, headers={**good_headers(msg), "authorization": "Bearer x"})
+        repeated = [*good_headers(msg).items(), ("mcp-method", "made/up")]
+        repeated.append(("mcp-method", "tools/call"))  # the last of the repeat counts
+        await client.post(url, json=msg, headers=repeated)
+        last_odd = [*good_headers(msg).items(), ("mcp-method", "made/up")]
+        await client.post(url, json=msg, headers=last_odd)
+        await client.get(url)
+        await client.post(base + "/elsewhere", json=msg, headers=good_headers(msg))
+        await client.get(base + "/setup/nothing")
+
+    counts = []
+    async with httpx.AsyncClient(timeout=10) as client:
+        for url, scrape_url in served:
+            for _ in range(2):  # the second time through the app's cached labels
+                await requests(url, client)
+            response = await client.get(scrape_url)
+            assert response.status_code == 200
+            counts.append(
+                {
+                    (s.name, tuple(sorted(s.labels.items()))): s.value
+                    for family in text_string_to_metric_families(response.text)
+                    for s in family.samples
+                    if s.name in ("notes_requests_total", "notes_requests_in_flight")
+                }
+            )
+    assert counts[0] == counts[1]
+    labels = {dict(k[1]).get("method") for k in counts[0]}
+    assert {"tools/call", "other", "none", "setup_page"} <= labels, counts[0]
+    assert sum(v for k, v in counts[0].items() if k[0] == "notes_requests_total") == 18
+
+
+def test_counting_by_the_apps_header_dict_labels_as_the_raw_headers_do() -> None:
+    """``NodeMetrics.count`` takes an MCP request's labels from the header dict the app left in
+    its scope (``nodes.http.HEADERS_SCOPE_KEY``) and keeps them per header pair; it must count
+    every request under the labels the raw headers give (``labels_for``: the last of a repeated
+    header counts, which the dict, joining repeats, does not say), twice over (cached)."""
+    m = NodeMetrics()
+    m.tool_names = frozenset({"notes_delete", "notes_list"})
+    values = [b"tools/call", b"tools/list", b"made/up", b"", b"notes_delete"]
+    values.append(b"made/up, tools/call")  # one header that reads as made/up repeated as tools/call
+    names = [b"notes_delete", b"notes_list", b"made-up", b"", b"x, notes_delete"]
+    header_lists: list[list[tuple[bytes, bytes]]] = [[]]
+    for method in values:
+        header_lists.append([(b"mcp-method", method)])
+        for name in names:
+            header_lists.append([(b"mcp-method", method), (b"mcp-name", name)])
+            header_lists.append([(b"mcp-name", name), (b"mcp-method", b"tools/call")])
+            for later in values[:3]:  # repeated: the last counts
+                header_lists.append(
+                    [(b"mcp-method", method), (b"mcp-name", name), (b"mcp-method", later)]
+                )
+                header_lists.append([(b"mcp-name", name), (b"mcp-method", later)] * 2)
+    assert len(header_lists) > 200
+    for round_no in range(2):
+        for raw in header_lists:
+            headers = [(b"host", b"h"), *raw, (b"content-length", b"0")]
+            scope = {"type": "http", "path": "/mcp", "headers": headers}
+            expected = m.labels_for(scope)
+            with_dict = {**scope, http.HEADERS_SCOPE_KEY: http._header_dict(headers)}
+            before = dict(m.counts.requests.get(expected, {}))
+            m.count(with_dict, 200 + round_no)
+            after = m.counts.requests[expected]
+            assert after.get(200 + round_no, 0) == before.get(200 + round_no, 0) + 1, raw
+    total = sum(sum(by_status.values()) for by_status in m.counts.requests.values())
+    assert total == 2 * len(header_lists)
