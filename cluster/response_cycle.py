@@ -68,6 +68,33 @@ def _check_header(name: bytes, value: bytes) -> None:
         raise RuntimeError("Invalid HTTP header value.")
 
 
+_SPECIAL_NAMES = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+"""Header names the head's loop acts on (length, chunking, closing)."""
+
+_defaults: tuple[object, bytes] = (None, b"")
+"""The server's default headers last seen (uvicorn makes a new list every second, with the new
+date) and their lines, made once per list: a response then copies one bytes object."""
+
+
+def _default_lines(headers: Sequence[tuple[bytes, bytes]]) -> bytes | None:
+    """The response lines of the server's default headers (``name: value`` CR LF each), made
+    once per list of them; None when one must go through the head's loop (an invalid one, or
+    one it acts on), which then takes them all."""
+    global _defaults
+    seen, block = _defaults  # one tuple: read whole even if another thread replaces it
+    if headers is seen:
+        return block
+    lines = []
+    for name, value in headers:
+        name = name.lower()
+        if name in _SPECIAL_NAMES or _NAME_REFUSED.search(name) or _VALUE_REFUSED.search(value):
+            return None
+        lines.append(b"%s: %s\r\n" % (name, value))
+    block = b"".join(lines)
+    _defaults = (headers, block)  # the list held: its id is never another's while cached
+    return block
+
+
 def _nothing() -> None:
     pass
 
@@ -288,7 +315,13 @@ class ResponseCycle:
         content = [STATUS_LINE[status]]
         append = content.append
         close_sent = False
-        for headers in (self.default_headers, message.get("headers", ())):
+        defaults = _default_lines(self.default_headers)
+        if defaults is None:
+            groups: Sequence[Any] = (self.default_headers, message.get("headers", ()))
+        else:
+            append(defaults)
+            groups = (message.get("headers", ()),)
+        for headers in groups:
             for name, value in headers:
                 _check_header(name, value)
                 name = name.lower()

@@ -38,6 +38,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
+from itertools import chain
 from typing import Any, Protocol, cast, runtime_checkable
 
 import anyio
@@ -112,7 +113,10 @@ _CREDENTIAL_HEADERS = ("authorization", "cookie")
 def header_block_size(target: bytes, headers: Iterable[tuple[bytes, bytes]]) -> int:
     """The size a header block is held to: the request target plus each ``name: value`` line
     (the request line's method and version, and the blank line, are a few bytes more)."""
-    return len(target) + sum(len(name) + len(value) + 4 for name, value in headers)
+    if not isinstance(headers, list):
+        headers = list(headers)
+    # Every name and value's length summed in C: no generator step per header.
+    return len(target) + 4 * len(headers) + sum(map(len, chain.from_iterable(headers)))
 
 
 def header_bound(app: ASGIApp, max_header_bytes: int) -> ASGIApp:

@@ -32,7 +32,9 @@ bound keeps keys from colliding by accident among one principal's writes."""
 
 def idempotency_key(meta: object) -> str | None:
     """The idempotency key of a request's ``_meta`` (None: none sent); -32602 if malformed."""
-    if not isinstance(meta, Mapping) or META_IDEMPOTENCY_KEY not in meta:
+    if type(meta) is not dict and not isinstance(meta, Mapping):  # decoded JSON: a dict
+        return None
+    if META_IDEMPOTENCY_KEY not in meta:
         return None
     key = meta[META_IDEMPOTENCY_KEY]
     if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):

@@ -33,7 +33,11 @@ rules, ``nodes.tools.crud``) and keep what shapes the value (types, NFC)."""
 def bound_by_state(info: ValidationInfo) -> bool:
     """Whether a validator runs for arguments a verified state binds (``BOUND_BY_STATE``)."""
     context = info.context
-    return isinstance(context, Mapping) and context.get("bound_by_state") is True
+    if context is None:  # the common case: no ABC instance check
+        return False
+    return context is BOUND_BY_STATE or (
+        isinstance(context, Mapping) and context.get("bound_by_state") is True
+    )
 
 
 class Arguments(BaseModel):
