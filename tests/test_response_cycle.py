@@ -308,3 +308,26 @@ def test_the_body_signal_wakes_every_waiter_and_a_cancelled_one_alone() -> None:
         assert woken[-1] == 9
 
     run(scenario)
+
+
+def test_the_servers_default_header_lines_are_made_once_per_list() -> None:
+    """The default headers' lines are made once per list (uvicorn makes a new list each second,
+    with the new date): the same list gives the same bytes object, a new list new lines; a
+    header the head's loop acts on, or an invalid one, sends every default through the loop."""
+    from cluster import response_cycle
+
+    dated = [(b"Date", b"Wed, 02 Dec 2026 19:00:00 GMT"), (b"server", b"x")]
+    block = response_cycle._default_lines(dated)
+    assert block == b"date: Wed, 02 Dec 2026 19:00:00 GMT\r\nserver: x\r\n"
+    assert response_cycle._default_lines(dated) is block
+    later = [(b"date", b"Wed, 02 Dec 2026 19:00:01 GMT")]
+    assert response_cycle._default_lines(later) == b"date: Wed, 02 Dec 2026 19:00:01 GMT\r\n"
+    assert response_cycle._default_lines([]) == b""
+    for odd in (
+        [(b"connection", b"close")],
+        [(b"Content-Length", b"3")],
+        [(b"transfer-encoding", b"chunked")],
+        [(b"x-bad", b"a\r\nb")],
+        [(b"bad name", b"v")],
+    ):
+        assert response_cycle._default_lines([*later, *odd]) is None
