@@ -289,6 +289,8 @@ def is_json_content_type(content_type: str | None) -> bool:
     """Whether a Content-Type is ``application/json`` (parameters such as charset allowed)."""
     if content_type is None:
         return False
+    if content_type == "application/json":  # what clients send: no partition, strip, lower
+        return True
     return content_type.partition(";")[0].strip().lower() == "application/json"
 
 

@@ -115,6 +115,11 @@ class ToolFailure(Exception):
         return tool_error(self.message, **self.details)
 
 
+def scope_refusal(exc: ScopeError) -> dict[str, Any]:
+    """The ``isError`` result of a workspace the principal may not use."""
+    return tool_error(str(exc))
+
+
 A = TypeVar("A", bound=Arguments)
 
 
@@ -151,7 +156,10 @@ class Tool(Generic[A]):
         a verified sealed state binds them (``BOUND_BY_STATE``)."""
         context = BOUND_BY_STATE if bound else None
         try:
-            return self.args_model.model_validate(dict(ctx.arguments), context=context)  # type: ignore[return-value]
+            arguments = ctx.arguments
+            if type(arguments) is not dict:  # decoded JSON is: no copy (validation only reads)
+                arguments = dict(arguments)
+            return self.args_model.model_validate(arguments, context=context)  # type: ignore[return-value]
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
@@ -168,7 +176,7 @@ class Tool(Generic[A]):
         try:
             return await work()
         except ScopeError as exc:
-            return tool_error(str(exc))
+            return scope_refusal(exc)
         except ToolFailure as exc:
             return exc.result()
 

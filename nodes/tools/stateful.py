@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any, ClassVar, TypeVar
 
 from nodes.request_state import open_state
+from nodes.scope import ScopeError
 from nodes.sealing import StatePayload
-from nodes.tools.base import Arguments, CallContext, Tool
+from nodes.tools.base import Arguments, CallContext, Tool, ToolFailure, scope_refusal
 
 A = TypeVar("A", bound=Arguments)
 
@@ -33,8 +34,13 @@ class StatefulTool(Tool[A]):
         # The capability check comes first and is a protocol error, not a tool failure.
         self.require_capabilities(ctx)
         payload = None if ctx.request_state is None else self.open(ctx, ctx.request_state)
-        bound = payload is not None
-        return await self.guard(lambda: self.answer(ctx, self.parse(ctx, bound=bound), payload))
+        # ``guard``'s refusals, here: without its frame and closure on every round.
+        try:
+            return await self.answer(ctx, self.parse(ctx, bound=payload is not None), payload)
+        except ScopeError as exc:
+            return scope_refusal(exc)
+        except ToolFailure as exc:
+            return exc.result()
 
     def open(self, ctx: CallContext, token: str) -> StatePayload:
         """Open the sealed state and check its bindings (the one fixed -32602 otherwise)."""
