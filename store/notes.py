@@ -285,6 +285,10 @@ class NoteStore:
         before it counts as done; fewer within ``wait_timeout_ms`` is StoreUnavailable (the
         write ran on the master but may be lost in a failover). 0: asynchronous replication."""
         self.wait_timeout_ms = wait_timeout_ms
+        # confirm's constant arguments as the text Redis receives for them either way: hiredis
+        # formats an int with repr, about 500 instructions each time (Lua sees strings).
+        self._grace_arg = str(replay_grace_ms)
+        self._maxlen_arg = str(journal_maxlen)
         self._stats = StoreStatistics()
         self._keys: dict[str, TenantKeys] = {}
         # coredis' Script sends EVALSHA and loads the script on NOSCRIPT, so a restarted or
@@ -658,7 +662,7 @@ class NoteStore:
                 c.action,
                 c.answer_digest,
                 c.exp_ms,
-                self.replay_grace_ms,
+                self._grace_arg,
                 c.note_id,
                 c.expected_version,
                 c.workspace,
@@ -666,11 +670,11 @@ class NoteStore:
                 c.nonce,
                 c.op,
                 c.target_workspace,
-                self.journal_maxlen,
+                self._maxlen_arg,
                 c.tool,
                 # A replay answer waits for replicas too: the script then rewrites the entry's
                 # expiry, a write whose offset covers the recorded outcome it returns.
-                1 if self.wait_replicas > 0 else 0,
+                "1" if self.wait_replicas > 0 else "0",
                 c.max_notes,
                 _call_id(),
                 c.max_owner_notes,

@@ -83,3 +83,13 @@ def test_a_post_init_still_runs() -> None:
         WriteOp("no")
     with pytest.raises(ValueError, match="positive TTL"):
         WriteOp("r" + "0" * 20, ttl_ms=0)
+
+
+def test_confirm_sends_its_constant_integers_as_the_same_bytes() -> None:
+    """``NoteStore`` passes confirm's constant integers as text made once; on the wire (and so
+    to Lua, whose ARGV are strings) they are the bytes the integers would have been."""
+    from store.notes import JOURNAL_MAXLEN, REPLAY_GRACE_MS
+    from store.resp import pack
+
+    for n in (JOURNAL_MAXLEN, REPLAY_GRACE_MS, 0, 1, 7, 2**62):
+        assert pack("EVALSHA", str(n)) == pack("EVALSHA", n)
