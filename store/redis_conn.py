@@ -145,11 +145,13 @@ class AsyncioConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.close(ConnectionLost(f"connection lost: {exc!r}" if exc else "connection closed"))
 
-    async def request(
+    def request(
         self, commands: tuple[bytes, ...], deadline: float | None = None
-    ) -> list[Any]:
-        """Write ``commands`` (together, in order) and return their replies; ReplyTimeout when
-        they are not back by ``deadline`` (the loop's clock; None: ``timeout_s`` from now)."""
+    ) -> asyncio.Future[list[Any]]:
+        """Write ``commands`` (together, in order); the future of their replies, to await at
+        once; ReplyTimeout when they are not back by ``deadline`` (the loop's clock; None:
+        ``timeout_s`` from now). Not a coroutine function: awaiting the future itself spares
+        a coroutine per call (a cancelled caller cancels the future either way)."""
         if not self.alive:
             raise NotSent("connection closed")
         loop = self._loop
@@ -163,7 +165,7 @@ class AsyncioConnection(asyncio.Protocol):
         if self._watch is None or deadline < self._watch_at:
             self._watch_until(deadline)
         # A cancelled caller's future is cancelled with it: the watch passes it over.
-        return await future
+        return future
 
     def _watch_until(self, deadline: float) -> None:
         if self._watch is not None:

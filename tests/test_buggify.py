@@ -7,6 +7,7 @@ production) a site does nothing, not even a checkpoint.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -65,3 +66,25 @@ async def test_a_fired_site_waits_in_trio_time() -> None:
         await buggify_delay("x")
     assert points.fired == {"x": 1}
     assert trio.current_time() > before
+
+
+async def test_a_site_that_does_not_fire_is_no_checkpoint_either() -> None:
+    points = Buggify(1, site_p=1.0, fire_p=0.0)
+    with buggify_on(points), trio.CancelScope() as scope:
+        scope.cancel()
+        for _ in range(100):
+            assert await buggify_delay("x") is None
+    assert not scope.cancelled_caught
+    assert points.fired == {}
+
+
+def test_a_site_is_awaitable_on_asyncio_too() -> None:
+    async def passes() -> float:
+        loop = asyncio.get_running_loop()
+        await buggify_delay("x")  # off: nothing
+        before = loop.time()
+        with buggify_on(Buggify(1, site_p=1.0, fire_p=1.0)):
+            await buggify_delay("x")
+        return loop.time() - before
+
+    assert asyncio.run(passes()) > 0
