@@ -53,6 +53,7 @@ from nodes.auth import TokenTable
 from nodes.loopback import is_own_loopback_origin, loopback_server
 from nodes.protocol import Node, Reply, RequestContext
 from nodes.setup_page import SERVICE_UNAVAILABLE_PAGE, SetupPages
+from store.records import slot_init
 
 log = logging.getLogger("nodes.http")
 
@@ -146,6 +147,7 @@ HEADER_BLOCK_TOO_LARGE = b"request header block larger than %d bytes"
 """The body of every 431 answer (the bound filled in)."""
 
 
+@slot_init  # a cheaper __init__: built on every request
 @dataclass(frozen=True, slots=True)
 class _Answer:
     """One complete HTTP response."""

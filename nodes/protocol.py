@@ -21,6 +21,7 @@ from nodes.idempotency import idempotency_key, write_op
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.base import CallContext, NodeCounters, Tool
 from store.api import NoteStoreAPI, StoreFull, StoreUnavailable
+from store.records import slot_init
 
 log = logging.getLogger("nodes.protocol")
 
@@ -35,6 +36,7 @@ DISCOVER_TTL_MS = 300_000
 TOOLS_TTL_MS = 300_000
 
 
+@slot_init  # a cheaper __init__: built on every request
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     """Who sent the message and with which transport headers (names lowercased; None when the
@@ -44,6 +46,7 @@ class RequestContext:
     headers: Mapping[str, str] | None = None
 
 
+@slot_init  # a cheaper __init__: built on every request
 @dataclass(frozen=True, slots=True)
 class Reply:
     """What the transport sends back: an HTTP status and a JSON body (None: no body, e.g. 202)."""
@@ -73,6 +76,7 @@ def _what(message: dict[str, Any]) -> str:
     return f"{method} {name[:40]}" if isinstance(name, str) else method
 
 
+@slot_init  # a cheaper __init__: built on every request
 @dataclass(frozen=True, slots=True)
 class PreparedCall:
     """A ``tools/call`` that passed the core's validation (``Node.prepare_call``): what every

@@ -6,58 +6,12 @@ this file while staying free of I/O. ``store.notes.NoteStore`` implements ``Note
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Literal, Protocol
 
 from store import entropy
-
-_Frozen = TypeVar("_Frozen")
-
-GENERATED_INITS: dict[type, Any] = {}
-"""Per class given a slot ``__init__``: the ``__init__`` that ``dataclass`` generated (kept
-for the tests that compare the two)."""
-
-
-def _slot_init(cls: type[_Frozen]) -> type[_Frozen]:
-    """A frozen, slotted dataclass whose ``__init__`` sets each field through its slot's own
-    descriptor (``member.__set__``) instead of ``object.__setattr__``, as the generated one
-    does: the same parameters (names, order, defaults, annotations), the same slots set, the
-    same ``__post_init__`` call, at about 0.6 of the cost (``object.__setattr__`` is some 1,000
-    instructions a field, and a flow builds records of 30 fields). Frozen as before: the
-    class's ``__setattr__`` still refuses every assignment after ``__init__``. Only plain
-    fields are taken (no ``init=False``, keyword-only or factory fields); the tests compare
-    each class's ``__init__`` with the one ``dataclass`` generates
-    (tests/test_store_records.py)."""
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    for f in fields:
-        if not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: only plain fields take a slot __init__")
-    names: dict[str, Any] = {}
-    params, body = [], []
-    for f in fields:
-        member = next(c.__dict__[f.name] for c in cls.__mro__ if f.name in c.__dict__)
-        names[f"_set_{f.name}"] = member.__set__
-        if f.default is dataclasses.MISSING:
-            params.append(f.name)
-        else:
-            names[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        body.append(f"    _set_{f.name}(self, {f.name})")
-    if hasattr(cls, "__post_init__"):
-        body.append("    self.__post_init__()")
-    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body)
-    exec(source, names)  # noqa: S102 - our own source, from the class's field names
-    init = names["__init__"]
-    generated = cls.__init__
-    init.__qualname__ = generated.__qualname__
-    init.__module__ = generated.__module__
-    init.__annotations__ = dict(generated.__annotations__)
-    GENERATED_INITS[cls] = generated
-    cls.__init__ = init  # type: ignore[method-assign]
-    return cls
-
+from store.records import slot_init
 
 ConfirmStatus = Literal[
     "executed",
@@ -76,7 +30,7 @@ QuotaName = Literal["notes", "bytes", "share"]
 or notes owned in one shared workspace (a principal's share of it)."""
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Quota:
     """What the owner of the notes a write touches may hold (0: no bound); checked by the same
@@ -98,7 +52,7 @@ RecordedDecision = Literal["executed", "declined"]
 """What a state's replay entry says was decided under its nonce."""
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class NoteHead:
     """A note without its body: what listings and pick lists read and show. ``version`` is
@@ -117,7 +71,7 @@ class NoteHead:
         return f"{self.workspace.rstrip('/')}/{self.note_id}.md"
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Note(NoteHead):
     """One note as stored, body included."""
@@ -138,7 +92,7 @@ node's own re-sends of that write after a lost reply, which all happen within a 
 timeouts of the first send; a minute is far past that and keeps memory small."""
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class WriteOp:
     """The operation id a write script records atomically with its write (``<base>:op:<id>``,
@@ -164,7 +118,7 @@ class WriteOp:
         return cls("r" + entropy.token_hex(16))
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class RecordedWrite:
     """What a write script recorded under an operation id: its status (``created``,
@@ -175,7 +129,7 @@ class RecordedWrite:
     note: NoteHead
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """One page of notes (no bodies) read in one step, with the Redis server clock at that step.
@@ -186,7 +140,7 @@ class Snapshot:
     next_after: str = ""
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Confirmation:
     """One answer to a sealed confirmation, ready for the store's atomic decision. ``title`` and
@@ -213,7 +167,7 @@ class Confirmation:
     ``full`` with ``quota == "share"`` otherwise."""
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class ConfirmOutcome:
     """What the store decided about one answer, parsed once from ``confirm.lua``'s reply.
@@ -240,7 +194,7 @@ class ConfirmOutcome:
         return None
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class WriteOutcome:
     """Result of a create, update or move: ``status`` is the script's word, ``note`` the record
@@ -257,7 +211,7 @@ class WriteOutcome:
 SetupStatus = Literal["completed", "used", "expired"]
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class SetupOutcome:
     """What the store decided about completing one setup link: ``principal`` is who completed

@@ -16,6 +16,7 @@ from nodes.config import NodeConfig
 from nodes.results import tool_error
 from nodes.scope import ScopeError, Workspace
 from store.api import NoteStoreAPI, WriteOp
+from store.records import slot_init
 
 TITLE_MAX = 200
 URI_MAX = 2048
@@ -69,6 +70,7 @@ class NodeCounters:
     errors: dict[int, int] = field(default_factory=dict)
 
 
+@slot_init  # a cheaper __init__: built on every request
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """One ``tools/call`` request as a tool sees it."""
