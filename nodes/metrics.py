@@ -5,8 +5,11 @@ Layer: node, operations. Three pieces, none of which the protocol core knows abo
 - ``NodeMetrics``: the metric families of one node, in a ``CollectorRegistry`` of its own (never
   the process-global one), so several in-process nodes (tests, ``serve --nodes N``) never mix or
   leak their counts; each node serves its own registry.
-- ``with_metrics``: ASGI middleware counting requests by method, tool and HTTP status, and the
-  requests in flight. Labels come from the ``Mcp-Method`` / ``Mcp-Name`` headers, which the core
+- ``with_metrics``: requests counted by method, tool and HTTP status, and the requests in
+  flight. The node's own app (``nodes.http.StreamableHTTPApp``) counts them itself, as its
+  ``meter`` (a middleware's coroutine frame and ``send`` wrapper per request were most of the
+  metrics' cost); any other app gets a middleware that counts the same. Labels come from the
+  ``Mcp-Method`` / ``Mcp-Name`` headers (the last of a repeated one counts), which the core
   refuses when they disagree with the body; every label value is drawn from a fixed set (the
   node's own methods and tool names, anything else ``other``), so no client can grow the series.
 - ``MeteredStore``: a ``NoteStoreAPI`` proxy timing every store call (histogram by call name) and
