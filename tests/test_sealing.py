@@ -820,3 +820,22 @@ def test_the_body_decoder_decides_as_binasciis_strict_decode(ring: KeyRing) -> N
             sealing._decode_body_by_binascii, variant
         ), (seed, variant)
     assert _decoded(sealing._decode_body, body) == ("bytes", unb64url(body))
+
+
+def test_a_nonce_is_the_text_and_the_draw_of_entropys_token_urlsafe() -> None:
+    """`new_nonce` spells its draw with ``binascii`` directly: the same text, and the same one
+    draw of the same size, as ``entropy.token_urlsafe`` (a replayed simulation sees no change)."""
+    for seed in range(200):
+        draws: list[list[int]] = [[], []]
+        texts = []
+        for side, spell in enumerate((new_nonce, lambda: entropy.token_urlsafe(16))):
+            rng = random.Random(seed)
+
+            def source(n: int, log: list[int] = draws[side], rng: random.Random = rng) -> bytes:
+                log.append(n)
+                return rng.randbytes(n)
+
+            with entropy.entropy_source(source):
+                texts.append(spell())
+        assert texts[0] == texts[1]
+        assert draws[0] == draws[1] == [sealing.STATE_NONCE_BYTES]
