@@ -27,10 +27,17 @@ _FLAT = frozenset({str, int, bool, type(None)})
 
 def _no_float(value: object) -> bool:
     """Whether ``value`` (decoded JSON) holds no float at any depth. A dict of plain scalars
-    (a tool's arguments, mostly) is answered by one pass over its values' types; anything else
-    by an iterative walk."""
-    if type(value) is dict and _FLAT.issuperset(map(type, value.values())):
-        return True
+    and of dicts of plain scalars (a tool's arguments, a form's answer) is answered by one pass
+    over its values' types (a third of the walk's cost for an answer); anything else by an
+    iterative walk."""
+    if type(value) is dict:
+        for item in value.values():
+            kind = type(item)
+            if kind in _FLAT or (kind is dict and _FLAT.issuperset(map(type, item.values()))):
+                continue
+            break
+        else:
+            return True
     stack = [value]
     while stack:
         node = stack.pop()

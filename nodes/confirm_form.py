@@ -80,13 +80,19 @@ def pick_form(message: str, notes: tuple[NoteHead, ...], confirm_title: str) -> 
     }
 
 
+_ANSWER_FIELDS = frozenset({"action", "content", "_meta"})
+"""The fields an answer may have (checked without building a set per answer)."""
+
+_CONTENT_FIELDS = frozenset({"noteId", "confirm"})
+"""An accept's content fields: exactly these two."""
+
+
 def parse_answer(raw: object, candidates: tuple[Candidate, ...]) -> Answer:
     """Validate one elicitation result against the signed candidates (-32602 if malformed)."""
     if not isinstance(raw, dict):
         raise errors.invalid_params("Invalid inputResponses: each answer must be an object")
     action = raw.get("action")
-    extra = set(raw) - {"action", "content", "_meta"}
-    if extra:
+    if not _ANSWER_FIELDS.issuperset(raw):
         raise errors.invalid_params("Invalid inputResponses: unexpected answer fields")
     if action in ("decline", "cancel"):
         return Answer(action, None, {"action": action})
@@ -95,7 +101,11 @@ def parse_answer(raw: object, candidates: tuple[Candidate, ...]) -> Answer:
             "Invalid inputResponses: action must be accept, decline or cancel"
         )
     content = raw.get("content")
-    if not isinstance(content, dict) or set(content) != {"noteId", "confirm"}:
+    if (
+        not isinstance(content, dict)
+        or len(content) != 2
+        or not _CONTENT_FIELDS.issuperset(content)
+    ):
         raise errors.invalid_params(
             "Invalid inputResponses: accept needs content with exactly noteId and confirm"
         )

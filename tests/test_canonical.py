@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodes.canonical import canonical_json, canonical_json_bytes
+from nodes.canonical import _no_float, canonical_json, canonical_json_bytes
 from tests.harness import random_seed
 
 STRINGS = [
@@ -124,3 +124,60 @@ class _Int(int):
 )
 def test_a_float_beside_plain_scalars_is_written_as_the_stdlib_writes_it(value: object) -> None:
     assert canonical_json_bytes(value) == _stdlib(value).encode("utf-8")
+
+
+def _holds_a_float(value: object) -> bool:
+    """The plain recursive reference for ``_no_float``."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_a_float(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_a_float(v) for v in value)
+    return False
+
+
+TWO_LEVEL = st.dictionaries(
+    st.text(max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=3)
+    | st.lists(st.none() | st.floats() | st.integers(), max_size=2)
+    | st.dictionaries(
+        st.text(max_size=3),
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3) | st.just([]),
+        max_size=3,
+    ),
+    max_size=4,
+)
+
+
+@settings(derandomize=True, max_examples=1_000, deadline=None)
+@given(value=TWO_LEVEL | JSON_LIKE)
+def test_the_one_pass_float_check_answers_as_a_full_walk(value: object) -> None:
+    """``_no_float``'s one pass over a dict of scalars and dicts of scalars (a form's answer)
+    says what the full walk says, for a float or a list at either level, and anything else."""
+    assert _no_float(value) is not _holds_a_float(value)
+    assert _outcome(canonical_json_bytes, value) == _outcome(
+        lambda v: _stdlib(v).encode("utf-8"), value
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"action": "accept", "content": {"noteId": "n1", "confirm": True}},
+        {"action": "accept", "content": {"noteId": "n1", "confirm": 1.0}},
+        {"action": "accept", "content": {"noteId": "n1", "list": [1.5]}},
+        {"action": 0.5, "content": {"noteId": "n1"}},
+        {"a": {"b": {"c": 1.0}}},
+        {"a": {"b": {"c": 1}}},
+        {"a": {}, "b": {}},
+        {},
+    ],
+)
+def test_an_answer_shaped_value_is_written_as_the_stdlib_writes_it(value: object) -> None:
+    assert _no_float(value) is not _holds_a_float(value)
+    assert _outcome(canonical_json, value) == _outcome(_stdlib, value)

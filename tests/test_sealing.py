@@ -33,6 +33,7 @@ from nodes.sealing import (
     verify_bindings,
 )
 from store import entropy
+from tests.harness import random_seed
 
 AUDIENCE = "https://notes.example/mcp"
 ARGS = {"workspaceUri": "notes://acme/team", "title": "Q3 plan"}
@@ -783,3 +784,58 @@ def test_an_authenticated_lone_surrogate_escape_is_refused_as_invalid(document: 
         "payload failed validation"
     )
     assert forged_reason(document) == "payload failed validation"
+
+
+def _decoded(decode: Any, body: str) -> object:
+    try:
+        return ("bytes", decode(body))
+    except StateRejected as exc:
+        return ("refused", exc.reason)
+
+
+def test_the_body_decoder_decides_as_binasciis_strict_decode(ring: KeyRing) -> None:
+    """`_decode_body` (msgspec's base64) refuses and decodes exactly as the previous release's
+    ``binascii`` strict decode did, reason included: every byte value and a sample of non-ASCII
+    put at the start, middle and end of a sealed body, padding of every length, and random
+    strings over the alphabet and every byte a JSON string or base64 treats specially."""
+    body = ring.seal(make_payload()).split(".")[2]
+    specials = [chr(c) for c in range(0x80)] + ["é", "Ж", "😀", "\ud800", "\x80", "\uff21"]
+    variants = [body, "", "A", "AA", "AAA", "AAAA", "AB", "AE", "ABC", "ABD", "____", "----"]
+    for ch in specials:
+        for at in (0, 1, len(body) // 2, len(body) - 1, len(body)):
+            variants.append(body[:at] + ch + body[at + 1 :])
+            variants.append(body[:at] + ch + body[at:])
+    for pad in range(1, 4):
+        variants += [body + "=" * pad, body[:-pad] + "=" * pad, "QQ" + "=" * pad]
+    seed = random_seed()
+    rng = random.Random(seed)
+    alphabet = list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    alphabet += ["+", "/", "=", '"', "\\", "!", " ", "\n", "\x00", "é", "u"]
+    for _ in range(5_000):
+        variants.append("".join(rng.choices(alphabet, k=rng.randint(0, 14))))
+        clean = "".join(rng.choices(alphabet[:64], k=rng.randint(1, 14)))
+        variants.append(clean)
+    for variant in variants:
+        assert _decoded(sealing._decode_body, variant) == _decoded(
+            sealing._decode_body_by_binascii, variant
+        ), (seed, variant)
+    assert _decoded(sealing._decode_body, body) == ("bytes", unb64url(body))
+
+
+def test_a_nonce_is_the_text_and_the_draw_of_entropys_token_urlsafe() -> None:
+    """`new_nonce` spells its draw with ``binascii`` directly: the same text, and the same one
+    draw of the same size, as ``entropy.token_urlsafe`` (a replayed simulation sees no change)."""
+    for seed in range(200):
+        draws: list[list[int]] = [[], []]
+        texts = []
+        for side, spell in enumerate((new_nonce, lambda: entropy.token_urlsafe(16))):
+            rng = random.Random(seed)
+
+            def source(n: int, log: list[int] = draws[side], rng: random.Random = rng) -> bytes:
+                log.append(n)
+                return rng.randbytes(n)
+
+            with entropy.entropy_source(source):
+                texts.append(spell())
+        assert texts[0] == texts[1]
+        assert draws[0] == draws[1] == [sealing.STATE_NONCE_BYTES]
