@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import os
@@ -817,7 +818,7 @@ def test_the_body_decoder_decides_as_binasciis_strict_decode(ring: KeyRing) -> N
         variants.append(clean)
     for variant in variants:
         assert _decoded(sealing._decode_body, variant) == _decoded(
-            sealing._decode_body_by_binascii, variant
+            decode_body_by_binascii, variant
         ), (seed, variant)
     assert _decoded(sealing._decode_body, body) == ("bytes", unb64url(body))
 
@@ -839,3 +840,18 @@ def test_a_nonce_is_the_text_and_the_draw_of_entropys_token_urlsafe() -> None:
                 texts.append(spell())
         assert texts[0] == texts[1]
         assert draws[0] == draws[1] == [sealing.STATE_NONCE_BYTES]
+
+
+def decode_body_by_binascii(body: str) -> bytes:
+    """``sealing._decode_body`` as the previous release wrote it (``binascii``'s strict decode):
+    the reference it is compared with, on every kind of malformed body."""
+    if not body or len(body) % 4 == 1:
+        raise sealing.StateRejected("body is not base64url")
+    try:
+        raw = body.encode("ascii").translate(sealing._FROM_URLSAFE)
+        sealed = binascii.a2b_base64(raw + b"=" * (-len(raw) % 4), strict_mode=True)
+    except (UnicodeEncodeError, binascii.Error):
+        raise sealing.StateRejected("body is not base64url") from None
+    if sealing._B64_VALUES[raw[-1]] & sealing._UNUSED_BITS[len(raw) % 4]:
+        raise sealing.StateRejected("body is not canonical base64url")
+    return sealed
