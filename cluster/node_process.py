@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cluster.asgi import NodeApp, NodeOptions
-from cluster.config import ConfigError
+from cluster.config import ClusterSettings, ConfigError
 from cluster.durability import parse_wait_replicas
 from cluster.node_server import bind_socket, run_server, server_config
 from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions, bind_metrics
@@ -28,7 +28,8 @@ from store.notes import DEFAULT_PREFIX
 TIMEOUTS = ("headers", "body", "idle", "drain")
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The node process's command line (``cluster.serve.ProcessNode`` writes it)."""
     p = argparse.ArgumentParser(prog="cluster.node_process")
     p.add_argument("--redis", required=True)
     p.add_argument("--embedded", action="store_true")
@@ -67,9 +68,9 @@ def _timeouts(a: argparse.Namespace, base: ServerTimeouts) -> ServerTimeouts:
     return replace(base, **given)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse the parent's arguments and serve."""
-    a = _parser().parse_args(argv)
+def settings_of(a: argparse.Namespace) -> ClusterSettings:
+    """The node's settings from its parsed command line: logging configured, the lifeline
+    watched; exits with a message on a configuration error."""
     configure_logging(a.log_level, json_lines=a.log_json)
     if a.lifeline_fd is not None:
         watch_lifeline(a.lifeline_fd, terminate_self)
@@ -83,6 +84,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"node: {exc}")
     if a.max_header_bytes is not None:
         settings = replace(settings, max_header_bytes=a.max_header_bytes)
+    return settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the parent's arguments and serve."""
+    a = parser().parse_args(argv)
+    settings = settings_of(a)
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
     sock = bind_socket(a.host, a.port)
     host, port = sock.getsockname()[:2]

@@ -44,6 +44,8 @@ STOP_GRACE_S = 2.0
 """Beyond a node's drain timeout, how long its parent waits after SIGTERM before SIGKILL."""
 STATE_KEY_ENV = "NOTES_CLUSTER_STATE_KEY"
 """Environment variable through which a parent hands a demo key ring to its node processes."""
+NODE_PROCESS_MODULE = "cluster.node_process"
+"""The module a node process runs."""
 
 
 async def serve_http_node(
@@ -213,6 +215,9 @@ class ProcessNode:
     config_path: Path | None
     extra_args: Sequence[str] = ()
     """Passed on as they are: the parent's logging and this node's metrics options."""
+    module: str = NODE_PROCESS_MODULE
+    """What the child runs: ``cluster.node_process``, or a module that takes its command line
+    and serves the node another way (the bench's metrics switch)."""
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The child's command line and environment."""
@@ -236,7 +241,7 @@ class ProcessNode:
         else:
             ring = self.settings.node.key_ring
             env[STATE_KEY_ENV] = base64.b64encode(ring.keys[ring.active]).decode("ascii")
-        return [sys.executable, "-m", "cluster.node_process", *args], env
+        return [sys.executable, "-m", self.module, *args], env
 
 
 @dataclass(frozen=True)
@@ -270,21 +275,25 @@ async def start_node_processes(
     config_path: Path | None = None,
     ops: OpsOptions | None = None,
     log_args: Sequence[str] = (),
+    module: str = NODE_PROCESS_MODULE,
+    module_args: Sequence[str] = (),
 ) -> list[StartedNode]:
     """Start ``count`` node processes in ``nursery``, all at once (node i on ``base_port + i``,
     or on free ports when ``base_port`` is 0); return their URLs and pids once all are ready
     (the pids of these children only: a caller measuring them counts no other node).
     Cancelling the nursery stops each with SIGTERM (a drain), then SIGKILL past its bound.
-    Each child gets ``log_args`` and its own metrics options from ``ops``."""
+    Each child gets ``log_args`` and its own metrics options from ``ops``, and runs
+    ``module`` (``ProcessNode.module``) with ``module_args`` after the node's own."""
     ops = ops or OpsOptions()
     started: list[StartedNode | None] = [None] * count
 
     async def start(i: int) -> None:
         port = base_port + i if base_port else 0
-        extra = [*log_args, *_ops_args(ops.for_node(i))]
+        extra = [*log_args, *_ops_args(ops.for_node(i)), *module_args]
         node = ProcessNode(
-            settings, redis_url, embedded, host, port, f"{name}-{i}", prefix, config_path, extra
-        )
+            settings, redis_url, embedded, host, port, f"{name}-{i}", prefix, config_path, extra,
+            module,
+        )  # fmt: skip
         started[i] = await nursery.start(_run_process, node, i)
 
     async with trio.open_nursery() as starting:

@@ -116,7 +116,15 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     for ratio in ("throughput_ratio_vs_peer_memory", "cpu_ratio_vs_peer_memory"):
         assert peer[ratio] > 0
     assert peer["http_server_share_of_node"] > 0
-    assert peer["metrics_on_over_off"] > 0
+    switch = peer["metrics_switch"]
+    assert switch["failed"] == 0
+    assert switch["pairs"] >= 1
+    assert switch["windows_kept"] <= switch["windows_recorded"]
+    assert switch["served"]["off"] > 0
+    assert switch["served"]["on"] > 0
+    assert peer["metrics_on_over_off"] == switch["ratio_node_plus_redis"] > 0
+    low, high = peer["metrics_on_over_off_95"]
+    assert low <= high
     assert peer["own_client_over_coredis"] > 0
 
     budget = result["scenarios"]["budget"]
@@ -126,7 +134,7 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
         assert column["server"] == peer[side]["cpu_ms_per_flow"]["servers"]
         assert column["load_client"] == peer[side]["cpu_ms_per_flow"]["client"]
         assert column["vs_peer_memory"] > 0
-    for side in ("ours", "ours_metrics", "ours_coredis", "peer_redis"):
+    for side in ("ours", "ours_coredis", "peer_redis"):
         # A delete flow runs read_notes, then confirm: two scripts at least.
         assert budget["sides"][side]["redis_scripts_per_flow"] >= 2
     ours = budget["sides"]["ours"]
@@ -134,6 +142,7 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     assert ours["redis_client_ms_per_flow"] > 0
     assert budget["sides"]["ours_coredis"]["redis_client"] == "coredis"
     assert budget["metrics_on_over_off"] == peer["metrics_on_over_off"]
+    assert budget["metrics_on_over_off_95"] == peer["metrics_on_over_off_95"]
     assert set(budget["redis_client_us_per_call"]) >= {"coredis", "resp"}
 
     clients = result["scenarios"]["clients"]
@@ -185,6 +194,7 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## Targets"):
         assert heading in md
     assert "ours flows/s ÷ peer in memory" in md
+    assert "### Metrics on ÷ off, in one node process" in md
     assert "| HTTP (node processes) | redis | 1 | 2 |" in md
     assert any("wrote" in line for line in lines)
 

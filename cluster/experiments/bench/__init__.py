@@ -7,6 +7,7 @@ bottom; a module imports only modules of lower rows, or listed before it in its 
                  servers          `bench-servers`: HTTP servers and apps side by side
                       |
     scenarios    http_scenarios   HTTP points and ours beside the SDK peer, driven by wrk
+                 metrics_switch   metrics on ÷ off in one node process switching between them
                       |
     shared       context          options, plan, one run's state (`Bench`), the Redis held
                                   under lock, the machine, the report files
@@ -18,13 +19,14 @@ bottom; a module imports only modules of lower rows, or listed before it in its 
                  wrk              wrk and `wrk_flow.lua`, pinned off the servers' core
                  redis_clients    the Redis client alone: CPU µs per EVALSHA
                  budget           the budget per flow: ours beside the peer, node, Redis,
-                                  client, metrics on and off, the client's µs per call (pure)
+                                  client, metrics on ÷ off, the client's µs per call (pure)
                  report           `bench.md` from the JSON, the budget first (pure)
                       |
     processes    peer_memory      the SDK peer's notes in memory
     (python -m)  peer_sdk         the SDK peer (over `..sdk_server`, shared with the pack)
                  fixed_replies    the HTTP server alone: two fixed replies
                  server_variants  one app on one HTTP server, for `bench-servers`
+                 metrics_switch_node  one node built twice, metrics off and on, switching
 
 The scenarios start the last row as ``python -m cluster.experiments.bench.NAME`` processes. The
 bench imports the run family only for its steady-state scenario (``..simulate``).

@@ -1,5 +1,5 @@
 """The budget per flow: ours beside the SDK peer, CPU of the server, Redis and the load client,
-with metrics on and off, and what the Redis client alone costs per call.
+metrics on ÷ off, and what the Redis client alone costs per call.
 
 Layer: cluster (an experiment). Pure: built from the peer scenario's sides (``http_scenarios``,
 all from one run, alternated) and the Redis client scenario (``redis_clients``); no I/O.
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-BUDGET_SIDES = ("ours", "ours_metrics", "ours_coredis", "peer_memory", "peer_redis", "fixed")
+BUDGET_SIDES = ("ours", "ours_coredis", "peer_memory", "peer_redis", "fixed")
 """The columns, in the order the peer scenario alternates them."""
 WITHOUT_REDIS = frozenset({"peer_memory", "fixed"})
 """Sides that use no Redis: the Redis CPU measured in their slots is other clients' noise, and
 their cost per flow is their server process's alone."""
-REDIS_CLIENT = {"ours": "resp", "ours_metrics": "resp", "ours_coredis": "coredis"}
+REDIS_CLIENT = {"ours": "resp", "ours_coredis": "coredis"}
 """The Redis client each of our sides runs (``NOTES_CLUSTER_REDIS_CLIENT`` of its process)."""
 NODE_BACKEND = "uvloop"
 """The event loop of the node processes: the client's µs per call are taken on it."""
@@ -71,13 +71,14 @@ def budget(
     base = sides["peer_memory"]["server_plus_redis"]
     for column in sides.values():
         column["vs_peer_memory"] = _ratio(column["server_plus_redis"], base)
-    ours, metered = sides["ours"], sides["ours_metrics"]
     return {
         "concurrency": peer["concurrency"],
         "slot_s": peer["slot_s"],
         "rounds": len(peer["rounds"]),
         "sides": sides,
-        "metrics_on_over_off": _ratio(metered["server_plus_redis"], ours["server_plus_redis"]),
+        "metrics_on_over_off": peer["metrics_on_over_off"],
+        "metrics_on_over_off_95": peer["metrics_on_over_off_95"],
+        "metrics_node_on_over_off": peer["metrics_node_on_over_off"],
         "redis_client_backend": NODE_BACKEND,
         "redis_client_us_per_call": us_per_call,
     }

@@ -82,9 +82,10 @@ class Plan:
     peer: bool
     steady_flows: int
 
-    def cap(self, rate: int = MAX_RATE) -> int:
-        """Most measured flows one point may run (the notes seeded for it)."""
-        return max(200, int(self.seconds * rate))
+    def cap(self, rate: int = MAX_RATE, seconds: float | None = None) -> int:
+        """Most measured flows one point may run (the notes seeded for it), for a point of
+        ``seconds`` (the plan's by default)."""
+        return max(200, int((self.seconds if seconds is None else seconds) * rate))
 
 
 def plan_for(options: BenchOptions) -> Plan:
@@ -144,18 +145,29 @@ class Bench:
         await clear(client or self.client, BenchRedis(self.url, self.own_redis))
 
     async def targets(
-        self, client: coredis.Redis[str], concurrency: int, rate: int = MAX_RATE
+        self,
+        client: coredis.Redis[str],
+        concurrency: int,
+        rate: int = MAX_RATE,
+        *,
+        seconds: float | None = None,
     ) -> list[Target]:
         """Clear, then seed the notes of one point (warm-up plus measured)."""
         await self.clear(client)
-        return await self.seed_point(client, concurrency, rate)
+        return await self.seed_point(client, concurrency, rate, seconds=seconds)
 
     async def seed_point(
-        self, client: coredis.Redis[str], concurrency: int, rate: int = MAX_RATE
+        self,
+        client: coredis.Redis[str],
+        concurrency: int,
+        rate: int = MAX_RATE,
+        *,
+        seconds: float | None = None,
     ) -> list[Target]:
-        """Seed the notes of one point, with titles no earlier point used."""
+        """Seed the notes of one point (``seconds`` long: the plan's by default), with titles no
+        earlier point used."""
         self.tag += 1
-        count = self.warmup(concurrency) + self.plan.cap(rate)
+        count = self.warmup(concurrency) + self.plan.cap(rate, seconds)
         return await seed_targets(client, BENCH_PREFIX, count, f"p{self.tag}")
 
     @property

@@ -2,16 +2,17 @@
 
 Layer: cluster (an experiment). Every HTTP point runs the same light client (``wrk``:
 wrk and a Lua script, pinned off the servers' core) and reads CPU per completed flow for the
-servers, Redis and the client separately. The peer comparison alternates four servers in short
+servers, Redis and the client separately. The peer comparison alternates five servers in short
 slots, so a burst of background load on the shared machine hits them alike:
 
 - ours: one node process (uvicorn, httptools, uvloop) over the real Redis, on the store's own
   Redis client (``NOTES_CLUSTER_REDIS_CLIENT=resp``);
-- ours with its metrics on (a metrics port, every request and store call counted);
 - ours on coredis (``NOTES_CLUSTER_REDIS_CLIENT=coredis``): what the store's own client saves;
 - the SDK peer with its notes in memory, as it is deployed on one node;
 - the SDK peer with its notes in the same Redis, through the same scripts;
 - the fixed-replies app on our server settings: what the HTTP server alone costs per flow.
+
+Metrics on ÷ off is not read from two processes here but from one (``metrics_switch``).
 """
 
 from __future__ import annotations
@@ -35,18 +36,16 @@ from cluster.experiments.bench.procs import (
 )
 from cluster.experiments.bench.seeding import memory_targets
 from cluster.experiments.bench.wrk import WrkResult, cpu_split, pin, run_wrk
-from cluster.operations import OpsOptions
 from store.client import CLIENT_ENV
 
 PEER_CONCURRENCY = 8
 PEER_ROUNDS = 4
-"""The four servers alternate (in turn first, then last ...) in this many rounds of slots."""
+"""The servers alternate (in turn first, then last ...) in this many rounds of slots."""
 MIN_SLOT_S = 1.0
 """wrk runs whole seconds."""
-SIDES = ("ours", "ours_metrics", "ours_coredis", "peer_memory", "peer_redis", "fixed")
+SIDES = ("ours", "ours_coredis", "peer_memory", "peer_redis", "fixed")
 SIDE_NAMES = {
     "ours": "ours, 1 node process",
-    "ours_metrics": "ours, metrics on",
     "ours_coredis": "ours, on coredis",
     "peer_memory": "SDK peer, notes in memory",
     "peer_redis": "SDK peer, notes in Redis",
@@ -153,16 +152,6 @@ async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, 
                         settings, 1, bench.url, BENCH_PREFIX, env={CLIENT_ENV: "resp"}
                     )
                 ),
-                "ours_metrics": await stack.enter_async_context(
-                    open_http_cluster(
-                        settings,
-                        1,
-                        bench.url,
-                        BENCH_PREFIX,
-                        ops=OpsOptions(metrics_port=0),
-                        env={CLIENT_ENV: "resp"},
-                    )
-                ),
                 "ours_coredis": await stack.enter_async_context(
                     open_http_cluster(
                         settings, 1, bench.url, BENCH_PREFIX, env={CLIENT_ENV: "coredis"}
@@ -224,17 +213,16 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b > 0 else None
 
 
-def peer_summary(block: dict[str, Any]) -> dict[str, Any]:
-    """The ratios the targets are judged on, all within this one run."""
-    ours, metered, coredis, mem, red, fixed = (block[s]["cpu_ms_per_flow"] for s in SIDES)
+def peer_summary(block: dict[str, Any], switch: dict[str, Any]) -> dict[str, Any]:
+    """The ratios the targets are judged on, all within this one run; metrics on ÷ off from
+    ``switch`` (``metrics_switch``: one node process switching between the two)."""
+    ours, coredis, mem, red, fixed = (block[s]["cpu_ms_per_flow"] for s in SIDES)
     ours_total = ours["servers"] + ours["redis"]
-    metered_total = metered["servers"] + metered["redis"]
     coredis_total = coredis["servers"] + coredis["redis"]
     return {
         **block,
         "servers": {
             "ours": "1 node process: uvicorn (httptools, uvloop), the real Redis, own client",
-            "ours_metrics": "the same with its metrics on (--metrics-port)",
             "ours_coredis": "the same on coredis (NOTES_CLUSTER_REDIS_CLIENT=coredis)",
             "peer_memory": "mcp 2.3.0 MCPServer, streamable_http_app(json_response=True, "
             "stateless_http=True), uvicorn (httptools, uvloop) 1 worker, notes in memory",
@@ -252,7 +240,6 @@ def peer_summary(block: dict[str, Any]) -> dict[str, Any]:
             "ours_redis": ours["redis"],
             "ours_node_plus_redis": round(ours_total, 3),
             "ours_client": ours["client"],
-            "ours_metrics_node_plus_redis": round(metered_total, 3),
             "ours_coredis_node": coredis["servers"],
             "ours_coredis_node_plus_redis": round(coredis_total, 3),
             "peer_memory_process": mem["servers"],
@@ -263,6 +250,9 @@ def peer_summary(block: dict[str, Any]) -> dict[str, Any]:
         "cpu_ratio_vs_peer_memory": _ratio(ours_total, mem["servers"]),
         "cpu_ratio_vs_peer_redis": _ratio(ours_total, red["servers"] + red["redis"]),
         "http_server_share_of_node": _ratio(fixed["servers"], ours["servers"]),
-        "metrics_on_over_off": _ratio(metered_total, ours_total),
+        "metrics_switch": switch,
+        "metrics_on_over_off": switch["ratio_node_plus_redis"],
+        "metrics_on_over_off_95": switch["ratio_node_plus_redis_95"],
+        "metrics_node_on_over_off": switch["ratio_node"],
         "own_client_over_coredis": _ratio(ours_total, coredis_total),
     }

@@ -21,7 +21,7 @@ import trio
 
 from cluster.config import ClusterSettings
 from cluster.operations import OpsOptions
-from cluster.serve import start_node_processes
+from cluster.serve import NODE_PROCESS_MODULE, start_node_processes
 from cluster.stopping import open_lifeline
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -124,17 +124,21 @@ async def open_http_cluster(
     *,
     ops: OpsOptions | None = None,
     env: Mapping[str, str] | None = None,
+    module: str = NODE_PROCESS_MODULE,
+    args: Sequence[str] = (),
 ) -> AsyncIterator[ServerProcs]:
     """``nodes`` node processes on free loopback ports over ``redis_url``, their keys under
     ``prefix``; stopped on exit (``start_node_processes`` stops each child by its pid when
     cancelled). The pids are of these nodes only, so clusters open side by side (the peer
     comparison's) each count their own. ``ops`` turns their metrics on; ``env`` is added to
-    their environment (e.g. the Redis client they use)."""
+    their environment (e.g. the Redis client they use); ``module`` is what each runs
+    (``cluster.node_process``, or a module taking its command line and ``args`` after it)."""
     async with trio.open_nursery() as nursery:
         with _environment(env or {}), trio.fail_after(START_TIMEOUT_S * nodes):
             started = await start_node_processes(
-                nursery, settings, redis_url, count=nodes, embedded=False, prefix=prefix, ops=ops
-            )
+                nursery, settings, redis_url, count=nodes, embedded=False, prefix=prefix, ops=ops,
+                module=module, module_args=args,
+            )  # fmt: skip
         try:
             yield ServerProcs([n.url for n in started], [n.pid for n in started])
         finally:

@@ -12,6 +12,7 @@ Scenarios:
            and ``redis-benchmark`` EVALSHA; the in-process cluster as a fraction of it;
 3. peer    the same flow on the official MCP Python SDK under uvicorn, alternating with ours
            (1 node) in short slots at concurrency 8: flows/s ratio and server CPU per flow;
+           then metrics on ÷ off in one node process switching between them (``metrics_switch``);
 4. sizes   flows/s and p50 with 1k .. 1M other notes stored;
 5. steady  the race workload (``simulate``, 3 in-process nodes on the same Redis, c64): flows/s
            in the last tenth of the run against the first tenth;
@@ -19,7 +20,7 @@ Scenarios:
            valkey-glide when installed), on uvloop and on trio (``redis_clients``).
 
 ``bench.md`` opens with the budget per flow (``budget``): scenario 3's sides as columns, CPU of
-the server process, Redis and the load client, metrics on and off, and scenario 6's µs per call.
+the server process, Redis and the load client, metrics on ÷ off, and scenario 6's µs per call.
 
 Only ratios measured in this one run mean anything: the machine is shared and noisy. The bench
 runs on a ``redis-server`` of its own (``database``), emptied before, between and after points;
@@ -62,6 +63,7 @@ from cluster.experiments.bench.http_scenarios import (
     peer_comparison,
     peer_summary,
 )
+from cluster.experiments.bench.metrics_switch import metrics_switch
 from cluster.experiments.bench.procs import redis_server_pid
 from cluster.experiments.bench.redis_clients import compare_clients
 from cluster.experiments.bench.report import render_markdown
@@ -317,7 +319,9 @@ async def _peer_scenario(bench: Bench, settings: ClusterSettings) -> dict[str, A
         bench.log("3. the SDK peer: skipped, the mcp package is not installed")
         return None
     bench.log("3. the SDK peer and ours, alternating")
-    return peer_summary(await peer_comparison(bench, settings))
+    block = await peer_comparison(bench, settings)
+    bench.log("3. metrics on ÷ off: one node process switching between the two")
+    return peer_summary(block, await metrics_switch(bench, settings))
 
 
 def _report(
