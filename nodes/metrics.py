@@ -29,7 +29,11 @@ hot path. prometheus-client's labelled ``Counter`` and ``Histogram`` take a lock
 write comes from the node's event loop and every read (a scrape, answered on the same loop,
 or ``registry.get_sample_value``) runs between two writes, so the counts are plain integers in
 dicts (``_Counts``), turned into metric families only when scraped. prometheus-client still
-writes the exposition.
+writes the exposition. Labelling and bucketing are deferred too: a request appends its header
+pair and status to a list, a timed store call its seconds, and both are counted in one pass
+(``collections.Counter``; a sort and a bisect per bucket) before every scrape, or once
+``PENDING_BOUND`` are pending. Counting a request each time cost about 3,000 instructions
+(hashing fresh header strings into a dict of pairs); appending it costs a few hundred.
 
 Metric names (all prefixed ``notes_``): ``requests_total{method,tool,status}``,
 ``requests_in_flight``, ``confirmations_total{status}``, ``setup_completions_total{status}``,
@@ -42,8 +46,11 @@ Metric names (all prefixed ``notes_``): ``requests_total{method,tool,status}``,
 
 from __future__ import annotations
 
+import inspect
+import keyword
 import time
-from bisect import bisect_left
+from bisect import bisect_right
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, cast
 
@@ -71,6 +78,9 @@ millisecond; the top buckets catch WAIT timeouts and the 5 s stream timeout."""
 STORE_CALLS = frozenset(n for n in vars(NoteStoreAPI) if not n.startswith("_"))
 """The calls ``MeteredStore`` times: exactly the methods of the node's store interface."""
 SETUP_PATH_PREFIX = "/setup/"
+PENDING_BOUND = 4096
+"""Requests (and observations of one store call) appended before they are added to the counts
+even without a scrape: what a node holds uncounted is bounded."""
 LABEL_CACHE_SIZE = 256
 """``(Mcp-Method, Mcp-Name)`` header pairs whose labels are kept: clients send a handful; one
 sending ever new values has them worked out each time, and costs no memory."""
@@ -126,20 +136,43 @@ _BUCKET_LABELS: tuple[str, ...] = tuple(
 
 
 class _Histogram:
-    """One label child of a histogram: a count per bucket (the last for +Inf) and the sum."""
+    """One label child of a histogram: a count per bucket (the last for +Inf) and the sum, and
+    the observations not yet added to them (``pending``: a timed call only appends, see the
+    module's note on cost; ``fold`` adds them, before every scrape and every
+    ``PENDING_BOUND``)."""
 
-    __slots__ = ("buckets", "total")
+    __slots__ = ("buckets", "pending", "total")
 
     def __init__(self) -> None:
         self.buckets = [0] * (len(STORE_BUCKETS) + 1)
         self.total = 0.0
+        self.pending: list[float] = []
 
     def observe(self, seconds: float) -> None:
-        # Prometheus buckets are "less than or equal": bisect_left finds the first bound >= it.
-        self.buckets[bisect_left(STORE_BUCKETS, seconds)] += 1
-        self.total += seconds
+        """One observation (the timed store calls append to ``pending`` themselves)."""
+        pending = self.pending
+        pending.append(seconds)
+        if len(pending) >= PENDING_BOUND:
+            self.fold()
+
+    def fold(self) -> None:
+        """Add the pending observations to the buckets and the sum."""
+        pending = self.pending
+        if not pending:
+            return
+        pending.sort()
+        start = 0
+        for i, bound in enumerate(STORE_BUCKETS):
+            # Prometheus buckets are "less than or equal": bisect_right counts those <= bound.
+            end = bisect_right(pending, bound, start)
+            self.buckets[i] += end - start
+            start = end
+        self.buckets[-1] += len(pending) - start
+        self.total += sum(pending)
+        pending.clear()
 
     def cumulative(self) -> list[tuple[str, float]]:
+        self.fold()
         out: list[tuple[str, float]] = []
         running = 0
         for le, count in zip(_BUCKET_LABELS, self.buckets, strict=True):
@@ -153,6 +186,8 @@ class _Counts(Collector):
     module's note on cost) and turned into families when scraped."""
 
     def __init__(self) -> None:
+        self.before_collect: Callable[[], None] | None = None
+        """Called first when scraped: pending counts are added (``NodeMetrics.fold``)."""
         self.requests: dict[tuple[str, str], dict[int, int]] = {}
         """Per ``(method, tool)`` labels, answered requests by HTTP status (0: none started)."""
         self.confirmations: dict[str, int] = {}
@@ -161,6 +196,8 @@ class _Counts(Collector):
         self.store_errors: dict[str, int] = {}
 
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        if self.before_collect is not None:
+            self.before_collect()
         requests = CounterMetricFamily(
             f"{PREFIX}_requests",
             "HTTP requests answered, by MCP method, tool and HTTP status.",
@@ -201,10 +238,11 @@ class NodeMetrics:
         """The ``tool`` label values besides ``other``: the watched node's tools."""
         self._labels: dict[tuple[str | None, str | None], tuple[str, str]] = {}
         """The labels of each ``(Mcp-Method, Mcp-Name)`` pair seen, at most ``LABEL_CACHE_SIZE``."""
-        self._counts_by_pair: dict[tuple[str | None, str | None], dict[int, int]] = {}
-        """The same pairs' counts by status (``count``), at most ``LABEL_CACHE_SIZE``."""
+        self._pending: list[tuple[str | None, str | None, int]] = []
+        """Requests counted by ``count`` and not yet added to ``counts`` (``fold``)."""
         r = self.registry
         self.counts = _Counts()
+        self.counts.before_collect = self.fold
         r.register(self.counts)
         self.in_flight = Gauge(
             f"{PREFIX}_requests_in_flight", "HTTP requests being answered.", registry=r
@@ -227,30 +265,36 @@ class NodeMetrics:
 
     def count(self, scope: Scope, status: int) -> None:
         """One HTTP request answered with ``status`` (0: no response started); the node's app
-        calls it (``nodes.http.RequestMeter``). An MCP request's header dict, which the app
-        left in the scope, leads straight to its counts (a bounded cache); anything else takes
-        ``requests_of``."""
+        calls it (``nodes.http.RequestMeter``). An MCP request's ``(Mcp-Method, Mcp-Name)``,
+        from the header dict the app left in its scope, is only appended to a list here, and
+        labelled and counted when ``fold``ed (a scrape, or every ``PENDING_BOUND`` requests);
+        a value the dict joined from a repeated header (``, ``), or a request without the
+        dict, is labelled from the raw headers now (``requests_of``: the last one counts)."""
         headers = scope.get(HEADERS_SCOPE_KEY)
-        if headers is None:
-            counts = self.requests_of(scope)
-        else:
-            pair = (headers.get("mcp-method"), headers.get("mcp-name"))
-            cached = self._counts_by_pair.get(pair)
-            if cached is None:
-                counts = self.requests_of(scope)  # the raw headers: the last of a repeat counts
-                joined = any(value is not None and ", " in value for value in pair)
-                if not joined and len(self._counts_by_pair) < LABEL_CACHE_SIZE:
-                    # (A repeated header's values are joined in the app's dict: never a key.)
-                    self._counts_by_pair[pair] = counts
-            else:
-                counts = cached
+        if headers is not None:
+            method, name = headers.get("mcp-method"), headers.get("mcp-name")
+            if (method is None or ", " not in method) and (name is None or ", " not in name):
+                pending = self._pending
+                pending.append((method, name, status))
+                if len(pending) >= PENDING_BOUND:
+                    self.fold()
+                return
+        counts = self.requests_of(scope)
         counts[status] = counts.get(status, 0) + 1
 
-    def count_decision(self, call: str, status: str) -> None:
-        """One confirmation (``call`` ``confirm``) or setup completion decided as ``status``
-        (the store's word, from a fixed set: ConfirmStatus, SetupStatus)."""
-        counts = self.counts.confirmations if call == "confirm" else self.counts.setups
-        counts[status] = counts.get(status, 0) + 1
+    def fold(self) -> None:
+        """Add the pending requests (``count``) to the counts, each pair labelled once."""
+        pending = self._pending
+        if not pending:
+            return
+        requests = self.counts.requests
+        for (method, name, status), n in Counter(pending).items():
+            labels = self._labels_cached(method, name)
+            counts = requests.get(labels)
+            if counts is None:
+                counts = requests[labels] = {}
+            counts[status] = counts.get(status, 0) + n
+        pending.clear()
 
     def store_call(self, call: str) -> tuple[_Histogram, Callable[[], None]]:
         """The latency histogram of store call ``call`` and a function counting one error of
@@ -267,8 +311,8 @@ class NodeMetrics:
     def watch_node(self, node: Node) -> None:
         """Label requests with ``node``'s tool names; expose its own counters at scrape time."""
         self.tool_names = frozenset(node.tools)
+        self.fold()  # counted under the labels of the tools they were counted with
         self._labels.clear()
-        self._counts_by_pair.clear()
         self._callbacks.node = node.statistics
 
     def watch_legacy(self, statistics: Callable[[], Any]) -> None:
@@ -294,13 +338,16 @@ class NodeMetrics:
                 raw_method = value
                 if raw_name is not None:
                     break
-        key = (
+        return self._labels_cached(
             None if raw_method is None else raw_method.decode("latin-1"),
             None if raw_name is None else raw_name.decode("latin-1"),
         )
+
+    def _labels_cached(self, method: str | None, name: str | None) -> tuple[str, str]:
+        key = (method, name)
         labels = self._labels.get(key)
         if labels is None:
-            labels = self._labels_of(*key)
+            labels = self._labels_of(method, name)
             if len(self._labels) < LABEL_CACHE_SIZE:  # the values are the client's to choose
                 self._labels[key] = labels
         return labels
@@ -369,6 +416,8 @@ class MeteredStore:
     def __init__(self, inner: NoteStoreAPI, metrics: NodeMetrics) -> None:
         self.inner = inner
         self._metrics = metrics
+        self._clock: Callable[[], float] = time.perf_counter
+        """What times the calls (a test sets its own before the first call)."""
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -382,25 +431,92 @@ class MeteredStore:
     def _timed(
         self, name: str, call: Callable[..., Awaitable[Any]]
     ) -> Callable[..., Awaitable[Any]]:
+        """``call`` timed into the histogram of ``name``, its errors counted, a decision's status
+        counted: one coroutine written for its signature (``_timed_source``), so a call costs
+        one frame and no packing of its arguments into a tuple and a dict and out again."""
         m = self._metrics
-        seconds, error = m.store_call(name)
-        decides = name in ("confirm", "complete_setup")
-        clock = time.perf_counter
-
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            start = clock()
-            try:
-                out = await call(*args, **kwargs)
-            except Exception:
-                error()
-                raise
-            finally:
-                seconds.observe(clock() - start)
-            if decides:
-                m.count_decision(name, str(out.status))
-            return out
-
+        histogram, error = m.store_call(name)
+        decisions = {"confirm": m.counts.confirmations, "complete_setup": m.counts.setups}
+        namespace: dict[str, Any] = {
+            "_call": call,
+            "_clock": self._clock,
+            "_error": error,
+            "_histogram": histogram,
+            "_pending": histogram.pending,
+            "_bound": PENDING_BOUND,
+            "_decisions": decisions.get(name),
+        }
+        source = _timed_source(name, call, namespace)
+        exec(compile(source, f"<timed store call {name}>", "exec"), namespace)  # noqa: S102
+        timed: Callable[..., Awaitable[Any]] = namespace[name]
+        timed.__qualname__ = f"MeteredStore.{name}"
         return timed
+
+
+def _timed_source(name: str, call: Callable[..., Any], namespace: dict[str, Any]) -> str:
+    """The source of ``async def NAME(<call's parameters>)`` timing ``call``; each default is
+    put in ``namespace`` and named there. A callable without a readable signature, or with a
+    parameter that is not a plain identifier or starts with ``_`` (the code's own names do),
+    gets ``*args, **kwargs``."""
+    params: list[str] = []
+    forward: list[str] = []
+    try:
+        signature = inspect.signature(call)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is None or not all(
+        p.isidentifier() and not keyword.iskeyword(p) and not p.startswith("_")
+        for p in (name, *signature.parameters)
+    ):
+        params, forward = ["*args", "**kwargs"], ["*args", "**kwargs"]
+    else:
+        keyword_only = False
+        for p in signature.parameters.values():
+            text = p.name
+            if p.default is not p.empty:
+                namespace[f"_default_{p.name}"] = p.default
+                text += f"=_default_{p.name}"
+            if p.kind is p.VAR_POSITIONAL:
+                text, keyword_only = f"*{p.name}", True
+                forward.append(text)
+            elif p.kind is p.VAR_KEYWORD:
+                text = f"**{p.name}"
+                forward.append(text)
+            elif p.kind is p.KEYWORD_ONLY:
+                if not keyword_only:
+                    params.append("*")
+                    keyword_only = True
+                forward.append(f"{p.name}={p.name}")
+            else:
+                forward.append(p.name)
+            params.append(text)
+        if any(p.kind is p.POSITIONAL_ONLY for p in signature.parameters.values()):
+            last = max(
+                i
+                for i, p in enumerate(signature.parameters.values())
+                if p.kind is p.POSITIONAL_ONLY
+            )
+            params.insert(last + 1, "/")
+    decide = (
+        "    if _decisions is not None:\n"
+        "        _status = str(_out.status)\n"
+        "        _decisions[_status] = _decisions.get(_status, 0) + 1\n"
+    )
+    return (
+        f"async def {name}({', '.join(params)}):\n"
+        "    _start = _clock()\n"
+        "    try:\n"
+        f"        _out = await _call({', '.join(forward)})\n"
+        "    except Exception:\n"
+        "        _error()\n"
+        "        raise\n"
+        "    finally:\n"
+        "        _pending.append(_clock() - _start)\n"
+        "        if len(_pending) >= _bound:\n"
+        "            _histogram.fold()\n"
+        f"{decide}"
+        "    return _out\n"
+    )
 
 
 def metered(store: NoteStoreAPI, metrics: NodeMetrics) -> NoteStoreAPI:

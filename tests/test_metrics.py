@@ -11,12 +11,12 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 import trio
-from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.config import demo_settings
@@ -28,13 +28,16 @@ from nodes.auth import TokenTable
 from nodes.metrics import (
     LABEL_CACHE_SIZE,
     OTHER,
+    PENDING_BOUND,
     STORE_BUCKETS,
+    MeteredStore,
     NodeMetrics,
     metered,
     with_metrics,
     with_metrics_port,
 )
 from nodes.protocol import Node
+from store.api import NoteStoreAPI
 from store.notes import NoteStore
 from tests.harness import accept, make_nodes, meta
 from tests.test_http_transport import delete_call, good_headers
@@ -256,6 +259,39 @@ def test_the_store_call_histogram_counts_as_prometheus_clients_does() -> None:
         observations
     )
 
+    # The timed store calls count inline (code written per call's signature): the same.
+    timed = NodeMetrics()
+    store = MeteredStore(cast(NoteStoreAPI, _Finds()), timed)
+    ticks = iter([t for seconds in observations for t in (0.0, seconds)])  # exact differences
+    store._clock = lambda: next(ticks)
+    for _ in observations:
+        assert await_now(store.find("t", "ws", "title", 3, after="x")) == (
+            "t",
+            "ws",
+            "title",
+            3,
+            "x",
+        )
+    assert samples(timed.registry) == pytest.approx(samples(reference_registry))
+
+
+class _Finds:
+    """A store whose ``find`` answers its arguments at once."""
+
+    async def find(
+        self, tenant: str, workspace: str, title: str, limit: int = 50, after: str = ""
+    ) -> tuple[str, str, str, int, str]:
+        return tenant, workspace, title, limit, after
+
+
+def await_now(awaitable: Any) -> Any:
+    """The result of a coroutine that never suspends."""
+    try:
+        awaitable.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("it suspended")
+
 
 async def test_the_app_counts_its_requests_as_the_middleware_counts_them(
     store: NoteStore, nursery: trio.Nursery
@@ -362,7 +398,45 @@ def test_counting_by_the_apps_header_dict_labels_as_the_raw_headers_do() -> None
             with_dict = {**scope, http.HEADERS_SCOPE_KEY: http._header_dict(headers)}
             before = dict(m.counts.requests.get(expected, {}))
             m.count(with_dict, 200 + round_no)
+            m.fold()
             after = m.counts.requests[expected]
             assert after.get(200 + round_no, 0) == before.get(200 + round_no, 0) + 1, raw
     total = sum(sum(by_status.values()) for by_status in m.counts.requests.values())
     assert total == 2 * len(header_lists)
+
+
+def test_pending_requests_and_store_seconds_are_bounded_and_counted_once_each() -> None:
+    """Counting only appends (``NodeMetrics.count``, a timed store call): what waits for the
+    next scrape is bounded by ``PENDING_BOUND``, and each request and observation is counted
+    exactly once, whether a bound or a scrape folded it."""
+    m = NodeMetrics()
+    m.tool_names = frozenset({"notes_delete"})
+    headers = {"mcp-method": "tools/call", "mcp-name": "notes_delete"}
+    scope = {"type": "http", "path": "/mcp", "headers": [], http.HEADERS_SCOPE_KEY: headers}
+    histogram, _ = m.store_call("find")
+    total = 2 * PENDING_BOUND + 7
+    for i in range(total):
+        m.count(scope, 200)
+        histogram.observe(0.0001 if i % 2 else 0.02)
+        assert len(m._pending) < PENDING_BOUND
+        assert len(histogram.pending) < PENDING_BOUND
+    assert len(m._pending) == len(histogram.pending) == 7  # two folds each, seven waiting
+    got = scrape_now(m)
+    labels = (("method", "tools/call"), ("status", "200"), ("tool", "notes_delete"))
+    assert got[("notes_requests_total", labels)] == total
+    assert got[("notes_store_call_seconds_count", (("call", "find"),))] == total
+    fast = got[("notes_store_call_seconds_bucket", (("call", "find"), ("le", "0.0005")))]
+    assert fast == total // 2
+    assert got[("notes_store_call_seconds_sum", (("call", "find"),))] == pytest.approx(
+        total // 2 * 0.0001 + (total - total // 2) * 0.02
+    )
+    assert m._pending == []
+    assert histogram.pending == []
+    assert scrape_now(m) == got  # a scrape with nothing new counts nothing again
+
+
+def scrape_now(m: NodeMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of ``m``'s exposition, by name and labels."""
+    text = generate_latest(m.registry).decode()
+    families = text_string_to_metric_families(text)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
