@@ -67,6 +67,10 @@ class NodeOptions:
     server_times_bodies: bool = False
     """The ASGI server bounds each body's arrival (``cluster.node_server`` does, far cheaper);
     when False the app does, with a deadline of its own around the read (any other server)."""
+    server_routes_metrics_port: bool = False
+    """The ASGI server hands every connection on the metrics port to ``NodeApp.serve_metrics``
+    (``cluster.node_server``'s ``port_apps``), so the app does not check each request's port;
+    when False it does (any other server)."""
 
 
 class NodeApp:
@@ -81,6 +85,8 @@ class NodeApp:
         self.served: ASGIApp | None = None
         """What requests go to: ``http`` inside the operator's middleware (health, metrics)."""
         self.operations: NodeOperations | None = None
+        self.metrics_app: ASGIApp | None = None
+        """What ``serve_metrics`` serves, once started with a metrics port."""
         self._stack = AsyncExitStack()
         self.on_build: list[Callable[[StreamableHTTPApp], None]] = []
         """Called with the HTTP app once built (before serving): a place to add routes."""
@@ -96,6 +102,16 @@ class NodeApp:
         else:
             # A server without lifespan support never started the node.
             await _plain_answer(send, 503, b"node not started")
+
+    async def serve_metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request on the metrics port, handed over by the server
+        (``NodeOptions.server_routes_metrics_port``): the metrics, at any path."""
+        metrics = self.metrics_app
+        if metrics is None or scope["type"] != "http":
+            if scope["type"] == "http":
+                await _plain_answer(send, 503, b"metrics not started")
+            return
+        await metrics(scope, receive, send)
 
     async def drain(self) -> None:
         """The server has stopped accepting: ``/readyz`` answers 503 from now on, and legacy
@@ -117,7 +133,7 @@ class NodeApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                self.served = self.http = self.operations = None
+                self.served = self.http = self.operations = self.metrics_app = None
                 await self._stack.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -162,7 +178,8 @@ class NodeApp:
             hook(http)
         self.operations = operations
         self.http = http
-        self.served = operations.wrap(http)
+        self.served = operations.wrap(http, route_metrics_port=not o.server_routes_metrics_port)
+        self.metrics_app = operations.metrics_endpoint()
         log.info("node %s serving, store %s", o.node_id, "embedded" if o.embedded else "Redis")
 
 

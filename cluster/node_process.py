@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         public_url=base,
         ops=ops,
         server_times_bodies=True,
+        server_routes_metrics_port=True,
     )
     app = NodeApp(settings, options)
     config = server_config(
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         port=port,
         timeouts=settings.timeouts,
         max_header_bytes=settings.max_header_bytes,
+        port_apps={} if ops.metrics_port is None else {ops.metrics_port: app.serve_metrics},
     )
 
     def ready() -> None:

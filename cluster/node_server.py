@@ -35,8 +35,8 @@ import signal
 import socket
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
-from types import FrameType
+from collections.abc import Callable, Iterator, Mapping
+from types import FrameType, MappingProxyType
 from typing import Any
 
 import httptools
@@ -66,6 +66,11 @@ class NodeServerConfig(uvicorn.Config):
     headers_timeout_s: float = ServerTimeouts().headers_s
     body_timeout_s: float = ServerTimeouts().body_s
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    port_apps: Mapping[int, Any] = MappingProxyType({})
+    """Local port -> the ASGI app that serves every connection arriving on it instead of the
+    config's app (a node process's metrics port: ``NodeApp.serve_metrics``). Chosen once per
+    connection, so requests on the other ports are not checked one by one. One process only:
+    the apps are this process's objects."""
 
 
 _BODY_TIMEOUT_RESPONSE = (
@@ -134,6 +139,11 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        port_apps = self.config.port_apps  # type: ignore[attr-defined]
+        if port_apps and self.server is not None:
+            app = port_apps.get(self.server[1])
+            if app is not None:
+                self.app = app
         self._arm(_HEADERS, self.config.headers_timeout_s)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
@@ -388,6 +398,7 @@ def server_config(
     factory: bool = False,
     log_level: str | None = None,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    port_apps: Mapping[int, Any] | None = None,
 ) -> NodeServerConfig:
     """uvicorn settings of a node process: httptools, uvloop, no access log, no proxy headers
     (a node trusts no forwarded address), the idle, drain and header timeouts, the header size
@@ -414,6 +425,10 @@ def server_config(
     config.headers_timeout_s = timeouts.headers_s
     config.body_timeout_s = timeouts.body_s
     config.max_header_bytes = max_header_bytes
+    if port_apps:
+        if workers != 1:
+            raise ValueError("port_apps are this process's objects: one worker only")
+        config.port_apps = MappingProxyType(dict(port_apps))
     return config
 
 

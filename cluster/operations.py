@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from nodes.health import Readiness, ReadinessProbe, with_health
 from nodes.legacy import LegacyAdapter
-from nodes.metrics import ASGIApp, NodeMetrics, with_metrics, with_metrics_port
+from nodes.metrics import ASGIApp, NodeMetrics, metrics_endpoint, with_metrics, with_metrics_port
 from nodes.protocol import Node
 
 log = logging.getLogger("cluster.operations")
@@ -50,14 +50,21 @@ class NodeOperations:
     metrics_port: int | None = None
     """The local port whose requests get the metrics (the server listens on it too)."""
 
-    def wrap(self, app: ASGIApp) -> ASGIApp:
+    def wrap(self, app: ASGIApp, *, route_metrics_port: bool = True) -> ASGIApp:
         """``app`` with ``/healthz``, ``/readyz`` and (with metrics) the request metrics, and
-        the metrics endpoint for requests on the metrics port."""
+        the metrics endpoint for requests on the metrics port; without ``route_metrics_port``
+        the server hands that port's connections to ``metrics_endpoint()`` itself."""
         inner = app if self.metrics is None else with_metrics(app, self.metrics)
         served = with_health(inner, self.readiness)
-        if self.metrics is None or self.metrics_port is None:
+        if self.metrics is None or self.metrics_port is None or not route_metrics_port:
             return served
         return with_metrics_port(served, self.metrics.registry, self.metrics_port)
+
+    def metrics_endpoint(self) -> ASGIApp | None:
+        """What the metrics port serves (None: no metrics)."""
+        if self.metrics is None or self.metrics_port is None:
+            return None
+        return metrics_endpoint(self.metrics.registry)
 
 
 def bind_metrics(options: OpsOptions) -> tuple[socket.socket | None, OpsOptions]:

@@ -524,10 +524,17 @@ def metered(store: NoteStoreAPI, metrics: NodeMetrics) -> NoteStoreAPI:
     return cast(NoteStoreAPI, MeteredStore(store, metrics))
 
 
+def metrics_endpoint(registry: CollectorRegistry) -> ASGIApp:
+    """``registry`` in Prometheus' text format, at any path (prometheus-client's ASGI app)."""
+    return cast(ASGIApp, make_asgi_app(registry))
+
+
 def with_metrics_port(app: ASGIApp, registry: CollectorRegistry, port: int) -> ASGIApp:
     """``app``, except that HTTP requests that arrived on local port ``port`` get ``registry``
-    in Prometheus' text format (any path, as prometheus-client answers) and nothing else."""
-    exposition = cast(ASGIApp, make_asgi_app(registry))
+    in Prometheus' text format (any path, as prometheus-client answers) and nothing else. (A
+    server that hands the metrics port's connections to ``metrics_endpoint`` itself needs no
+    such check per request: ``cluster.node_server``'s ``port_apps``.)"""
+    exposition = metrics_endpoint(registry)
 
     def routed(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         # Not a coroutine: the request awaits the chosen app's own (no frame added to its chain).

@@ -97,8 +97,9 @@ async def the_metrics_port_is_bounded(port: int, count: Callable[[], int]) -> No
 
 
 @contextmanager
-def node_process_with_metrics(redis_url: str, metrics_port: int) -> Iterator[int]:
-    """A node process over the embedded store with metrics on ``metrics_port``; yields its pid."""
+def node_process_with_metrics(redis_url: str, metrics_port: int) -> Iterator[tuple[int, str]]:
+    """A node process over the embedded store with metrics on ``metrics_port``; yields its pid
+    and its MCP URL."""
     args = ["--redis", redis_url, "--embedded", "--prefix", "nctmet", "--node-id", "met"]
     args += ["--headers-timeout", str(TIMEOUT_S), "--metrics-port", str(metrics_port)]
     proc = subprocess.Popen(
@@ -111,7 +112,7 @@ def node_process_with_metrics(redis_url: str, metrics_port: int) -> Iterator[int
         reader.join(STEP_S)
         assert line, "the node process printed no URL in time"
         assert line[0], "the node process exited before it was ready"
-        yield proc.pid
+        yield proc.pid, line[0].decode().strip()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -130,8 +131,37 @@ async def test_a_node_process_serves_metrics_without_a_thread_per_connection(
     embedded_url: str,
 ) -> None:
     port = free_port()
-    with node_process_with_metrics(embedded_url, port) as pid:
+    with node_process_with_metrics(embedded_url, port) as (pid, _):
         await the_metrics_port_is_bounded(port, partial(threads_of, pid))
+
+
+async def test_a_node_process_serves_metrics_on_its_metrics_port_only_and_counts_the_other(
+    embedded_url: str,
+) -> None:
+    """The node process's server hands the metrics port's connections to the metrics endpoint
+    (``port_apps``; the app no longer checks each request's port): any path there is the
+    metrics, never the node, and the MCP port never serves the metrics but is counted."""
+    port = free_port()
+    with node_process_with_metrics(embedded_url, port) as (_, url):
+        base = url.removesuffix("/mcp")
+        async with httpx.AsyncClient(timeout=STEP_S) as client:
+            for method, path in (("POST", "/mcp"), ("GET", "/healthz"), ("GET", "/anything")):
+                reply = await client.request(method, f"http://127.0.0.1:{port}{path}", json={})
+                assert reply.status_code == 200, (method, path)
+                assert "# TYPE notes_requests_total counter" in reply.text, (method, path)
+            before = requests_total(await client.get(f"http://127.0.0.1:{port}/metrics"))
+            for _ in range(3):
+                assert (await client.get(f"{base}/metrics")).status_code == 404
+                assert (await client.post(url, json={"jsonrpc": "2.0"})).status_code == 401
+            assert (await client.get(f"{base}/healthz")).json() == {"status": "ok"}
+            after = requests_total(await client.get(f"http://127.0.0.1:{port}/metrics"))
+    assert after - before == 6  # the MCP port's six; its health probe and the scrapes are not
+
+
+def requests_total(reply: httpx.Response) -> float:
+    """The sum of ``notes_requests_total`` in a scrape."""
+    families = text_string_to_metric_families(reply.text)
+    return sum(s.value for f in families if f.name == "notes_requests" for s in f.samples)
 
 
 # --- an in-process node: hypercorn's trio worker ----------------------------------------------

@@ -5,7 +5,8 @@ Layer: cluster (an experiment). ``python -m cluster.experiments.bench.metrics_sw
 options of its own after it. It builds two ``NodeApp``s exactly as a node process builds one,
 one without metrics and one with them (``OpsOptions.metrics_port``: a metered store, the HTTP
 app's meter, the metrics port served by the same server), and serves both through ``SwitchApp``
-on one uvicorn server. Every request goes to the app of the current *mode*; a clock in the
+on one uvicorn server (the metrics port's connections go to the metered node's endpoint, as
+a node process has them: ``cluster.node_server``'s ``port_apps``). Every request goes to the app of the current *mode*; a clock in the
 process switches the mode every window (off, on, on, off, ...: a drift cancels) and reads, at
 the start and end of each window after a short guard (requests in flight at the switch finish
 in it), this process's CPU clock, the requests completed and Redis' CPU (``--redis-pid``).
@@ -93,8 +94,6 @@ class SwitchApp:
     apps: tuple[NodeApp, NodeApp]
     window_s: float
     guard_s: float
-    metrics_port: int
-    """Requests on this port go to the metered app whatever the mode: its metrics endpoint."""
     redis_pid: int | None = None
     on_extra_s: float = 0.0
     mode: int = 0
@@ -109,13 +108,9 @@ class SwitchApp:
         if scope["type"] == "lifespan":
             await self._lifespan(scope, receive, send)
             return
-        if scope["type"] == "http":
-            if scope["path"].startswith(CONTROL):
-                await self._control(scope, send)
-                return
-            if scope["server"][1] == self.metrics_port:
-                await self.apps[1](scope, receive, send)
-                return
+        if scope["type"] == "http" and scope["path"].startswith(CONTROL):
+            await self._control(scope, send)
+            return
         mode = self.mode
         try:
             await self.apps[mode](scope, receive, send)
@@ -192,7 +187,7 @@ class SwitchApp:
             body = {
                 "windows": self.windows,
                 "served": dict(zip(MODES, self.served, strict=True)),
-                "metrics_port": self.metrics_port,
+                "metrics_port": self.apps[1].options.ops.metrics_port,
             }
         else:
             await _answer(send, 404, {"error": "unknown control path"})
@@ -236,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     base = f"http://{host}:{port}"
     metrics_socket, ops = bind_metrics(OpsOptions(metrics_host=a.metrics_host, metrics_port=0))
     assert metrics_socket is not None
+    assert ops.metrics_port is not None
 
     def node(mode: str, node_ops: OpsOptions) -> NodeApp:
         options = NodeOptions(
@@ -245,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
             public_url=base,
             ops=node_ops,
             server_times_bodies=True,
+            server_routes_metrics_port=True,
         )
         return NodeApp(settings, options)
 
@@ -252,7 +249,6 @@ def main(argv: list[str] | None = None) -> None:
         (node("off", OpsOptions()), node("on", ops)),
         window_s=own.window_ms / 1000,
         guard_s=own.guard_ms / 1000,
-        metrics_port=ops.metrics_port or 0,
         redis_pid=own.redis_pid,
         on_extra_s=own.on_extra_us / 1e6,
     )
@@ -263,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         port=port,
         timeouts=settings.timeouts,
         max_header_bytes=settings.max_header_bytes,
+        port_apps={ops.metrics_port: app.apps[1].serve_metrics},
     )
 
     def ready() -> None:
