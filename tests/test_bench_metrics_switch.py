@@ -10,6 +10,7 @@ mode is seen (a measure that could not see one would pass anything).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from cluster.experiments.bench.metrics_switch import (
     MODULE,
     inside,
     interval,
+    main,
     metrics_switch,
     pairs,
     ratios,
@@ -182,3 +184,20 @@ async def test_a_known_cost_added_to_the_metered_mode_is_seen(tmp_path: Path) ->
     assert out["ratio_node_plus_redis_95"][0] > 1.2
     on, off = out["modes"]["on"], out["modes"]["off"]
     assert on["node_ms_per_flow"] > off["node_ms_per_flow"]
+
+
+def test_the_measure_alone_runs_from_its_command_line_and_its_a_a_check_meters_neither(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``python -m cluster.experiments.bench.metrics_switch --same``: both nodes without
+    metrics (the A/A check), each serving its windows; too short a run is refused."""
+    main(["--seconds", "2", "--same"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["same"] is True
+    assert out["seconds"] == 2
+    assert out["failed"] == 0
+    assert out["pairs"] >= 1
+    assert out["served"]["off"] > 0
+    assert out["served"]["on"] > 0
+    with pytest.raises(SystemExit):
+        main(["--seconds", "1"])

@@ -21,20 +21,27 @@ few hundred milliseconds.
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
+import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import httpx
+import trio
 
 from cluster.config import ClusterSettings
-from cluster.experiments.bench.context import Bench
-from cluster.experiments.bench.database import BENCH_PREFIX
+from cluster.experiments.bench.context import Bench, Plan, bench_store
+from cluster.experiments.bench.database import BENCH_PREFIX, BenchRedis
 from cluster.experiments.bench.metrics_switch_node import MARK, WINDOWS
-from cluster.experiments.bench.procs import open_http_cluster
+from cluster.experiments.bench.procs import open_http_cluster, redis_server_pid
 from cluster.experiments.bench.wrk import cpu_split, pin, run_wrk
-from store.client import CLIENT_ENV
+from cluster.serve import settings_for
+from cluster.stopping import run_stoppable
+from store.client import CLIENT_ENV, redis_client
 
 MODULE = "cluster.experiments.bench.metrics_switch_node"
 CONCURRENCY = 8
@@ -145,13 +152,23 @@ def summarize(
 
 
 async def metrics_switch(
-    bench: Bench, settings: ClusterSettings, *, on_extra_us: float = 0.0
+    bench: Bench,
+    settings: ClusterSettings,
+    *,
+    on_extra_us: float = 0.0,
+    same: bool = False,
+    seconds: int | None = None,
 ) -> dict[str, Any]:
     """Run the switching node under wrk; its windows summarized (``summarize``), with how the
-    run went. ``on_extra_us``: a known CPU cost per request added to the metered mode."""
+    run went. ``on_extra_us``: a known CPU cost per request added to the metered mode;
+    ``same``: both nodes without metrics (A/A); ``seconds``: the run's (default: from the
+    plan)."""
     c = CONCURRENCY
-    seconds = max(MIN_SECONDS, round(PLAN_SECONDS * bench.plan.seconds))
+    if seconds is None:
+        seconds = max(MIN_SECONDS, round(PLAN_SECONDS * bench.plan.seconds))
     args = ["--window-ms", str(WINDOW_MS), "--guard-ms", str(GUARD_MS)]
+    if same:
+        args.append("--same")
     if bench.redis_pid is not None:
         args += ["--redis-pid", str(bench.redis_pid)]
     if on_extra_us:
@@ -186,6 +203,7 @@ async def metrics_switch(
         "windows_kept": len(kept),
         "served": answer["served"],
         "on_extra_us": on_extra_us,
+        "same": same,
     }
     bench.log(
         f"  metrics on ÷ off, one process switching: {out['ratio_node_plus_redis']:.3f} "
@@ -193,3 +211,46 @@ async def metrics_switch(
         f" node alone {out['ratio_node']:.3f}, {out['pairs']} pairs, {result.failures} failed"
     )
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m cluster.experiments.bench.metrics_switch [--seconds N] [--same]
+    [--on-extra-us N]``: the measure alone, on a redis-server of its own; prints its JSON."""
+    parser = argparse.ArgumentParser(
+        prog="python -m cluster.experiments.bench.metrics_switch",
+        description="Metrics on ÷ off in one node process switching between the two.",
+    )
+    parser.add_argument("--seconds", type=int, default=32, help="the measured run (default 32)")
+    parser.add_argument("--same", action="store_true", help="both without metrics: the A/A")
+    parser.add_argument("--on-extra-us", type=float, default=0.0, help="known cost, metered")
+    parser.add_argument("--seed", type=int, default=1)
+    a = parser.parse_args(argv)
+    if a.seconds < MIN_SECONDS:
+        parser.error(f"--seconds must be at least {MIN_SECONDS}")
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    async def run(where: BenchRedis) -> dict[str, Any]:
+        plan = Plan(a.seconds / PLAN_SECONDS, (1,), (CONCURRENCY,), (), True, 0)
+        async with redis_client(where.url) as client:
+            pid = await redis_server_pid(client)
+            bench = Bench(client, where.url, plan, log, pid, a.seed, own_redis=where.own)
+            try:
+                return await metrics_switch(
+                    bench,
+                    settings_for(None, True, None),
+                    on_extra_us=a.on_extra_us,
+                    same=a.same,
+                    seconds=a.seconds,
+                )
+            finally:
+                with trio.CancelScope(shield=True):
+                    await bench.clear()
+
+    with bench_store(None, log) as where:
+        print(json.dumps(run_stoppable(partial(run, where)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -6,10 +6,11 @@ options of its own after it. It builds two ``NodeApp``s exactly as a node proces
 one without metrics and one with them (``OpsOptions.metrics_port``: a metered store, the HTTP
 app's meter, the metrics port served by the same server), and serves both through ``SwitchApp``
 on one uvicorn server (the metrics port's connections go to the metered node's endpoint, as
-a node process has them: ``cluster.node_server``'s ``port_apps``). Every request goes to the app of the current *mode*; a clock in the
-process switches the mode every window (off, on, on, off, ...: a drift cancels) and reads, at
-the start and end of each window after a short guard (requests in flight at the switch finish
-in it), this process's CPU clock, the requests completed and Redis' CPU (``--redis-pid``).
+a node process has them: ``cluster.node_server``'s ``port_apps``). Every request goes to the
+app of the current *mode*; a clock in the process switches the mode every window (off, on,
+on, off, ...: a drift cancels) and reads, at the start and end of each window after a short
+guard (requests in flight at the switch finish in it), this process's CPU clock, the requests
+completed and Redis' CPU (``--redis-pid``).
 
 Why one process: two node processes started once differ by more than metrics cost (hash seed,
 memory layout, the core's neighbours: the last bench runs read 0.93 and 1.19 of the same
@@ -22,7 +23,8 @@ Control (on the MCP port, answered by ``SwitchApp`` itself, never by a node):
 - ``GET /switch/windows``: the windows recorded since the mark, as JSON.
 
 ``--on-extra-us N`` makes the metered app burn N µs of CPU per request: a known cost, to check
-that the measure sees one (``tests/test_bench_metrics_switch.py``).
+that the measure sees one (``tests/test_bench_metrics_switch.py``); ``--same`` builds both
+without metrics: the measure's A/A check, which should read 1 within its interval.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def _own_parser() -> argparse.ArgumentParser:
     p.add_argument("--guard-ms", type=float, default=20.0)
     p.add_argument("--redis-pid", type=int, default=None)
     p.add_argument("--on-extra-us", type=float, default=0.0)
+    p.add_argument("--same", action="store_true", help="both nodes without metrics (A/A)")
     return p
 
 
@@ -246,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         return NodeApp(settings, options)
 
     app = SwitchApp(
-        (node("off", OpsOptions()), node("on", ops)),
+        (node("off", OpsOptions()), node("on", OpsOptions() if own.same else ops)),
         window_s=own.window_ms / 1000,
         guard_s=own.guard_ms / 1000,
         redis_pid=own.redis_pid,
