@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from cluster.asgi import NodeApp, NodeOptions
 from cluster.config import ClusterSettings, ConfigError
@@ -93,8 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = settings_of(a)
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
     sock = bind_socket(a.host, a.port)
-    host, port = sock.getsockname()[:2]
-    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    base = base_url(sock)
     # The metrics port is served by the same server (cluster.operations.bind_metrics).
     metrics_socket, ops = bind_metrics(
         OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port)
@@ -110,19 +111,37 @@ def main(argv: list[str] | None = None) -> None:
         server_routes_metrics_port=True,
     )
     app = NodeApp(settings, options)
+    port_apps = {} if ops.metrics_port is None else {ops.metrics_port: app.serve_metrics}
+    sockets = [sock] if metrics_socket is None else [sock, metrics_socket]
+    serve(app, settings, sockets, port_apps)
+
+
+def base_url(sock: socket.socket) -> str:
+    """``http://HOST:PORT`` of a listening socket (an IPv6 host in brackets)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def serve(
+    app: Any, settings: ClusterSettings, sockets: list[socket.socket], port_apps: dict[int, Any]
+) -> None:
+    """Serve ``app`` on ``sockets`` (the first the MCP port: its URL is printed once ready,
+    the parent reads it) as a node process does, ``port_apps`` taking their ports'
+    connections; exit 0 once stopped."""
+    host, port = sockets[0].getsockname()[:2]
+    base = base_url(sockets[0])
     config = server_config(
         app,
-        host=a.host,
+        host=host,
         port=port,
         timeouts=settings.timeouts,
         max_header_bytes=settings.max_header_bytes,
-        port_apps={} if ops.metrics_port is None else {ops.metrics_port: app.serve_metrics},
+        port_apps=port_apps,
     )
 
     def ready() -> None:
         print(f"{base}/mcp", flush=True)
 
-    sockets = [sock] if metrics_socket is None else [sock, metrics_socket]
     with contextlib.suppress(KeyboardInterrupt):
         run_server(config, ready, sockets=sockets)
     sys.exit(0)

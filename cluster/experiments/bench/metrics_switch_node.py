@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,10 +41,10 @@ from typing import Any
 import anyio
 
 from cluster.asgi import NodeApp, NodeOptions
-from cluster.node_process import parser, settings_of
-from cluster.node_server import bind_socket, run_server, server_config
+from cluster.node_process import base_url, parser, serve, settings_of
+from cluster.node_server import bind_socket
 from cluster.operations import OpsOptions, bind_metrics
-from nodes.http import ASGIApp, Receive, Scope, Send
+from nodes.http import Receive, Scope, Send
 
 CONTROL = "/switch/"
 MARK, WINDOWS = "/switch/mark", "/switch/windows"
@@ -230,8 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     own = _own_parser().parse_args(rest)
     settings = settings_of(a)
     sock = bind_socket(a.host, a.port)
-    host, port = sock.getsockname()[:2]
-    base = f"http://{host}:{port}"
+    base = base_url(sock)
     metrics_socket, ops = bind_metrics(OpsOptions(metrics_host=a.metrics_host, metrics_port=0))
     assert metrics_socket is not None
     assert ops.metrics_port is not None
@@ -255,22 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         redis_pid=own.redis_pid,
         on_extra_s=own.on_extra_us / 1e6,
     )
-    served: ASGIApp = app
-    config = server_config(
-        served,
-        host=a.host,
-        port=port,
-        timeouts=settings.timeouts,
-        max_header_bytes=settings.max_header_bytes,
-        port_apps={ops.metrics_port: app.apps[1].serve_metrics},
-    )
-
-    def ready() -> None:
-        print(f"{base}/mcp", flush=True)
-
-    with contextlib.suppress(KeyboardInterrupt):
-        run_server(config, ready, sockets=[sock, metrics_socket])
-    sys.exit(0)
+    serve(app, settings, [sock, metrics_socket], {ops.metrics_port: app.apps[1].serve_metrics})
 
 
 if __name__ == "__main__":
