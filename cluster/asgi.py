@@ -106,10 +106,11 @@ class NodeApp:
     async def serve_metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request on the metrics port, handed over by the server
         (``NodeOptions.server_routes_metrics_port``): the metrics, at any path."""
+        if scope["type"] != "http":
+            return
         metrics = self.metrics_app
-        if metrics is None or scope["type"] != "http":
-            if scope["type"] == "http":
-                await _plain_answer(send, 503, b"metrics not started")
+        if metrics is None:
+            await _plain_answer(send, 503, b"metrics not started")
             return
         await metrics(scope, receive, send)
 

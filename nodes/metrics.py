@@ -453,57 +453,57 @@ class MeteredStore:
         return timed
 
 
+class _Named:
+    """A default value shown by its name (``repr``), for writing a parameter list."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 def _timed_source(name: str, call: Callable[..., Any], namespace: dict[str, Any]) -> str:
     """The source of ``async def NAME(<call's parameters>)`` timing ``call``; each default is
     put in ``namespace`` and named there. A callable without a readable signature, or with a
     parameter that is not a plain identifier or starts with ``_`` (the code's own names do),
     gets ``*args, **kwargs``."""
-    params: list[str] = []
-    forward: list[str] = []
     try:
-        signature = inspect.signature(call)
+        signature: inspect.Signature | None = inspect.signature(call)
     except (TypeError, ValueError):
         signature = None
     if signature is None or not all(
         p.isidentifier() and not keyword.iskeyword(p) and not p.startswith("_")
         for p in (name, *signature.parameters)
     ):
-        params, forward = ["*args", "**kwargs"], ["*args", "**kwargs"]
+        params, forward = "(*args, **kwargs)", ["*args", "**kwargs"]
     else:
-        keyword_only = False
+        # inspect writes the parameter list ("/" and "*" where they go), each default shown
+        # by the name it has in ``namespace``, no annotations.
+        plain = []
+        forward = []
         for p in signature.parameters.values():
-            text = p.name
-            if p.default is not p.empty:
-                namespace[f"_default_{p.name}"] = p.default
-                text += f"=_default_{p.name}"
+            default = p.default
+            if default is not p.empty:
+                namespace[f"_default_{p.name}"] = default
+                default = _Named(f"_default_{p.name}")
+            plain.append(p.replace(default=default, annotation=p.empty))
             if p.kind is p.VAR_POSITIONAL:
-                text, keyword_only = f"*{p.name}", True
-                forward.append(text)
+                forward.append(f"*{p.name}")
             elif p.kind is p.VAR_KEYWORD:
-                text = f"**{p.name}"
-                forward.append(text)
+                forward.append(f"**{p.name}")
             elif p.kind is p.KEYWORD_ONLY:
-                if not keyword_only:
-                    params.append("*")
-                    keyword_only = True
                 forward.append(f"{p.name}={p.name}")
             else:
                 forward.append(p.name)
-            params.append(text)
-        if any(p.kind is p.POSITIONAL_ONLY for p in signature.parameters.values()):
-            last = max(
-                i
-                for i, p in enumerate(signature.parameters.values())
-                if p.kind is p.POSITIONAL_ONLY
-            )
-            params.insert(last + 1, "/")
+        params = str(inspect.Signature(plain))
     decide = (
         "    if _decisions is not None:\n"
         "        _status = str(_out.status)\n"
         "        _decisions[_status] = _decisions.get(_status, 0) + 1\n"
     )
     return (
-        f"async def {name}({', '.join(params)}):\n"
+        f"async def {name}{params}:\n"
         "    _start = _clock()\n"
         "    try:\n"
         f"        _out = await _call({', '.join(forward)})\n"

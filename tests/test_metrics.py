@@ -440,3 +440,22 @@ def scrape_now(m: NodeMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
     text = generate_latest(m.registry).decode()
     families = text_string_to_metric_families(text)
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+
+class _Odd:
+    """A store whose ``find`` takes every kind of parameter and answers what it got."""
+
+    async def find(self, a: int, /, b: int = 2, *rest: int, k: int = 3, **extra: int) -> Any:
+        return a, b, rest, k, extra
+
+
+def test_a_timed_call_takes_and_forwards_every_kind_of_parameter_as_the_call_does() -> None:
+    """The timed call is written for the call's own signature: positional-only, defaults,
+    ``*rest``, keyword-only and ``**extra`` reach the store as given, and each call is timed."""
+    m = NodeMetrics()
+    store = MeteredStore(cast(NoteStoreAPI, _Odd()), m)
+    assert await_now(store.find(1)) == (1, 2, (), 3, {})
+    assert await_now(store.find(1, 5, 6, 7, k=8, z=9)) == (1, 5, (6, 7), 8, {"z": 9})
+    with pytest.raises(TypeError):
+        store.find(a=1)  # positional-only, as in the store's own signature
+    assert value(scrape_now(m), "notes_store_call_seconds_count", call="find") == 2

@@ -36,6 +36,7 @@ import trio
 from cluster.config import ClusterSettings
 from cluster.experiments.bench.context import Bench, Plan, bench_store
 from cluster.experiments.bench.database import BENCH_PREFIX, BenchRedis
+from cluster.experiments.bench.http_scenarios import PEER_CONCURRENCY, RATE_CAP
 from cluster.experiments.bench.metrics_switch_node import MARK, WINDOWS
 from cluster.experiments.bench.procs import open_http_cluster, redis_server_pid
 from cluster.experiments.bench.wrk import cpu_split, pin, run_wrk
@@ -44,10 +45,6 @@ from cluster.stopping import run_stoppable
 from store.client import CLIENT_ENV, redis_client
 
 MODULE = "cluster.experiments.bench.metrics_switch_node"
-CONCURRENCY = 8
-"""The peer comparison's (``http_scenarios.PEER_CONCURRENCY``)."""
-RATE_CAP = 4_000
-"""Flows/s the run is seeded for: above what one node process reaches on two cores."""
 PLAN_SECONDS = 4
 """The measured run lasts this many of the plan's seconds per point (32 s in a full bench, 12 s
 in a quick one), whole seconds (wrk's), two at least (a few pairs of windows)."""
@@ -163,7 +160,7 @@ async def metrics_switch(
     run went. ``on_extra_us``: a known CPU cost per request added to the metered mode;
     ``same``: both nodes without metrics (A/A); ``seconds``: the run's (default: from the
     plan)."""
-    c = CONCURRENCY
+    c = PEER_CONCURRENCY
     if seconds is None:
         seconds = max(MIN_SECONDS, round(PLAN_SECONDS * bench.plan.seconds))
     args = ["--window-ms", str(WINDOW_MS), "--guard-ms", str(GUARD_MS)]
@@ -232,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         print(text, file=sys.stderr, flush=True)
 
     async def run(where: BenchRedis) -> dict[str, Any]:
-        plan = Plan(a.seconds / PLAN_SECONDS, (1,), (CONCURRENCY,), (), True, 0)
+        plan = Plan(a.seconds / PLAN_SECONDS, (1,), (PEER_CONCURRENCY,), (), True, 0)
         async with redis_client(where.url) as client:
             pid = await redis_server_pid(client)
             bench = Bench(client, where.url, plan, log, pid, a.seed, own_redis=where.own)
