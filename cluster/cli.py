@@ -432,9 +432,22 @@ Examples:
 """
 
 
+class _SimulateCommand(click.Command):
+    """``simulate``: its help ends with the catalogue of planted defects, read only when the
+    help is shown (the plant machinery stays out of every other process)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from store.simulation.plants import PLANTS
+
+        super().format_epilog(ctx, formatter)
+        with formatter.section("Planted defects (--plant NAME, with --deterministic)"):
+            formatter.write_dl([(p.name, p.breaks) for p in PLANTS.values()])
+
+
 @main.command(
+    cls=_SimulateCommand,
     help="Throw the race workload at an in-process cluster and check the history.\n"
-    + SIMULATE_EXAMPLES
+    + SIMULATE_EXAMPLES,
 )
 @click.option(
     "--nodes",
@@ -526,6 +539,14 @@ Examples:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Run a deterministic run folder again (its seed and settings) into --out.",
 )
+@click.option(
+    "--plant",
+    default=None,
+    metavar="NAME",
+    help="With --deterministic: switch on one planted defect in the nodes' store (listed "
+    "below) and watch the checker catch it; the run folder records it, so --replay and shrink "
+    "keep it. Without --seed, the plant's own seed.",
+)
 def simulate_cmd(
     nodes: int,
     redis_url: str | None,
@@ -550,11 +571,12 @@ def simulate_cmd(
     buggify: bool,
     swarm: bool,
     replay_dir: Path | None,
+    plant: str | None,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
 
-    if deterministic or check_determinism or buggify or swarm or replay_dir:  # issue 19's hook
+    if deterministic or check_determinism or buggify or swarm or replay_dir or plant:
         from cluster.deterministic.command import simulate_deterministic_cmd
 
         require_extra("sim")

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.check import limits as bounds
 from loadgen.check import reads, writes
+from loadgen.check import records as records_check
 from loadgen.check.conformance import ModelReport, check_answers
 from loadgen.check.context import (
     INVALID_PARAMS,
@@ -55,6 +56,7 @@ from loadgen.history import Op
 
 if TYPE_CHECKING:
     from loadgen.check.limits import FaultWindow, Limits
+    from loadgen.check.records import StoreRecords
     from store.journal import JournalEntry
 
 REPLAY_TTL_SLACK_MS = 1_000
@@ -428,12 +430,14 @@ def check(
     grace_ms: int,
     limits: Limits | None = None,
     faults: Sequence[FaultWindow] | None = None,
+    records: StoreRecords | None = None,
 ) -> CheckResult:
     """Every invariant of one run. ``journal`` comes from ``store.journal.read_journal``,
     ``final_notes`` and ``replay_left`` from the store after the run, ``redis_end_ms`` is the
     Redis clock read after listing the replay entries, ``grace_ms`` the store's replay grace,
     ``limits`` the nodes' configured bounds, ``faults`` the run's fault windows (None: not
-    recorded, so unknown outcomes are not held to them)."""
+    recorded, so unknown outcomes are not held to them), ``records`` the operation records and
+    usage counters left (None: not recorded, so their verdicts are unknown)."""
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
     verdicts = (
@@ -454,12 +458,54 @@ def check(
         reads.check_setup(ctx),
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
+        records_check.check_op_records(
+            records, 0 if limits is None else limits.idempotency_window_ms
+        ),
+        records_check.check_usage(records),
+        records_check.check_keyed_retries(ctx),
     )
     report = check_answers(
         ctx, faults
     )  # the sequential model of each state: loadgen.check.conformance
     counts |= report.counts
-    return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
+    oddities = check_oddities_explained(counts, faults)
+    return CheckResult((*verdicts, *model_verdicts(report), oddities), counts, report.table)
+
+
+TOLERATED_ODDITIES = {
+    "confirms_forgotten": "acknowledged executions the journal does not hold",
+    "creates_forgotten": "acknowledged creates the journal never made",
+    "model_unchecked": "confirms under a state the history never learned (not held to the model)",
+}
+"""Counters of what the checker tolerates only where a fault explains it: an acknowledged
+write forgotten by a replica promoted in a failover, an answer under a state the load could
+not learn because round 1's reply was lost."""
+
+
+def check_oddities_explained(
+    counts: Mapping[str, int], faults: Sequence[FaultWindow] | None
+) -> Verdict:
+    """``oddities_explained``: every counter of ``TOLERATED_ODDITIES`` is zero, unless a fault of
+    the run explains it (a failover, for forgotten writes; any fault, for unchecked confirms).
+    A run that recorded no faults cannot explain one: unknown."""
+    unbounded = [f for f in faults or () if f.kind not in bounds.BOUNDED_KINDS]
+    bad: list[Finding] = []
+    undecided: list[Finding] = []
+    for name, what in TOLERATED_ODDITIES.items():
+        n = counts.get(name, 0)
+        if n == 0:
+            continue
+        explained = bool(faults) if name == "model_unchecked" else bool(unbounded)
+        if explained:
+            continue
+        text = f"{name} = {n}: {n} {what}, with no fault in the run to explain it"
+        (undecided if faults is None else bad).append(Finding(text))
+    return verdict(
+        "oddities_explained",
+        "Every oddity the checker tolerates is zero or explained by a fault of the run.",
+        bad,
+        undecided,
+    )
 
 
 def model_verdicts(report: ModelReport) -> tuple[Verdict, Verdict]:
