@@ -217,6 +217,8 @@ class Plant:
     wrapper: Callable[[NoteStoreAPI], NoteStoreAPI] | None = None
     faults: frozenset[str] = frozenset()
     """Fault kinds the run must inject for the defect to show (added to the run's)."""
+    also: tuple[str, ...] = ()
+    """Other invariants it breaks (the suite holds it to them too)."""
 
     def wrap(self, store: NoteStoreAPI) -> NoteStoreAPI:
         """``store`` with the defect in it (its scripts edited, then wrapped)."""
@@ -257,6 +259,7 @@ PLANTS: dict[str, Plant] = {
             "no_execution_after_expiry",
             ("expired",),
             (ScriptEdit("confirm", _EXPIRED, ""),),
+            also=("no_mutation_from_refused", "answers_conform_to_model"),
         ),
         Plant(
             "expiry-off-by-one",
@@ -277,13 +280,14 @@ PLANTS: dict[str, Plant] = {
                     "confirm", "if cur[2] ~= ARGV[6] then return {'changed', '', now} end", ""
                 ),
             ),
+            also=("executions_trace_to_confirmations",),
         ),
         Plant(
             "any-answer-replays",
             "confirm.lua replays the recorded outcome to any answer: a changed answer is told "
             "the first one's outcome instead of refused",
             "answers_conform_to_model",
-            ("answer_changed",),
+            ("answer_changed", "decline"),
             (ScriptEdit("confirm", "if rec[1] == ARGV[2] then", "if rec[1] then"),),
         ),
         Plant(
@@ -291,15 +295,16 @@ PLANTS: dict[str, Plant] = {
             "confirm.lua compares the call id wrongly: a client's retry of a decided answer is "
             "told 'executed' afresh, not 'replay'",
             "answers_conform_to_model",
-            ("lost_response",),
+            ("duplicate", "timeout_retry"),
             (ScriptEdit("confirm", "rec[3] == ARGV[16]", "rec[3] ~= ARGV[16]"),),
+            also=("ok_deletes_match_journal", "oddities_explained"),
         ),
         Plant(
             "resend-told-replay",
             "confirm.lua ignores the call id: the node's own re-send after a lost Redis reply "
             "tells the deciding answer 'replay'",
             "answers_conform_to_model",
-            ("plain",),
+            (),
             (ScriptEdit("confirm", "if ARGV[16] and ARGV[16] ~= '' and", "if false and"),),
             faults=frozenset({"lost-reply"}),
         ),
@@ -346,12 +351,30 @@ PLANTS: dict[str, Plant] = {
             ),
         ),
         Plant(
+            "cancel-recorded",
+            "confirm.lua records a cancel as a decline: the state can no longer be accepted, "
+            "though a cancel must leave it usable",
+            "answers_conform_to_model",
+            ("cancel_then_accept",),
+            (
+                ScriptEdit(
+                    "confirm",
+                    "if ARGV[1] == 'cancel' then return {'cancelled', '', now} end\n"
+                    "local keep_until = exp + tonumber(ARGV[4])\n"
+                    "if ARGV[1] == 'decline' then",
+                    "local keep_until = exp + tonumber(ARGV[4])\n"
+                    "if ARGV[1] == 'decline' or ARGV[1] == 'cancel' then",
+                ),
+            ),
+        ),
+        Plant(
             "replay-entry-unread",
             "confirm.lua never reads the replay entry: a repeated decline decides the same "
             "state twice",
             "no_double_execution",
-            ("decline",),
+            ("answer_changed", "decline"),
             (ScriptEdit("confirm", "if rec[1] then", "if false then"),),
+            also=("answers_make_progress", "no_mutation_from_refused", "ok_deletes_match_journal"),
         ),
         Plant(
             "expires-early",
@@ -360,6 +383,7 @@ PLANTS: dict[str, Plant] = {
             "before_expiry_honoured",
             ("before_expiry",),
             (ScriptEdit("confirm", _EXPIRED, _EXPIRED.replace("exp then", "exp - 500 then")),),
+            also=("answers_make_progress",),
         ),
         Plant(
             "create-resent",
@@ -375,6 +399,7 @@ PLANTS: dict[str, Plant] = {
             "creates_exactly_once",
             ("write_retry",),
             wrapper=IgnoresIdempotencyKeys,
+            also=("updates_one_step", "keyed_retries_marked"),
         ),
         Plant(
             "replay-mark-dropped",
