@@ -16,6 +16,7 @@ import trio
 from loadgen.clients import (
     ROOTS_CAPABILITIES,
     URL_CAPABILITIES,
+    Client,
     Outcome,
     request,
 )
@@ -257,13 +258,17 @@ async def write(
     node: int | None = None,
     lose: bool = False,
     expect: str = "apply",
+    client: Client | None = None,
+    principal: str | None = None,
 ) -> Outcome:
     """One write (``notes_create``, ``notes_update``, ``notes_move``) with an idempotency key
     when given; ``lose`` drops the reply after the node answered (the outcome is unknown to
-    the client). ``expect`` ``key_conflict``: the key was used before with other arguments."""
+    the client). ``expect`` ``key_conflict``: the key was used before with other arguments.
+    ``client`` and ``principal``: who sends it (default: the flow's own)."""
     f = WRITE_FS[tool]
+    who = principal or env.principal
     invoke: dict[str, Any] = {
-        "principal": env.principal,
+        "principal": who,
         "tenant": env.tenant,
         "workspace": args["workspaceUri"],
         "expect": expect,
@@ -277,9 +282,9 @@ async def write(
     if key is not None:
         invoke["key"] = key
     msg = request("tools/call", {"name": tool, "arguments": args}, idempotency_key=key)
-    c = env.client
+    c = client or env.client
     target = c.pick_node() if node is None else node
-    return await c.op(f, env.flow, env.kind, invoke, target, env.principal, msg, lose_response=lose)
+    return await c.op(f, env.flow, env.kind, invoke, target, who, msg, lose_response=lose)
 
 
 async def keyed(env: FlowEnv, tool: str, args: dict[str, Any], key: str) -> Outcome:

@@ -18,6 +18,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from loadgen.edge_flows import (
+    flow_concurrent_updates,
+    flow_replay_after_expiry,
+    flow_shared_key,
+)
 from loadgen.flow_steps import TWINS, Asked, FlowEnv, cleanup, start_flow
 from loadgen.race_flows import (
     flow_answer_changed,
@@ -73,6 +78,9 @@ RACE_KINDS: tuple[str, ...] = (
     "setup",
     "wrong_tool",
     "write_retry",
+    "replay_after_expiry",
+    "shared_key",
+    "concurrent_updates",
 )
 """Every race kind a run exercises (``loadgen.check.exercise`` holds each to it)."""
 
@@ -85,7 +93,7 @@ TOOLS_DRIVEN: dict[str, tuple[str, ...]] = {
     "notes_delete": ("every kind (round 1, the race, cleanup)",),
     "notes_archive": ("archive", "wrong_tool"),
     "notes_move": ("race_move", "write_retry"),
-    "notes_update": ("edit_between", "write_retry"),
+    "notes_update": ("edit_between", "write_retry", "concurrent_updates"),
     "notes_list": ("list_pages",),
     "notes_search": ("search",),
     "notes_setup": ("setup",),
@@ -96,8 +104,8 @@ the node's ``tools/list``)."""
 DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
     "plain": 3.0,
     "duplicate": 3.0,
-    "expired": 0.5,
-    "before_expiry": 0.5,
+    "expired": 0.6,
+    "before_expiry": 0.6,
 }
 
 
@@ -136,6 +144,9 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "setup": flow_setup,
     "wrong_tool": flow_wrong_tool,
     "write_retry": flow_write_retry,
+    "replay_after_expiry": flow_replay_after_expiry,
+    "shared_key": flow_shared_key,
+    "concurrent_updates": flow_concurrent_updates,
 }
 
 

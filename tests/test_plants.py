@@ -171,5 +171,5 @@ def test_a_plant_from_the_command_line_shrinks_and_replays_invalid(
     assert command is not None
     words = command.group(1).split()
     assert words[:2] == ["notes-cluster", "simulate"]
-    again = _cli(*words[2:], "--out", str(tmp_path / "again"))
+    again = _cli(*words[1:], "--out", str(tmp_path / "again"))
     assert again.exit_code == EXIT_INVALID, again.output

@@ -375,24 +375,37 @@ def check_before_expiry_honoured(ctx: Context, counts: dict[str, int]) -> Verdic
     """10. A before_expiry confirm meant to execute is never refused with the invalid-state
     error when it was sent by the Redis-clock estimate at least ``margin_ms`` before its state's
     exp_ms (``redis_send_ms + margin_ms <= exp_ms``) and answered that early too (the store
-    decides somewhere in between). Without the estimate or the state: skipped."""
+    decides somewhere in between). The same holds for the replay grace: a decided answer sent
+    again (``replay_after_expiry``) that early before ``exp_ms + grace`` is never refused.
+    Without the estimate or the state: skipped."""
     bad: list[Finding] = []
     for c in (c for cs in ctx.confirms.values() for c in cs):
-        if c.invoke.kind != "before_expiry" or c.v.get("expect") != "execute":
+        kind = c.invoke.kind
+        if kind not in ("before_expiry", "replay_after_expiry") or c.v.get("expect") != "execute":
             continue
         st = ctx.states.get(c.nonce)
         sent, margin = int_or_none(c.v.get("redis_send_ms")), int_or_none(c.v.get("margin_ms"))
+        if kind == "replay_after_expiry" and sent is None:
+            continue  # the answer that decided: held to the model
         if st is None or st.exp_ms is None or sent is None or margin is None:
             counts["before_expiry_skipped"] = counts.get("before_expiry_skipped", 0) + 1
             continue
-        if sent + margin > st.exp_ms or _answered_ms(c, sent) + margin > st.exp_ms:
+        deadline = st.exp_ms
+        if kind == "replay_after_expiry":
+            if not any(c.accepts(e) for e in ctx.decisions.get(c.nonce, [])):
+                continue  # nothing was decided: nothing to replay
+            deadline += ctx.grace_ms
+        if sent + margin > deadline or _answered_ms(c, sent) + margin > deadline:
             # Sent too late by its own estimate, or answered so late (a paused or failing store)
             # that the store may have decided after the expiry: no claim either way.
             counts["before_expiry_late"] = counts.get("before_expiry_late", 0) + 1
             continue
         counts["before_expiry_checked"] = counts.get("before_expiry_checked", 0) + 1
         if c.outcome == "fail" and _invalid_state_error(c.result):
-            text = f"confirm at {c.invoke.index} refused {st.exp_ms - sent} ms before expiry"
+            what = (
+                "expiry" if kind == "before_expiry" else "its replay entry's end (expiry + grace)"
+            )
+            text = f"confirm at {c.invoke.index} refused {deadline - sent} ms before {what}"
             bad.append(Finding(text, [*st.ops, *c.indices]))
     ok = "No confirm sent safely before its expiry was refused as expired."
     return verdict("before_expiry_honoured", ok, bad)

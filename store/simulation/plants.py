@@ -351,6 +351,20 @@ PLANTS: dict[str, Plant] = {
             ),
         ),
         Plant(
+            "grace-ignored",
+            "confirm.lua keeps a replay entry only until the state's expiry, not expiry plus "
+            "grace: a decided answer retried just after the expiry is refused, not replayed",
+            "before_expiry_honoured",
+            ("replay_after_expiry",),
+            (
+                ScriptEdit(
+                    "confirm",
+                    "local keep_until = exp + tonumber(ARGV[4])",
+                    "local keep_until = exp",
+                ),
+            ),
+        ),
+        Plant(
             "cancel-recorded",
             "confirm.lua records a cancel as a decline: the state can no longer be accepted, "
             "though a cancel must leave it usable",
