@@ -18,10 +18,9 @@ import httpx
 import pytest
 import trio
 
-from cluster.config import demo_settings
-from cluster.experiments.bench.context import Bench, Plan
-from cluster.experiments.bench.database import BENCH_PREFIX
-from cluster.experiments.bench.metrics_switch import (
+from cluster.bench.context import Bench, Plan
+from cluster.bench.database import BENCH_PREFIX
+from cluster.bench.metrics_switch import (
     EDGE_S,
     MODULE,
     inside,
@@ -32,10 +31,10 @@ from cluster.experiments.bench.metrics_switch import (
     ratios,
     summarize,
 )
-from cluster.experiments.bench.metrics_switch_node import MARK, PATTERN, WINDOWS
-from cluster.experiments.bench.procs import open_http_cluster, redis_server_pid
-from cluster.serve import settings_for
-from store.client import redis_client
+from cluster.bench.metrics_switch_node import MARK, PATTERN, WINDOWS
+from cluster.bench.procs import open_http_cluster, redis_server_pid
+from nodes.serving.settings import demo_settings, settings_for
+from store.client_factory import redis_client
 from tests.own_redis import own_redis
 
 
@@ -189,7 +188,7 @@ async def test_a_known_cost_added_to_the_metered_mode_is_seen(tmp_path: Path) ->
 def test_the_measure_alone_runs_from_its_command_line_and_its_a_a_check_meters_neither(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``python -m cluster.experiments.bench.metrics_switch --same``: both nodes without
+    """``python -m cluster.bench.metrics_switch --same``: both nodes without
     metrics (the A/A check), each serving its windows; too short a run is refused."""
     main(["--seconds", "2", "--same"])
     out = json.loads(capsys.readouterr().out)

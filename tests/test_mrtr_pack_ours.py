@@ -18,11 +18,11 @@ from pathlib import Path
 
 import trio
 
-from cluster.config import demo_settings
-from cluster.demo import ALICE_NOTES
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from cluster.serve import start_http_nodes
 from loadgen.mrtr_pack.scenarios import CONTROL, SCENARIOS
+from nodes.serving.demo import ALICE_NOTES
+from nodes.serving.settings import demo_settings
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 STATE_TTL_S = 8.0
