@@ -1,6 +1,6 @@
 """Configuration one node needs: identity, scope, key ring and tunables.
 
-Layer: node. Pure data: loading from files lives in ``cluster.config``.
+Layer: node. Pure data: loading from files lives in ``nodes.serving.settings``.
 """
 
 from __future__ import annotations
