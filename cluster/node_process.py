@@ -21,7 +21,7 @@ from cluster.config import ClusterSettings, ConfigError
 from cluster.durability import parse_wait_replicas
 from cluster.node_server import bind_socket, run_server, server_config
 from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions, bind_metrics
-from cluster.serve import settings_for, with_demo_anonymous
+from cluster.serve import settings_for, with_conformance_fixtures, with_demo_anonymous
 from cluster.stopping import terminate_self, watch_lifeline
 from nodes.http import ServerTimeouts
 from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
@@ -54,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
     p.add_argument("--log-json", action="store_true")
     p.add_argument("--demo-anonymous", default=None, metavar="PRINCIPAL")
+    p.add_argument("--conformance-fixtures", action="store_true")
     p.add_argument("--max-header-bytes", type=int, default=None)
     for name in TIMEOUTS:
         p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
@@ -82,6 +83,7 @@ def settings_of(a: argparse.Namespace) -> ClusterSettings:
     settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))
     try:
         settings = with_demo_anonymous(settings, a.demo_anonymous, a.host)
+        settings = with_conformance_fixtures(settings, a.conformance_fixtures, a.config is None)
     except ConfigError as exc:
         sys.exit(f"node: {exc}")
     if a.max_header_bytes is not None:

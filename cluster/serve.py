@@ -231,6 +231,8 @@ class ProcessNode:
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
         if self.settings.tokens.anonymous is not None:
             args += ["--demo-anonymous", self.settings.tokens.anonymous]
+        if self.settings.node.conformance_fixtures:
+            args.append("--conformance-fixtures")
         args += ["--max-header-bytes", str(self.settings.max_header_bytes)]
         args += self.extra_args
         env = dict(os.environ)
@@ -373,6 +375,17 @@ def with_demo_anonymous(
         return replace(settings, tokens=settings.tokens.with_anonymous(principal))
     except ValueError:
         raise ConfigError(f"--demo-anonymous {principal}: not a principal of the demo") from None
+
+
+def with_conformance_fixtures(settings: ClusterSettings, on: bool, demo: bool) -> ClusterSettings:
+    """``settings`` whose nodes also serve the official conformance suite's fixtures
+    (``nodes.fixtures``) when ``on``: a demo option, refused with a configuration file, so a
+    production node never serves them."""
+    if not on:
+        return settings
+    if not demo:
+        raise ConfigError("--conformance-fixtures serves the demo only (with --demo)")
+    return replace(settings, node=replace(settings.node, conformance_fixtures=True))
 
 
 def settings_for(
