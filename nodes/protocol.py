@@ -267,7 +267,7 @@ class Node:
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): %s", _what(message), exc)
             return self._error(request_id, errors.outcome_unknown())
-        notifications = result.pop(NOTIFICATIONS, ())
+        notifications = result.pop(NOTIFICATIONS, ())  # type: ignore[call-overload]
         meta = result.setdefault("_meta", {})
         meta[META_SERVER_INFO] = self.server_info
         body = {"jsonrpc": "2.0", "id": request_id, "result": result}
