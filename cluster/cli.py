@@ -68,7 +68,7 @@ SERVING_META = "notes_cluster.serving"
 redis-cluster): SIGTERM or SIGHUP then exits 0 (Ctrl-C 130)."""
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
+    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib", "yaml"),
     "bench": ("mcp", "mcp_types"),
 }
 """Optional dependency groups (pyproject.toml) -> the modules they provide."""
@@ -1473,8 +1473,13 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
     "--target",
     "targets",
     multiple=True,
-    required=True,
     help="An instance's endpoint URL (repeat, or comma-separate, for several instances).",
+)
+@click.option(
+    "--traceability",
+    is_flag=True,
+    help="Print which spec sentence each check tests (the pack's traceability file, in the "
+    "official suite's SEP format) and exit.",
 )
 @click.option("--tool", default=None, help="The confirm-before-act tool (default: notes_delete).")
 @click.option("--arguments", default=None, help="Its arguments, JSON; {fresh} is replaced.")
@@ -1498,6 +1503,7 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
 @click.option("--json", "as_json", is_flag=True, help="Print checks.json instead of the table.")
 def conformance(
     targets: tuple[str, ...],
+    traceability: bool,
     tool: str | None,
     arguments: str | None,
     create_tool: str | None,
@@ -1518,6 +1524,14 @@ def conformance(
     import json
     from dataclasses import replace
 
+    if traceability:
+        require_extra("sim", only=("yaml",))
+        from loadgen.mrtr_pack.traceability import text
+
+        click.echo(text(), nl=False)
+        return
+    if not targets:
+        raise click.UsageError("give --target URL (or --traceability)")
     require_extra("sim", only=("httpx",))
     from cluster.mrtr_conformance import demo_contract, run_conformance
     from loadgen.mrtr_pack.case import Contract, fill
