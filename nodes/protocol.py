@@ -359,7 +359,7 @@ class Node:
             raise errors.invalid_params("Invalid inputResponses: must be an object")
         state = params.get("requestState")
         if state is not None and not isinstance(state, str):
-            log.info("requestState rejected: not a string (%s)", _what({"params": params}))
+            log.info("requestState rejected: not a string")
             raise errors.invalid_state()
         meta = params.get("_meta")
         return CallContext(
