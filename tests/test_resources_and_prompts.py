@@ -9,6 +9,7 @@ retried on the other.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +23,7 @@ from nodes.headers import request_headers
 from nodes.protocol import PROTOCOL_VERSION, Node, RequestContext
 from nodes.resources import titled_uri
 from store.notes import NoteStore
+from tests.asgi_client import asgi_client, post_method
 from tests.harness import demo_config, error, make_nodes, meta, result, rpc
 
 ROOTS = {"roots": {}}
@@ -257,3 +259,27 @@ async def test_a_fixtures_sealed_state_opens_on_another_node_and_a_tampered_one_
     }
     done = result(await rpc(node_a, "tools/call", params))
     assert done["content"][0]["text"] == "Multi-round complete for Ann who likes blue"
+
+
+async def test_progress_goes_on_a_response_stream_before_the_result(store: NoteStore) -> None:
+    node = Node(replace(demo_config(), conformance_fixtures=True), store)
+    params = {"name": "test_tool_with_progress", "arguments": {}}
+    async with asgi_client(node) as client:
+        _, plain = await post_method(client, "tools/call", params)
+        assert plain.headers["content-type"] == "application/json"
+        with_token = {**params, "_meta": {**meta(), "progressToken": "p-1"}}
+        rid, streamed = await post_method(client, "tools/call", with_token)
+    assert streamed.headers["content-type"] == "text/event-stream"
+    assert streamed.headers["x-accel-buffering"] == "no"
+    events = [
+        json.loads(line.removeprefix("data: "))
+        for line in streamed.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    progress = [e["params"] for e in events[:-1]]
+    assert progress == [
+        {"progressToken": "p-1", "progress": done, "total": 100} for done in (0, 50, 100)
+    ]
+    assert all(e["method"] == "notifications/progress" for e in events[:-1])
+    assert events[-1]["id"] == rid
+    assert events[-1]["result"]["content"] == [{"type": "text", "text": "Progress test completed"}]
