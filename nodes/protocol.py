@@ -17,7 +17,7 @@ from typing import Any
 from nodes import errors
 from nodes.catalog import PromptProvider, ResourceProvider
 from nodes.config import NodeConfig
-from nodes.headers import check_headers
+from nodes.headers import check_headers, check_param_headers, header_params
 from nodes.idempotency import idempotency_key, write_op
 from nodes.prompts import MAX_COMPLETIONS, NotesPrompts
 from nodes.resources import TEMPLATES_TTL_MS, NoteResources, not_found
@@ -139,6 +139,10 @@ class Node:
         served = DEFAULT_TOOLS if tools is None else tools
         self.tools: dict[str, Tool[Any]] = {t.name: t for t in sorted(served, key=lambda t: t.name)}
         self._tool_list = [t.definition() for t in self.tools.values()]
+        self._param_headers = {
+            d["name"]: found for d in self._tool_list if (found := header_params(d["inputSchema"]))
+        }
+        """Tool -> its ``x-mcp-header`` arguments and their headers (SEP-2243)."""
         self.resources = DEFAULT_RESOURCES if resources is None else resources
         self.prompts = DEFAULT_PROMPTS if prompts is None else prompts
         self._prompt_list = [p for provider in self.prompts for p in provider.prompts()]
@@ -331,6 +335,8 @@ class Node:
         self, params: dict[str, Any], capabilities: dict[str, Any], ctx: RequestContext
     ) -> dict[str, Any]:
         call = self.prepare_call(params, ctx.principal, capabilities)
+        if ctx.headers is not None and call.tool in self._param_headers:
+            check_param_headers(ctx.headers, self._param_headers[call.tool], call.arguments)
         responses = params.get("inputResponses")
         if responses is not None and not isinstance(responses, dict):
             raise errors.invalid_params("Invalid inputResponses: must be an object")

@@ -283,3 +283,33 @@ async def test_progress_goes_on_a_response_stream_before_the_result(store: NoteS
     assert all(e["method"] == "notifications/progress" for e in events[:-1])
     assert events[-1]["id"] == rid
     assert events[-1]["result"]["content"] == [{"type": "text", "text": "Progress test completed"}]
+
+
+@pytest.mark.parametrize(
+    ("header", "ok"),
+    [
+        ("eu-west", True),
+        ("=?base64?ZXUtd2VzdA==?=", True),
+        ("=?base64?ZXUtd2VzdA?=", False),  # bad padding
+        ("eu-east", False),
+        (None, False),
+    ],
+)
+async def test_an_x_mcp_header_argument_must_match_its_mcp_param_header(
+    store: NoteStore, header: str | None, ok: bool
+) -> None:
+    node = Node(replace(demo_config(), conformance_fixtures=True), store)
+    params: dict[str, Any] = {
+        "name": "test_custom_header",
+        "arguments": {"region": "eu-west"},
+        "_meta": meta(),
+    }
+    headers = request_headers("tools/call", params, PROTOCOL_VERSION)
+    if header is not None:
+        headers["mcp-param-region"] = header
+    message = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+    reply = await node.handle(message, RequestContext(principal="alice", headers=headers))
+    if ok:
+        assert result(reply)["content"] == [{"type": "text", "text": "region: eu-west"}]
+    else:
+        assert (reply.status, error(reply)["code"]) == (400, -32020)
