@@ -12,6 +12,8 @@ share a database.
 Timing: a few flaws hold an execution for ``HOLD_S`` (a window in which a concurrent copy
 arrives, or a dropped client's disconnect shows); the pack sends its concurrent copies at once,
 so they meet in that window on any machine that answers a loopback request within seconds.
+States live ``TTL_S`` with an expiry margin of ``MARGIN_S``: wide, so a flow of a few requests
+finishes well inside even ``Flaw.EARLY_EXPIRY``'s shortened lifetime on a loaded machine.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-TTL_S = 16.0
-MARGIN_S = 3.0
+TTL_S = 30.0
+MARGIN_S = 5.0
 HOLD_S = 2.0
 TOKENS = {"token-a": "a", "token-b": "b"}
 INVALID_STATE = {"code": -32602, "message": "Invalid or expired requestState"}
