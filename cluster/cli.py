@@ -69,7 +69,7 @@ SERVING_META = "notes_cluster.serving"
 redis-cluster): SIGTERM or SIGHUP then exits 0 (Ctrl-C 130)."""
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
+    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib", "yaml"),
     "bench": ("mcp", "mcp_types"),
 }
 """Optional dependency groups (pyproject.toml) -> the modules they provide."""
@@ -1255,6 +1255,13 @@ SIGTERM, SIGHUP or Ctrl-C stops every node (node processes drain first) and exit
     "as PRINCIPAL (e.g. alice), for tools that send no token, such as the MCP conformance "
     "suite. A wrong token is still refused.",
 )
+@click.option(
+    "--conformance-fixtures",
+    is_flag=True,
+    help="With --demo: also serve the official MCP conformance suite's fixture tools, "
+    "resources and prompts (test_*, test://...), for `npx @modelcontextprotocol/conformance "
+    "server --requirements 2026-07-28`. Never in production: refused with --config.",
+)
 @ops_options
 def serve(
     nodes: int,
@@ -1268,6 +1275,7 @@ def serve(
     processes: bool,
     wait_replicas: str | None,
     demo_anonymous: str | None,
+    conformance_fixtures: bool,
     log_level: str,
     log_json: bool,
     metrics_port: int | None,
@@ -1279,7 +1287,12 @@ def serve(
     from cluster.serve import serve_cluster
     from nodes.logging_setup import configure_logging
     from nodes.serving.operator import OpsOptions
-    from nodes.serving.settings import ConfigError, settings_for, with_demo_anonymous
+    from nodes.serving.settings import (
+        ConfigError,
+        settings_for,
+        with_conformance_fixtures,
+        with_demo_anonymous,
+    )
 
     if not _loopback(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
@@ -1293,6 +1306,7 @@ def serve(
     try:
         settings = settings_for(config_path, demo, state_ttl, replay_grace)
         settings = with_demo_anonymous(settings, demo_anonymous, host)
+        settings = with_conformance_fixtures(settings, conformance_fixtures, config_path is None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if waits is not None:
@@ -1459,8 +1473,13 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
     "--target",
     "targets",
     multiple=True,
-    required=True,
     help="An instance's endpoint URL (repeat, or comma-separate, for several instances).",
+)
+@click.option(
+    "--traceability",
+    is_flag=True,
+    help="Print which spec sentence each check tests (the pack's traceability file, in the "
+    "official suite's SEP format) and exit.",
 )
 @click.option("--tool", default=None, help="The confirm-before-act tool (default: notes_delete).")
 @click.option("--arguments", default=None, help="Its arguments, JSON; {fresh} is replaced.")
@@ -1484,6 +1503,7 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
 @click.option("--json", "as_json", is_flag=True, help="Print checks.json instead of the table.")
 def conformance(
     targets: tuple[str, ...],
+    traceability: bool,
     tool: str | None,
     arguments: str | None,
     create_tool: str | None,
@@ -1504,6 +1524,14 @@ def conformance(
     import json
     from dataclasses import replace
 
+    if traceability:
+        require_extra("sim", only=("yaml",))
+        from loadgen.mrtr_pack.traceability import text
+
+        click.echo(text(), nl=False)
+        return
+    if not targets:
+        raise click.UsageError("give --target URL (or --traceability)")
     require_extra("sim", only=("httpx",))
     from cluster.mrtr_conformance import demo_contract, run_conformance
     from loadgen.mrtr_pack.case import Contract, fill

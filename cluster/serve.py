@@ -226,6 +226,8 @@ class ProcessNode:
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
         if self.settings.tokens.anonymous is not None:
             args += ["--demo-anonymous", self.settings.tokens.anonymous]
+        if self.settings.node.conformance_fixtures:
+            args.append("--conformance-fixtures")
         args += ["--max-header-bytes", str(self.settings.max_header_bytes)]
         args += self.extra_args
         env = dict(os.environ)
