@@ -16,7 +16,7 @@ from typing import Any, TypeVar, get_args
 import coredis
 import coredis.exceptions
 
-from store import entropy
+from store import randomness
 from store.api import (
     NO_QUOTA,
     Confirmation,
@@ -39,8 +39,8 @@ from store.api import (
     WriteOp,
     WriteOutcome,
 )
-from store.buggify import buggify_delay
-from store.client import before_resend, report_lost_reply
+from store.client_factory import before_resend, report_lost_reply
+from store.fault_points import buggify_delay
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
 from store.resp import ReplyError
@@ -88,7 +88,7 @@ RESENDS = 2
 before the call fails with StoreUnavailable (the client picks the connection; a dead one fails
 fast and costs one of these). Safe because every script is safe to run twice
 (``OP_RECORD_SCRIPTS``): the re-send returns what the first run did. The Redis client itself
-never re-sends (``store.client.no_resend_policy``)."""
+never re-sends (``store.client_factory.no_resend_policy``)."""
 
 _LOST_REPLY: tuple[type[Exception], ...] = (
     coredis.exceptions.ConnectionError,
@@ -199,7 +199,7 @@ def script_source(name: str) -> str:
 
 def _call_id() -> str:
     """A fresh id for one store call: its re-sends carry it, a later request does not."""
-    return entropy.token_hex(8)
+    return randomness.token_hex(8)
 
 
 WRITE_REPLY_FIELDS = 9
@@ -386,7 +386,7 @@ class NoteStore:
         op = op or WriteOp.fresh()
         call = _call_id()
         for _ in range(4):
-            note_id = "n" + entropy.token_hex(8)
+            note_id = "n" + randomness.token_hex(8)
             reply = await self._run(
                 "create",
                 [

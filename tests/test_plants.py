@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 from cluster.cli import main
 from cluster.deterministic.run import DeterministicSimulation, run_deterministic
 from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE
-from cluster.experiments.simulate import SimulateOptions
+from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
 from store.simulation.plants import PLANTS, plant

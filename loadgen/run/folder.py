@@ -28,7 +28,7 @@ from loadgen.check.records import StoreRecords
 from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file, read_json_lines
 from loadgen.tally import Tally, merge
 from store.api import OP_RECORD_TTL_MS
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import (
     JournalEntry,
     list_replay_entries,

@@ -33,7 +33,7 @@ from loadgen.run.target import StoreAccess, Target
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.tally import Tally, merge
 from store.api import OP_RECORD_TTL_MS
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import (
     list_replay_entries,
     read_final_notes,
