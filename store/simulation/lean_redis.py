@@ -10,9 +10,12 @@ modelled, with Redis's replies, key expiry and ``TIME`` semantics as fakeredis i
 modelled, never a silent difference.
 
 Time: every reading is ``time.time()`` at call time, so a deterministic run's virtual clock
-(``cluster.deterministic.world``) is the store's clock. A key expires when its deadline (in
-seconds, ``ms / 1000``) is before the command's start time; expired keys are dropped when met
-(Redis's lazy expiry; no active expiry, so no timer and no thread).
+(``cluster.deterministic.world``) is the store's clock, taken to the microsecond as Redis takes
+``gettimeofday`` (``TIME``), and to the millisecond below it for expiry, ``PTTL`` and stream ids
+(Redis's ``mstime``). A key is expired once that millisecond is past its deadline (Redis's
+``now > when``; fakeredis compares fractions of a millisecond, so at the deadline's own
+millisecond the two differ, and the lean store answers as Redis). Expired keys are dropped when
+met (Redis's lazy expiry; no active expiry, so no timer and no thread).
 """
 
 from __future__ import annotations
@@ -102,9 +105,10 @@ class LeanRedis:
 
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self.data: dict[bytes, Any] = {}
-        self.expires: dict[bytes, float] = {}
+        self.expires: dict[bytes, int] = {}
+        """Deadlines, ms since the epoch."""
         self.scripts: dict[bytes, bytes] = {}
-        self.now = 0.0
+        self.now_ms = 0
         self._clock = clock
         self._compiled: dict[bytes, Any] = {}
         self.lua = lua51.LuaRuntime(encoding=None, unpack_returned_tuples=True)
@@ -170,12 +174,16 @@ class LeanRedis:
         deterministic run)."""
         return time.time() if self._clock is None else self._clock()
 
+    def clock_us(self) -> int:
+        """The clock in whole microseconds (what ``gettimeofday`` gives Redis)."""
+        return round(self.clock() * 1_000_000)
+
     def _live(self, key: bytes) -> Any:
         """The value at ``key``, None when absent or expired (an expired key is dropped)."""
         value = self.data.get(key)
         if value is not None:
             deadline = self.expires.get(key)
-            if deadline is not None and deadline < self.now:
+            if deadline is not None and self.now_ms > deadline:
                 del self.data[key]
                 del self.expires[key]
                 return None
@@ -191,7 +199,7 @@ class LeanRedis:
         del self.data[key]
         self.expires.pop(key, None)
 
-    def keys(self) -> list[bytes]:
+    def live_keys(self) -> list[bytes]:
         """Every live key (expired ones dropped)."""
         return [k for k in list(self.data) if self._live(k) is not None]
 
@@ -199,7 +207,7 @@ class LeanRedis:
 
     def command(self, args: list[bytes]) -> Reply:
         """One client command's reply (an ``Error`` value for an error reply)."""
-        self.now = self.clock()
+        self.now_ms = self.clock_us() // 1000
         try:
             if not args:
                 raise Error("ERR empty command")
@@ -341,7 +349,7 @@ class LeanRedis:
         when = _int(args[2])
         if self._live(key) is None:
             return 0
-        self.expires[key] = when / 1000.0
+        self.expires[key] = when
         return 1
 
     def _pttl(self, args: list[bytes]) -> int:
@@ -351,10 +359,10 @@ class LeanRedis:
         deadline = self.expires.get(key)
         if deadline is None:
             return -1
-        return round((deadline - self.now) * 1000.0)
+        return deadline - self.now_ms
 
     def _time(self, args: list[bytes]) -> list[bytes]:
-        now_us = round(self.clock() * 1_000_000)
+        now_us = self.clock_us()
         return [str(now_us // 1_000_000).encode(), str(now_us % 1_000_000).encode()]
 
     def _scan(self, args: list[bytes]) -> list[Any]:
@@ -375,7 +383,7 @@ class LeanRedis:
     def match(self, pattern: bytes) -> list[bytes]:
         """Live keys matching the glob ``pattern``, sorted."""
         compiled = re.compile(fnmatch.translate(pattern.decode("latin-1")).encode("latin-1"))
-        return sorted(k for k in self.keys() if compiled.match(k))
+        return sorted(k for k in self.live_keys() if compiled.match(k))
 
     # -- strings ---------------------------------------------------------------------------------
 
@@ -504,7 +512,7 @@ class LeanRedis:
         stream: Stream | None = self._typed(key, Stream)
         if stream is None:
             stream = self.data[key] = Stream()
-        now = int(1000 * self.clock())
+        now = self.clock_us() // 1000
         last = stream.last
         entry_id = (now, 0) if now > last[0] else (last[0], last[1] + 1)
         stream.entries.append((entry_id, list(fields)))

@@ -24,8 +24,9 @@ from store.redis_errors import ConnectionLost, NotSent, UnknownOutcome
 from store.resp import ReplyError
 from store.simulation.lean_redis import Error, LeanRedis, decoded, encode
 
-Recorded = tuple[int, list[list[bytes]], list[bytes]]
-"""One request: connection number, its commands (arguments), each reply's RESP bytes."""
+Recorded = tuple[int, float, list[list[bytes]], list[bytes]]
+"""One request: connection number, the store's clock then (seconds), its commands (arguments),
+each reply's RESP bytes."""
 
 
 class LeanServer:
@@ -80,7 +81,8 @@ class LeanConnection:
         raw = [redis.command(args) for args in parsed]
         recording = self.server.recording
         if recording is not None:
-            recording.append((self.number, parsed, [encode(r) for r in raw]))
+            replies_bytes = [encode(r) for r in raw]
+            recording.append((self.number, redis.clock(), parsed, replies_bytes))
         replies = [decoded(r, ReplyError) for r in raw]
         await anyio.lowlevel.checkpoint()  # the reply
         return replies
