@@ -43,8 +43,8 @@ EMBEDDED_STORES = (
     "store/simulation/lean_redis.py",
     "store/simulation/lean_server.py",
 )
-"""The embedded stores (fakeredis: on a port, or in-process; the lean store's Lua VM) are the ``sim`` extra's: ``serve``
-without ``--redis`` asks for it by name."""
+"""The embedded stores (fakeredis: on a port, or in-process; the lean store's Lua VM) are the
+``sim`` extra's: ``serve`` without ``--redis`` asks for it by name."""
 
 
 def _name(requirement: str) -> str:

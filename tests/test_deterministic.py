@@ -22,8 +22,8 @@ from cluster.deterministic.world import EPOCH_S
 from cluster.exit_codes import EXIT_USAGE, EXIT_VALID
 from cluster.experiments.simulate import SimulateOptions
 from loadgen.runner import RunSettings
-from loadgen.workload import tenants_for
 from loadgen.transport import Reply, Transport
+from loadgen.workload import tenants_for
 from tests.cli_process import run
 
 FLOWS = 60
