@@ -11,22 +11,25 @@ local pool, every seed VALID and no folder left behind.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cluster.cli import main
-from cluster.deterministic.fleet import dask_executor, local_executor
+from cluster.deterministic.fleet import SeedOutcome, dask_executor, local_executor
 from cluster.deterministic.run import planted_store
-from cluster.deterministic.search import SwarmPlan, SwarmReport, run_swarm
-from cluster.exit_codes import EXIT_INVALID
+from cluster.deterministic.search import SwarmPlan, SwarmReport, chosen_to_shrink, run_swarm
+from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE, EXIT_VALID
 from cluster.experiments.simulate import SimulateOptions
 from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
+from tests.cli_process import run
 from tests.test_shrink import DuplicateExecutesAgain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,3 +133,49 @@ def test_control_the_same_swarm_unplanted_is_valid_and_leaves_no_seed_folder(
     assert not list((tmp_path / "local").glob("seed-*"))
     assert (tmp_path / "local" / "seeds.json").exists()
     assert any(re.search(r"seeds \(\d+\.\d+/s\), \d+ flows \(\d+\.\d/s\)", s) for s in said)
+
+
+def _outcome(seed: int, cpu_s: float, invalid: tuple[str, ...]) -> SeedOutcome:
+    verdict = "invalid" if invalid else "valid"
+    folder = b"packed" if invalid else None
+    return SeedOutcome(seed, verdict, invalid, f"sha{seed}", 10, cpu_s, cpu_s, {}, folder)
+
+
+def test_a_search_shrinks_the_fastest_failing_seeds_of_each_invariant() -> None:
+    report = SwarmReport(
+        outcomes=[
+            _outcome(1, 3.0, ("a",)),
+            _outcome(2, 1.0, ("a",)),
+            _outcome(3, 2.0, ("a", "b")),
+            _outcome(4, 0.5, ()),
+            _outcome(5, 9.0, ("b",)),
+        ]
+    )
+    search = replace(_plan(None, shrink=True), for_s=60.0, shrink_each=2)
+    assert [(o.seed, inv) for o, inv in chosen_to_shrink(search, report)] == [
+        (2, "a"),
+        (3, "a"),
+        (5, "b"),
+    ]
+    every = _plan(None, shrink=True)
+    assert [o.seed for o, _ in chosen_to_shrink(every, report)] == [1, 2, 3, 5]
+
+
+def test_a_search_for_a_duration_keeps_drawing_seeds_and_says_its_rates(tmp_path: Path) -> None:
+    out = tmp_path / "search"
+    args = ["simulate", "--deterministic", "--seed", "1", "--for", "2s", "--flows", "10"]
+    code, _, err = run([*args, "--out", str(out)], tmp_path)
+    assert code == EXIT_VALID, err
+    summary = json.loads((out / "seeds.json").read_text(encoding="utf-8"))
+    assert summary["seeds"] >= 1
+    assert [r["seed"] for r in summary["runs"]] == list(range(1, summary["seeds"] + 1))
+    assert re.search(r"swarm: \d+ seeds \(\d+\.\d+/s\), \d+ flows \(\d+\.\d/s\), 0 failing", err)
+    assert "merged verdict: VALID" in err
+
+
+def test_for_takes_a_duration_and_refuses_anything_else(tmp_path: Path) -> None:
+    for bad in ("soon", "-5m", "0"):
+        args = ["simulate", "--deterministic", "--seed", "1", "--for", bad, "--flows", "10"]
+        code, _, err = run([*args, "--out", str(tmp_path / "x")], tmp_path)
+        assert code == EXIT_USAGE, err
+        assert "--for" in err

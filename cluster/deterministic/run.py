@@ -12,6 +12,7 @@ two runs of one seed may differ in).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -341,13 +342,29 @@ def run_deterministic(
     seed = options.settings.seed
     clocks = NodeClocks(seed, offsets_ms=node_offsets_ms) if skew or node_offsets_ms else None
     faults = Buggify(seed) if buggify else None
-    with deterministic_world(seed, clock), buggify_on(faults) if faults else nullcontext():
+    with (
+        deterministic_world(seed, clock),
+        buggify_on(faults) if faults else nullcontext(),
+        _frozen_heap(),
+    ):
         return run_stoppable(
             partial(
                 simulate_deterministic, options, on_flow, clocks, faults, transport_hook, store
             ),
             clock=clock,
         )
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Every object alive before the run out of the collector's way for its length
+    (``gc.freeze``: a full collection then scans only what the run made; about a tenth of a
+    run's CPU); back in the oldest generation after it."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def virtual_s_of(op: Op) -> float:

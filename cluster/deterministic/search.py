@@ -168,7 +168,7 @@ def progress(report: SwarmReport, elapsed_s: float) -> str:
     )
 
 
-def _to_shrink(plan: SwarmPlan, report: SwarmReport) -> list[tuple[SeedOutcome, str]]:
+def chosen_to_shrink(plan: SwarmPlan, report: SwarmReport) -> list[tuple[SeedOutcome, str]]:
     """(outcome, invariant) of each failing seed to shrink: its first invariant; with
     ``shrink_each``, only that many of each invariant, the fastest failing first."""
     by_invariant: dict[str, list[SeedOutcome]] = {}
@@ -190,7 +190,7 @@ def _shrink_all(
     report: SwarmReport,
     log: Callable[[str], None],
 ) -> None:
-    chosen = _to_shrink(plan, report)
+    chosen = chosen_to_shrink(plan, report)
     log(f"swarm: shrinking {len(chosen)} failing seeds")
     futures = [
         executor.submit(

@@ -121,13 +121,22 @@ class LeanRedis:
             redis.error_reply = function(msg) return {err=msg} end
             redis.status_reply = function(msg) return {ok=msg} end
             KEYS, ARGV = {}, {}
+            local unpack = unpack
             return function(fn, nkeys, ...)
               local all = {...}
               local keys, argv = {}, {}
               for i = 1, nkeys do keys[i] = all[i] end
               for i = nkeys + 1, #all do argv[i - nkeys] = all[i] end
               KEYS, ARGV = keys, argv
-              return fn()
+              local r = fn()
+              -- A plain array comes back as its items (one crossing into Python, not one a
+              -- lookup); anything else (status, error, a long array) as it is.
+              if type(r) == 'table' and r.ok == nil and r.err == nil then
+                local n = 0
+                while r[n + 1] ~= nil do n = n + 1 end
+                if n <= 1000 then return true, unpack(r, 1, n) end
+              end
+              return false, r
             end
             """,
             self._lua_call,
@@ -262,12 +271,14 @@ class LeanRedis:
         if nkeys < 0:
             raise Error("ERR Number of keys can't be negative")
         try:
-            result = self._run(self._compiled[sha], nkeys, *rest)
+            array, *result = self._run(self._compiled[sha], nkeys, *rest)
         except Error:
             raise
         except lua51.LuaError as exc:
             raise Error(f"ERR user_script: {exc} script: {sha.decode()}") from None
-        return self._from_lua(result)
+        if array:
+            return [self._from_lua(item) for item in result]
+        return self._from_lua(result[0])
 
     def _from_lua(self, value: Any) -> Reply:
         """A script's result as Redis converts it (numbers truncated, a table's array part up
@@ -312,7 +323,7 @@ class LeanRedis:
     def _inner(self, name: Any, args: tuple[Any, ...]) -> Reply:
         try:
             command = [_lua_arg(name), *map(_lua_arg, args)]
-            handler = self._commands.get(command[0].upper())
+            handler = self._commands.get(command[0]) or self._commands.get(command[0].upper())
             if handler is None:
                 raise Error(f"ERR lean store: command {command[0]!r} is not modelled in scripts")
             self.calls += 1

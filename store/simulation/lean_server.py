@@ -46,11 +46,16 @@ class LeanServer:
         return LeanSyncClient(self.redis, decode_responses=decode_responses)
 
 
+_READER = hiredis.Reader()
+"""One parser for every request of this process: a request is parsed whole before the next
+(no checkpoint in between), and a bad one resets it."""
+
+
 def _parse(data: bytes) -> list[bytes]:
-    reader = hiredis.Reader()
-    reader.feed(data)
-    args = reader.gets()
-    if not isinstance(args, list) or reader.gets() is not False:
+    _READER.feed(data)
+    args = _READER.gets()
+    if not isinstance(args, list) or _READER.gets() is not False:
+        _READER.__init__()  # type: ignore[misc]
         raise ConnectionLost("lean store: a request is not one RESP command")
     return args
 
