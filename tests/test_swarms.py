@@ -83,7 +83,7 @@ def test_a_planted_bug_swarmed_on_dask_is_found_shrunk_and_replayed_as_on_the_lo
     said: list[str] = []
     out = tmp_path / "dask"
     out.mkdir()
-    with LocalCluster(
+    with LocalCluster(  # type: ignore[no-untyped-call]
         n_workers=2,
         threads_per_worker=1,
         processes=True,
