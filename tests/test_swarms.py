@@ -179,3 +179,19 @@ def test_for_takes_a_duration_and_refuses_anything_else(tmp_path: Path) -> None:
         code, _, err = run([*args, "--out", str(tmp_path / "x")], tmp_path)
         assert code == EXIT_USAGE, err
         assert "--for" in err
+
+
+@pytest.mark.usefixtures("workers_env")
+def test_the_bench_runs_one_swarm_on_one_worker_then_two_and_projects_the_cores() -> None:
+    from cluster.deterministic.bench import swarm_scaling
+    from cluster.experiments.bench.report import _swarm
+
+    said: list[str] = []
+    out = swarm_scaling(2, 10, 1, said.append)
+    assert out["workers_1"]["flows"] == out["workers_2"]["flows"] == 20
+    assert out["workers_1"]["verdict"] == out["workers_2"]["verdict"] != "invalid"
+    assert out["scaling_1_to_2"] > 0
+    assert set(out["paper"]) == {"2", "16", "128"}
+    assert out["paper"]["128"]["flows_per_s"] > out["paper"]["16"]["flows_per_s"] > 0
+    assert "on 2 (x " in said[0]
+    assert any("| 128 |" in line.replace("  ", " ") for line in _swarm(out))

@@ -12,8 +12,10 @@ either; wall: over the elapsed seconds (load, wait for expiry, check).
 ``swarm_scaling`` runs the same seeds on a pool of one worker process, then of two
 (``cluster.deterministic.search``, the seeds in memory, nothing shrunk): flows per wall second
 each, their ratio, and the workers' own CPU seconds (``RUSAGE_CHILDREN``, read once each pool
-has exited). From the per-core rate and that ratio's efficiency it writes, on paper, what 16
-and 128 cores would run, and how long a million flows would take on each.
+has exited). From the per-core rate it writes, on paper, what 2, 16 and 128 cores would run,
+and how long a million flows would take on each: at the efficiency measured from one worker
+to two (on a busy machine, well below one), and linear (seeds share nothing, so an idle
+machine's cores each add a core's rate).
 """
 
 from __future__ import annotations
@@ -131,10 +133,13 @@ def swarm_scaling(
     out["scaling_1_to_2"] = round(two["flows_per_wall_s"] / max(one["flows_per_wall_s"], 1e-9), 2)
     per_core = two["flows_per_seed_cpu_s"]
     efficiency = min(out["scaling_1_to_2"] / 2, 1.0)
+    out["efficiency"] = round(efficiency, 2)
     out["paper"] = {
         str(cores): {
             "flows_per_s": round(per_core * cores * efficiency),
             "million_flows_min": round(MILLION / max(per_core * cores * efficiency, 1e-9) / 60, 1),
+            "flows_per_s_linear": round(per_core * cores),
+            "million_flows_min_linear": round(MILLION / max(per_core * cores, 1e-9) / 60, 1),
         }
         for cores in (2, *PAPER_CORES)
     }

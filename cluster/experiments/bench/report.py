@@ -368,9 +368,10 @@ def _swarm(swarm: dict[str, Any] | None) -> list[str]:
         for w in (1, 2)
     ]  # fmt: skip
     paper = [
-        [c, f"{v['flows_per_s']:g}", f"{v['million_flows_min']:g}"]
+        [c, f"{v['flows_per_s']:g}", f"{v['million_flows_min']:g}",
+         f"{v['flows_per_s_linear']:g}", f"{v['million_flows_min_linear']:g}"]
         for c, v in swarm["paper"].items()
-    ]
+    ]  # fmt: skip
     return [
         f"Swarm of {swarm['seeds']} seeds × {swarm['flows_per_seed']} flows: × "
         f"{swarm['scaling_1_to_2']} from one worker process to two (load average "
@@ -378,9 +379,10 @@ def _swarm(swarm: dict[str, Any] | None) -> list[str]:
         "",
         *_table(["workers", "flows", "wall s", "flows/s"], rows),
         "",
-        "On paper (per-core rate × cores × the measured efficiency):",
+        f"On paper: per-core rate × cores, at the measured efficiency ({swarm['efficiency']}) "
+        "and linear:",
         "",
-        *_table(["cores", "flows/s", "a million flows, min"], paper),
+        *_table(["cores", "flows/s", "a million, min", "linear flows/s", "linear, min"], paper),
         "",
     ]
 
