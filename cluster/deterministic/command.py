@@ -19,10 +19,8 @@ from typing import Any, NoReturn
 
 import click
 
+from cluster.deterministic import HASH_SEED
 from loadgen.run.folder import RunFolder
-
-HASH_SEED = "0"
-"""``PYTHONHASHSEED`` of every deterministic run."""
 
 
 def ensure_hash_seed() -> None:

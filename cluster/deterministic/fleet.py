@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
+import struct
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -31,10 +34,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from cluster.deterministic.command import HASH_SEED
-from cluster.deterministic.fleet_child import fit_for_a_run, in_child
+from cluster.deterministic import HASH_SEED
 from cluster.experiments.simulate import SimulateOptions
 
 _ONE_RUN_AT_A_TIME = threading.Lock()
@@ -226,6 +228,64 @@ def shrink_seed(job: ShrinkJob) -> ShrinkOutcome:
             done.found.summary(),
             pack(out),
         )
+
+
+# -- the kept child process (``fleet_child``) --------------------------------------------------
+
+_CHILD_LOCK = threading.Lock()
+_child: subprocess.Popen[bytes] | None = None
+_HEADER = struct.Struct("<Q")
+
+
+def fit_for_a_run() -> bool:
+    """Whether this process hashes ``str`` as a deterministic run needs (unrandomized)."""
+    return sys.flags.hash_randomization == 0
+
+
+def _read(stream: IO[bytes], n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            raise EOFError("the seed runner's pipe closed")
+        data += chunk
+    return data
+
+
+def send(stream: IO[bytes], value: Any) -> None:
+    """One length-prefixed pickle down ``stream``."""
+    data = pickle.dumps(value)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def receive(stream: IO[bytes]) -> Any:
+    """The next length-prefixed pickle from ``stream`` (EOFError when it closed)."""
+    (size,) = _HEADER.unpack(_read(stream, _HEADER.size))
+    return pickle.loads(_read(stream, size))  # noqa: S301 - our own process's pipe
+
+
+def in_child(name: str, job: Any) -> Any:
+    """``<name>(job)`` of this module run in the kept child (``fleet_child``, started on first
+    use with the hash seed set)."""
+    global _child
+    with _CHILD_LOCK:
+        if _child is None or _child.poll() is not None:
+            path = os.pathsep.join(p for p in sys.path if p)
+            env = dict(os.environ, PYTHONHASHSEED=HASH_SEED, PYTHONPATH=path)
+            _child = subprocess.Popen(
+                [sys.executable, "-m", "cluster.deterministic.fleet_child"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+            )
+        assert _child.stdin is not None
+        assert _child.stdout is not None
+        send(_child.stdin, (name, job))
+        result = receive(_child.stdout)
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def local_executor(workers: int) -> Executor:
