@@ -495,7 +495,8 @@ Examples:
     show_default=True,
     type=click.IntRange(1, 64),
     help="Load processes, each with its own in-process nodes and --concurrency flows at once, "
-    "against one real Redis (--redis); their histories are checked together.",
+    "against one real Redis (--redis); their histories are checked together. With "
+    "--deterministic: the processes its seeds run on (--seeds, --for).",
 )
 @click.option(
     "--deterministic",
