@@ -1,14 +1,14 @@
 """The lean store (``store.simulation.lean_redis``) behind a ``memory://`` URL: the store's client
-talks to it with no socket and no RESP round trip, the check reads it through a small
-redis-py-shaped facade.
+talks to it with no socket and no RESP round trip, the check reads it through a small redis-py-
+shaped facade.
 
 Layer: store. ``LeanServer`` is registered like ``store.simulation.memory_transport``'s
 fakeredis server (``serve_memory_store(server=LeanServer)``); ``LeanConnection`` has the
 interface of ``store.redis_conn``'s connections: the command bytes ``pack`` made are parsed
-(hiredis), run whole inside the caller's task between two checkpoints (a "send" and a "reply", as the fakeredis
-transport does, so trio interleaves calls exactly as there), and the replies handed over in the
-form ``RespCore`` gives them. ``recording`` keeps every request and its replies' RESP bytes (the
-differential test replays them on fakeredis and a real Redis).
+(hiredis), run whole inside the caller's task between two checkpoints (a "send" and a "reply",
+as the fakeredis transport does, so trio interleaves calls exactly as there), and the replies
+handed over in the form ``RespCore`` gives them. ``recording`` keeps every request and its
+replies' RESP bytes (the differential test replays them on fakeredis and a real Redis).
 """
 
 from __future__ import annotations
