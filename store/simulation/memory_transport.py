@@ -69,11 +69,6 @@ def memory_server(url: str) -> MemoryServer:
         raise NotSent(f"no in-process store named {name!r}") from None
 
 
-def is_memory_url(url: str) -> bool:
-    """Whether ``url`` names an in-process store."""
-    return url.startswith(f"{MEMORY_SCHEME}://")
-
-
 @contextmanager
 def serve_memory_store(name: str | None = None) -> Iterator[str]:
     """Register a fresh in-process server for the block; yield its ``memory://`` URL."""
