@@ -43,7 +43,7 @@ class StoreOptions:
     injector can find exactly these connections in ``CLIENT LIST``; None: unnamed."""
     connect_url: str | None = None
     """Where the nodes reach Redis instead of the store's URL (a reply-dropping proxy in front
-    of it, ``cluster.reply_proxy``); None: the store's URL."""
+    of it, ``cluster.reply_dropping_proxy``); None: the store's URL."""
     store_faults: StoreFaults | None = None
     """The store seam's nemeses (``cluster.store_faults``): every node's scripts go through
     it. Set by ``simulate --faults lost-reply,stall`` on the embedded store."""

@@ -1,4 +1,4 @@
-"""Deterministic simulation (issue 19): a seed replays bit for bit; a divergence is named.
+"""Deterministic simulation: a seed replays bit for bit; a divergence is named.
 
 Layer: tests. The CLI runs as processes of their own (``tests.cli_process``), as a user runs
 them: each re-executes itself with a fixed hash seed. ``--check-determinism`` is exercised on a

@@ -333,7 +333,7 @@ def _clients(rows: list[dict[str, Any]] | None) -> list[str]:
 
 
 def _deterministic(side: dict[str, Any] | None) -> list[str]:
-    """Deterministic simulation against today's, side by side (issue 19)."""
+    """Deterministic simulation against today's, side by side."""
     if not side:
         return []
     rows = [

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from cluster.deterministic.clocks import NodeClocks, open_skewed_cluster
-from cluster.deterministic.world import EPOCH_S, deterministic_world, mock_clock
+from cluster.deterministic.world import deterministic_world, mock_clock
 from cluster.faults import open_injector
 from cluster.local import InProcessTransport
 from cluster.stopping import run_stoppable
@@ -46,7 +46,7 @@ from cluster.targets.in_process import (
 )
 from cluster.targets.simulate import SimulateOptions
 from loadgen.check.exercise import ExerciseRule
-from loadgen.history import History, Op
+from loadgen.history import History
 from loadgen.run.folder import RunFolder
 from loadgen.run.pipeline import Plan, Run, run
 from loadgen.run.target import StoreAccess
@@ -365,11 +365,6 @@ def _frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def virtual_s_of(op: Op) -> float:
-    """An entry's virtual time (seconds since the run's start)."""
-    return op.time_ms / 1000 - EPOCH_S
 
 
 def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOptions:

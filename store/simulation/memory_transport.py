@@ -75,11 +75,6 @@ def memory_server(url: str) -> Any:
         raise NotSent(f"no in-process store named {name!r}") from None
 
 
-def is_memory_url(url: str) -> bool:
-    """Whether ``url`` names an in-process store."""
-    return url.startswith(f"{MEMORY_SCHEME}://")
-
-
 @contextmanager
 def serve_memory_store(name: str | None = None, server: Any = None) -> Iterator[str]:
     """Register ``server`` (default: a fresh fakeredis ``MemoryServer``) for the block; yield
