@@ -116,12 +116,21 @@ def require_extra(extra: str, *, only: tuple[str, ...] | None = None) -> None:
         )
 
 
+ALLOW_REMOTE_HELP = (
+    "Let --target name a host beyond loopback (a staging server): without it such a URL is "
+    "refused before anything is sent. With it a line says where the traffic goes, and the "
+    "rate is capped (nodes.loopback.REMOTE_MAX_RATE)."
+)
+
+
 EXAMPLES = """
 \b
 Examples:
   notes-cluster simulate                        race workload on 3 in-process nodes, embedded store
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --faults nodes,redis,client
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000   keys of its own only
+  notes-cluster simulate --faults nodes,client   faults on the embedded store
+  redis-server --port 6390 --save '' --daemonize yes   Redis faults: a Redis of the run's own
+  notes-cluster simulate --redis redis://127.0.0.1:6390/0 --faults nodes,redis,client
   notes-cluster failover-experiment              WAIT vs no WAIT across Redis Cluster failovers
   notes-cluster serve --demo --nodes 3 --port 8700
   export NOTES_CLUSTER_STATE_KEY=$(head -c 32 /dev/urandom | base64)   # shared by both:
@@ -427,8 +436,10 @@ SIMULATE_EXAMPLES = """
 \b
 Examples:
   notes-cluster simulate                        3 in-process nodes, embedded store
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --faults nodes,redis,client
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000   keys of its own only
+  notes-cluster simulate --faults nodes,client   faults on the embedded store
+  redis-server --port 6390 --save '' --daemonize yes   Redis faults: a Redis of the run's own
+  notes-cluster simulate --redis redis://127.0.0.1:6390/0 --faults nodes,redis,client
 """
 
 
@@ -753,6 +764,7 @@ Example (the nodes and loadgen share the state key):
     "share the store: own flow ids and history indices; check them together with "
     "`notes-cluster check --redis URL DIR1 DIR2 ...`.",
 )
+@click.option("--allow-remote", is_flag=True, help=ALLOW_REMOTE_HELP)
 def loadgen(
     targets: tuple[str, ...],
     redis_url: str | None,
@@ -774,6 +786,7 @@ def loadgen(
     process_id: int,
     wait_ready: float,
     replay_grace: float | None,
+    allow_remote: bool,
 ) -> None:
     """``notes-cluster loadgen``."""
     import os
@@ -789,7 +802,12 @@ def loadgen(
     from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
 
-    urls = _loopback_targets(targets)
+    urls, remote = _checked_targets("loadgen", targets, allow_remote)
+    if remote:
+        from nodes.loopback import REMOTE_MAX_CONCURRENCY, REMOTE_MAX_RATE
+
+        rate = min(rate or REMOTE_MAX_RATE, REMOTE_MAX_RATE)
+        concurrency = min(concurrency, REMOTE_MAX_CONCURRENCY)
     if foreign:
         _loadgen_foreign(urls, tokens, state_ttl, redis_url, config_path, demo)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):
@@ -1026,15 +1044,28 @@ def _refuse_incomplete(folders: list[RunFolder]) -> None:
             )
 
 
-def _loopback_targets(targets: tuple[str, ...]) -> list[str]:
-    """``--target`` values (repeated or comma-separated) as URLs; loopback ones only."""
-    from urllib.parse import urlsplit
+class TargetRefusedError(click.ClickException):
+    """A ``--target`` that may not be sent to (``nodes.loopback.remote_hosts``): one line, exit 2,
+    nothing sent."""
 
-    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
-    for url in urls:
-        if not _loopback(urlsplit(url).hostname or ""):
-            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
-    return urls
+    exit_code = EXIT_USAGE
+
+
+def _checked_targets(
+    command: str, targets: tuple[str, ...], allow_remote: bool
+) -> tuple[list[str], list[str]]:
+    """``--target`` values as URLs and the hosts among them beyond loopback (refused unless
+    ``--allow-remote``; when allowed, the line saying where the traffic goes is printed)."""
+    from nodes.loopback import TargetRefused, remote_hosts, remote_traffic_line, target_urls
+
+    urls = target_urls(targets)
+    try:
+        remote = remote_hosts(urls, allow_remote=allow_remote)
+    except TargetRefused as exc:
+        raise TargetRefusedError(str(exc)) from None
+    if remote:
+        click.echo(remote_traffic_line(command, urls, remote), err=True)
+    return urls, remote
 
 
 def _token_options(tokens: tuple[str, ...]) -> dict[str, str]:
@@ -1280,8 +1311,9 @@ def serve(
     from cluster.operations import OpsOptions
     from cluster.serve import serve_cluster, settings_for, with_demo_anonymous
     from nodes.logging_setup import configure_logging
+    from nodes.loopback import is_loopback_host
 
-    if not _loopback(host):
+    if not is_loopback_host(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
     if config_path is None and not demo:
         raise click.UsageError("give --config FILE, or --demo for the demo fixture")
@@ -1482,6 +1514,11 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
 @click.option("--expiry-margin", default=1.0, show_default=True, type=click.FloatRange(0.1, 60))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print checks.json instead of the table.")
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help=ALLOW_REMOTE_HELP + " Beyond loopback the scenarios run one at a time.",
+)
 def conformance(
     targets: tuple[str, ...],
     tool: str | None,
@@ -1499,6 +1536,7 @@ def conformance(
     expiry_margin: float,
     out_dir: Path | None,
     as_json: bool,
+    allow_remote: bool,
 ) -> None:
     """``notes-cluster conformance``."""
     import json
@@ -1509,7 +1547,7 @@ def conformance(
     from loadgen.mrtr_pack.case import Contract, fill
     from loadgen.mrtr_pack.checks import failed, markdown
 
-    urls = _loopback_targets(targets)
+    urls, remote = _checked_targets("conformance", targets, allow_remote)
     if tool is None:
         if arguments is not None:
             raise click.UsageError("--arguments needs --tool")
@@ -1538,7 +1576,9 @@ def conformance(
         except ValueError as exc:
             option = "--" + name.replace("_", "-")
             raise click.UsageError(f"{option}: not a JSON object ({exc})") from None
-    checks = _run_stoppable(lambda: run_conformance(urls, contract, out_dir))
+    checks = _run_stoppable(
+        lambda: run_conformance(urls, contract, out_dir, one_at_a_time=bool(remote))
+    )
     if as_json:
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
     else:
@@ -1686,14 +1726,3 @@ def _wait_replicas(text: str | None, redis_url: str | None) -> WaitReplicas | No
     if why and redis_url is None:
         raise click.UsageError(why)
     return waits
-
-
-def _loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
