@@ -511,7 +511,7 @@ Examples:
     "--deterministic",
     is_flag=True,
     help="Run the whole simulation in one trio run under virtual time on an in-process store, "
-    "every choice drawn from --seed: the seed replays bit for bit (README: Deterministic "
+    "every choice drawn from --seed: the seed replays bit for bit (docs: how-to/deterministic.md; "
     "simulation).",
 )
 @click.option(
@@ -1618,7 +1618,8 @@ def shrink_cmd(
     "conformance-table",
     help="The conformance pack against our 3-node demo cluster and the Python and TypeScript "
     "SDK references (as their docs show, and with what their authors must add), check by "
-    "check: the README's table. Needs a real Redis (keys under a prefix of the run's own, "
+    "check: the table of docs/explanation/sdk-references.md. Needs a real Redis (keys under a "
+    "prefix of the run's own, "
     "deleted afterwards); the TypeScript columns need Node 22 (NOTES_CLUSTER_NODE).",
 )
 @click.option("--redis", "redis_url", required=True, help="redis:// URL the targets share.")

@@ -267,8 +267,8 @@ class ClusterSettings:
     replay_grace_ms: int = REPLAY_GRACE_MS
     wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
-    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
-    1 where every master has a replica, else 0 (``cluster.durability``)."""
+    "outcome unknown" (-32603). 0: asynchronous replication (docs/explanation/durability.md);
+    ``"auto"``: 1 where every master has a replica, else 0 (``cluster.durability``)."""
     timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
     """Header, body, idle and drain bounds of the serving path (``[timeouts]``)."""
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES

@@ -1,7 +1,7 @@
 """The demo fixture behind ``notes-cluster serve --demo`` and the default simulation.
 
 Layer: cluster. Everything here is a clearly named DEMO value: the tokens are published in the
-README and the state key is generated per process, so nothing here is a secret worth keeping.
+documentation and the state key is generated per process, so nothing here is a secret worth keeping.
 
     alice  (token alice-demo-token)  file:///Users/alice/Documents/Notes, .../Archive, file:///Shared/Team
     bob    (token bob-demo-token)    file:///Users/bob/Notes, file:///Shared/Team
@@ -41,7 +41,7 @@ DEMO_TOKENS: dict[str, str] = {
     "alice-demo-token": "alice",
     "bob-demo-token": "bob",
 }
-"""Demo bearer tokens (published in the README). Real deployments list only token hashes."""
+"""Demo bearer tokens (published in the documentation). Real deployments list only token hashes."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Layer: cluster. The ASGI server of every node process (``serve --processes``, the bench's HTTP
 points, ``notes-cluster node``), chosen by a side-by-side benchmark (``notes-cluster
-bench-servers``; README, "Choosing the HTTP server"): on the same client, c=8, one worker, it
+bench-servers``; docs/explanation/design-decisions.md): on the same client, c=8, one worker, it
 spent less than half of granian's CPU per two-request flow.
 
 What uvicorn lacks is added here, small and local:

@@ -19,7 +19,8 @@ request:
 - each header name is checked against the token rule once (a bounded set of names seen valid),
   each value on every response (one regular-expression search).
 
-Measured with ``python -m cluster.experiments.bench.instructions`` (README, "A sixth round").
+Measured with ``python -m cluster.experiments.bench.instructions``
+(docs/explanation/design-decisions.md, "The request cycle").
 The protocol class (``cluster.node_server._TimedHttpToolsProtocol``) builds the cycle, feeds it
 the body and starts its task; ``tests/test_node_server_internals.py`` and
 ``tests/test_response_cycle.py`` hold it to the contract.

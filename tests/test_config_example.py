@@ -1,4 +1,4 @@
-"""The configuration reference's example (docs/reference/configuration.md) is a config that loads."""
+"""The configuration reference's example (docs/reference/configuration.md) loads."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ SPEC_ELICITATION = {
 """Form-mode answers: accept, decline, cancel."""
 EXACTLY_ONCE = {"id": "notes-cluster-exactly-once"}
 """This project's invariants (its design, section 1): exactly-once mutation, no lost answer,
-correct expiry (no URL: the README's "The model" section states them)."""
+correct expiry (no URL: docs/explanation/model.md states them)."""
 
 
 @dataclass
