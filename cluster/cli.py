@@ -804,10 +804,11 @@ def loadgen(
 
     urls, remote = _checked_targets("loadgen", targets, allow_remote)
     if remote:
-        from nodes.loopback import REMOTE_MAX_CONCURRENCY, REMOTE_MAX_RATE
+        from nodes.loopback import remote_load_bounds
 
-        rate = min(rate or REMOTE_MAX_RATE, REMOTE_MAX_RATE)
-        concurrency = min(concurrency, REMOTE_MAX_CONCURRENCY)
+        rate, concurrency = remote_load_bounds(rate, concurrency)
+        # --foreign reads its load options from the context: it gets the bounds too.
+        click.get_current_context().params.update(rate=rate, concurrency=concurrency)
     if foreign:
         _loadgen_foreign(urls, tokens, state_ttl, redis_url, config_path, demo)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):

@@ -110,6 +110,12 @@ def remote_hosts(urls: Sequence[str], *, allow_remote: bool) -> list[str]:
     return remote
 
 
+def remote_load_bounds(rate: float | None, concurrency: int) -> tuple[float, int]:
+    """A load's rate (flows started per second; ``None``: closed loop, as fast as answers come)
+    and concurrency, bounded for a target beyond loopback."""
+    return min(rate or REMOTE_MAX_RATE, REMOTE_MAX_RATE), min(concurrency, REMOTE_MAX_CONCURRENCY)
+
+
 def remote_traffic_line(command: str, urls: Sequence[str], remote: Sequence[str]) -> str:
     """The line a command prints before it sends anything beyond loopback: where, and how much."""
     return (

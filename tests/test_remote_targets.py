@@ -14,9 +14,11 @@ from click.testing import CliRunner
 
 from cluster.cli import main
 from nodes.loopback import (
+    REMOTE_MAX_CONCURRENCY,
     REMOTE_MAX_RATE,
     TargetRefused,
     remote_hosts,
+    remote_load_bounds,
     remote_traffic_line,
     target_urls,
 )
@@ -72,6 +74,12 @@ def test_a_target_that_is_no_http_url_is_refused_even_with_the_option(url: str) 
         remote_hosts([url], allow_remote=True)
 
 
+def test_a_load_beyond_loopback_is_bounded_whatever_was_asked() -> None:
+    assert remote_load_bounds(None, 16) == (REMOTE_MAX_RATE, REMOTE_MAX_CONCURRENCY)
+    assert remote_load_bounds(1000.0, 4096) == (REMOTE_MAX_RATE, REMOTE_MAX_CONCURRENCY)
+    assert remote_load_bounds(0.5, 1) == (0.5, 1)
+
+
 def test_targets_may_be_repeated_or_comma_separated() -> None:
     given = ("http://127.0.0.1:1/mcp, http://127.0.0.1:2/mcp", "http://127.0.0.1:3/mcp")
     assert target_urls(given) == [f"http://127.0.0.1:{i}/mcp" for i in (1, 2, 3)]
@@ -92,3 +100,14 @@ def test_the_commands_refuse_a_remote_target_in_one_line_with_exit_2(args: list[
     assert len(lines) == 1, result.output
     assert "192.0.2.1 is beyond loopback" in lines[0]
     assert "--allow-remote" in lines[0]
+
+
+def test_with_allow_remote_the_command_says_where_traffic_goes_before_anything_else() -> None:
+    # Bad --arguments stop the command after the target check and before any request: the line
+    # is printed, nothing is sent.
+    args = ["conformance", "--allow-remote", "--target", "http://192.0.2.1/mcp"]
+    result = CliRunner().invoke(main, [*args, "--tool", "t", "--arguments", "[1]"])
+    assert result.exit_code == 2, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("conformance: sending traffic beyond loopback to 192.0.2.1")
+    assert "--arguments: not a JSON object" in result.output
