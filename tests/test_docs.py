@@ -110,3 +110,23 @@ def test_mkdocs_builds_the_site_strictly(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+RUN_FOLDER_PATHS = {"store/meta.json"}
+"""Paths inside a run folder that look like the repository's (a run folder's ``store/``)."""
+
+
+def test_every_repository_path_and_module_the_docs_name_exists() -> None:
+    """The docs name files (``cluster/...py``) and modules (``python -m cluster...``): when code
+    moves, the pages that point at it must move with it."""
+    missing = []
+    for page in [*pages(), ROOT / "README.md"]:
+        text = page.read_text(encoding="utf-8")
+        for path in re.findall(r"`((?:cluster|nodes|store|loadgen|tests|docs)/[\w./-]+)`", text):
+            path = path.rstrip("/.")
+            if path not in RUN_FOLDER_PATHS and not (ROOT / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+        for module in re.findall(r"python -m ((?:cluster|nodes|store|loadgen)[\w.]*)", text):
+            if importlib.util.find_spec(module) is None:
+                missing.append(f"{page.relative_to(ROOT)}: python -m {module}")
+    assert missing == []
