@@ -511,8 +511,8 @@ Examples:
     "--deterministic",
     is_flag=True,
     help="Run the whole simulation in one trio run under virtual time on an in-process store, "
-    "every choice drawn from --seed: the seed replays bit for bit (docs: how-to/deterministic.md; "
-    "simulation).",
+    "every choice drawn from --seed: the seed replays bit for bit "
+    "(docs/how-to/deterministic.md).",
 )
 @click.option(
     "--check-determinism",
