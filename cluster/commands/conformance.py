@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from cluster.commands.base import (
-    loopback_targets,
+    ALLOW_REMOTE_HELP,
+    checked_targets,
     require_extra,
     run_until_stopped,
 )
@@ -80,6 +81,11 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
 @click.option("--expiry-margin", default=1.0, show_default=True, type=click.FloatRange(0.1, 60))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print checks.json instead of the table.")
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help=ALLOW_REMOTE_HELP + " Beyond loopback the scenarios run one at a time.",
+)
 def conformance(
     targets: tuple[str, ...],
     traceability: bool,
@@ -98,6 +104,7 @@ def conformance(
     expiry_margin: float,
     out_dir: Path | None,
     as_json: bool,
+    allow_remote: bool,
 ) -> None:
     """``notes-cluster conformance``."""
     import json
@@ -116,7 +123,7 @@ def conformance(
     from loadgen.mrtr_pack.case import Contract, fill
     from loadgen.mrtr_pack.checks import failed, markdown
 
-    urls = loopback_targets(targets)
+    urls, remote = checked_targets("conformance", targets, allow_remote)
     if tool is None:
         if arguments is not None:
             raise click.UsageError("--arguments needs --tool")
@@ -145,9 +152,11 @@ def conformance(
         except ValueError as exc:
             option = "--" + name.replace("_", "-")
             raise click.UsageError(f"{option}: not a JSON object ({exc})") from None
-    checks = run_until_stopped(lambda: run_conformance(urls, contract, out_dir))
+    checks = run_until_stopped(
+        lambda: run_conformance(urls, contract, out_dir, one_at_a_time=bool(remote))
+    )
     if as_json:
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
     else:
-        click.echo(markdown(checks, urls))
+        click.echo(markdown(checks, urls, requirements=False))
     sys.exit(EXIT_INVALID if failed(checks) else EXIT_VALID)

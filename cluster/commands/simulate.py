@@ -48,8 +48,10 @@ SIMULATE_EXAMPLES = """
 \b
 Examples:
   notes-cluster simulate                        3 in-process nodes, embedded store
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --faults nodes,redis,client
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000   keys of its own only
+  notes-cluster simulate --faults nodes,client   faults on the embedded store
+  redis-server --port 6390 --save '' --daemonize yes   Redis faults: a Redis of the run's own
+  notes-cluster simulate --redis redis://127.0.0.1:6390/0 --faults nodes,redis,client
 """
 
 
@@ -123,8 +125,8 @@ Examples:
     "--deterministic",
     is_flag=True,
     help="Run the whole simulation in one trio run under virtual time on an in-process store, "
-    "every choice drawn from --seed: the seed replays bit for bit (README: Deterministic "
-    "simulation).",
+    "every choice drawn from --seed: the seed replays bit for bit "
+    "(docs/how-to/deterministic.md).",
 )
 @click.option(
     "--check-determinism",
