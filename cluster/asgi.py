@@ -48,7 +48,8 @@ PUBLIC_URL_ENV = "NOTES_CLUSTER_PUBLIC_URL"
 LOG_LEVEL_ENV = "NOTES_CLUSTER_LOG_LEVEL"
 LOG_JSON_ENV = "NOTES_CLUSTER_LOG_JSON"
 SERVER_TIMES_BODIES_ENV = "NOTES_CLUSTER_SERVER_TIMES_BODIES"
-"""Set to 1 by ``notes-cluster node``, whose server bounds body reads itself."""
+"""Set to 1 by ``notes-cluster node`` when its server bounds body reads itself (unless it fell
+back to uvicorn's own protocol: ``cluster.node_server.hooks_missing``)."""
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -65,7 +66,8 @@ class NodeOptions:
     ops: OpsOptions = field(default_factory=OpsOptions)
     """Metrics (their own port) of this node."""
     server_times_bodies: bool = False
-    """The ASGI server bounds each body's arrival (``cluster.node_server`` does, far cheaper);
+    """The ASGI server bounds each body's arrival (``cluster.node_server`` does: a cancel scope
+    per request in the app costs a fifth more of the node's instructions per flow);
     when False the app does, with a deadline of its own around the read (any other server)."""
     server_routes_metrics_port: bool = False
     """The ASGI server hands every connection on the metrics port to ``NodeApp.serve_metrics``

@@ -1150,7 +1150,7 @@ def node(
 
     from cluster import asgi
     from cluster.config import ConfigError, load_settings
-    from cluster.node_server import run_server, server_config
+    from cluster.node_server import hooks_missing, run_server, server_config
     from nodes.logging_setup import configure_logging
 
     configure_logging(log_level.upper(), json_lines=log_json)
@@ -1165,7 +1165,7 @@ def node(
     os.environ[asgi.CONFIG_ENV] = str(config_path.resolve())
     os.environ[asgi.REDIS_ENV] = redis_url
     os.environ.setdefault(asgi.PUBLIC_URL_ENV, f"http://{host}:{port}")
-    os.environ[asgi.SERVER_TIMES_BODIES_ENV] = "1"
+    os.environ[asgi.SERVER_TIMES_BODIES_ENV] = "0" if hooks_missing() else "1"
     os.environ[asgi.LOG_LEVEL_ENV] = log_level.upper()
     os.environ[asgi.LOG_JSON_ENV] = "1" if log_json else "0"
     config = server_config(

@@ -19,7 +19,7 @@ from typing import Any
 from cluster.asgi import NodeApp, NodeOptions
 from cluster.config import ClusterSettings, ConfigError
 from cluster.durability import parse_wait_replicas
-from cluster.node_server import bind_socket, run_server, server_config
+from cluster.node_server import bind_socket, hooks_missing, run_server, server_config
 from cluster.operations import DEFAULT_METRICS_HOST, OpsOptions, bind_metrics
 from cluster.serve import settings_for, with_demo_anonymous
 from cluster.stopping import terminate_self, watch_lifeline
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         prefix=a.prefix,
         public_url=base,
         ops=ops,
-        server_times_bodies=True,
+        server_times_bodies=not hooks_missing(),  # else on uvicorn's own protocol: the app
         server_routes_metrics_port=True,
     )
     app = NodeApp(settings, options)
