@@ -61,17 +61,19 @@ def cluster_retry_policy() -> coredis.retry.RetryPolicy:
 
 
 RESEND_PAUSE_S = 0.01
-"""Pause before the store sends a command again after a lost reply (as coredis' own policy did)."""
+"""Pause before the store sends a command again after a lost reply: a re-send at once would
+most likely meet the same dropped connection or restarting server."""
 
 CLUSTER_RESEND_PAUSE_S = 0.1
 """The same on a Redis Cluster, where a lost reply often means a master is failing over."""
 
 
 def report_lost_reply(client: NoteClient, exc: Exception) -> None:
-    """Tell a cluster client's slot map about a lost reply (``exc``): enough of them refresh
-    it. coredis' retry policy did this before each re-send; with none, the store must, or the
-    client keeps sending to a dead master after a failover. Nothing to do on one Redis, nor on
-    the store's own cluster client (``RespCluster`` reads its map again after any failed call)."""
+    """Tell a coredis cluster client's slot map about a lost reply (``exc``): enough of them
+    refresh it. With no retry policy of its own (``no_resend_policy``), nothing else does, and
+    the client would keep sending to a dead master after a failover. Nothing to do on one Redis,
+    nor on the store's own cluster client (``RespCluster`` reads its map again after any failed
+    call)."""
     if isinstance(client, coredis.RedisCluster):
         client.connection_pool.cluster_layout.report_errors(None, exc)
 

@@ -135,6 +135,72 @@ def split(response: bytes) -> tuple[bytes, bytes]:
     return head, body
 
 
+# --- one write per response ---------------------------------------------------------------------
+
+
+def test_a_complete_response_leaves_in_one_write() -> None:
+    async def scenario() -> None:
+        protocol, transport, _ = connection(answer)
+        for _ in range(3):  # keep-alive: each response is one write
+            before = len(transport.writes)
+            protocol.data_received(GET)
+            await settle()
+            assert len(transport.writes) == before + 1, transport.writes[before:]
+            head, body = split(transport.writes[-1])
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert body == BODY
+        assert not transport.closed
+
+    run(scenario)
+
+
+def test_a_stream_s_head_and_chunks_leave_as_they_are_sent() -> None:
+    step = asyncio.Event()
+
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"one", "more_body": True})
+        await step.wait()
+        await send({"type": "http.response.body", "body": b""})
+
+    async def scenario() -> None:
+        protocol, transport, _ = connection(stream)
+        protocol.data_received(GET)
+        await settle()
+        assert transport.writes[0].endswith(b"transfer-encoding: chunked\r\n\r\n")
+        assert transport.writes[1] == b"3\r\none\r\n"
+        step.set()
+        await settle()
+        assert transport.writes[-1] == b"0\r\n\r\n"
+
+    run(scenario)
+
+
+def test_a_head_response_and_an_app_that_fails_after_its_head_still_send_the_head() -> None:
+    async def head_only(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        headers = [(b"content-length", b"10")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if scope["method"] == "HEAD":
+            await send({"type": "http.response.body", "body": b""})
+            return
+        raise RuntimeError("failed after its head")
+
+    async def scenario() -> None:
+        protocol, transport, _ = connection(head_only)
+        protocol.data_received(b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\n")
+        await settle()
+        assert transport.writes[-1].startswith(b"HTTP/1.1 200 OK\r\n")
+        assert not transport.closed
+        protocol.data_received(GET)
+        await settle()
+        assert transport.writes[-1].startswith(b"HTTP/1.1 200 OK\r\n")  # written on close
+        assert transport.closed
+
+    run(scenario)
+
+
 # --- the idle bound after an early answer -------------------------------------------------------
 
 
@@ -173,27 +239,27 @@ def test_the_installed_uvicorn_has_every_hook_the_protocol_needs() -> None:
 
 
 def test_a_missing_hook_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    stores_no_pipeline = {**NEEDED_HOOKS, HttpToolsProtocol.on_url: ("pipeline",)}
-    assert hooks_missing(stores_no_pipeline) == ["HttpToolsProtocol.on_url: pipeline"]
-    monkeypatch.delattr(HttpToolsProtocol, "on_url")
-    assert hooks_missing() == ["HttpToolsProtocol.on_url"]
+    stores_no_pipeline = {**NEEDED_HOOKS, HttpToolsProtocol.on_body: ("pipeline",)}
+    assert hooks_missing(stores_no_pipeline) == ["HttpToolsProtocol.on_body: pipeline"]
+    monkeypatch.delattr(HttpToolsProtocol, "on_body")
+    assert hooks_missing() == ["HttpToolsProtocol.on_body"]
 
 
 def test_without_a_hook_the_config_falls_back_to_uvicorn_s_protocol_and_says_so(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delattr(HttpToolsProtocol, "on_url")
+    monkeypatch.delattr(HttpToolsProtocol, "on_body")
     with caplog.at_level(logging.WARNING, logger="cluster.node_server"):
         config = server_config(answer, host="127.0.0.1", port=0, timeouts=ServerTimeouts())
     assert config.http == "httptools"
-    assert "HttpToolsProtocol.on_url" in caplog.text
+    assert "HttpToolsProtocol.on_body" in caplog.text
     assert "serving on uvicorn's own protocol" in caplog.text
 
 
 FALLBACK_NODE = """
 import sys
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-del HttpToolsProtocol.on_header  # a uvicorn that no longer has this hook
+from uvicorn.supervisors import multiprocess
+del multiprocess.Process.server  # as uvicorn 0.50 and older: a hook the node needs is absent
 from cluster.node_process import main
 main(sys.argv[1:])
 """
@@ -222,7 +288,7 @@ def test_a_node_process_without_a_hook_serves_on_stock_uvicorn_and_logs_it(
         proc.terminate()
         _, err = proc.communicate(timeout=STEP_S * 3)
     text = err.decode()
-    assert "lacks what the node's HTTP protocol needs (HttpToolsProtocol.on_header)" in text, text
+    assert "lacks what the node's HTTP protocol needs (Process.server)" in text, text
     assert proc.returncode == 0, text
 
 
