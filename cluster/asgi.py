@@ -35,7 +35,7 @@ from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.logging_setup import configure_logging
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
-from store.client import open_note_client, open_redis
+from store.client import blocking_client, open_note_client
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
@@ -144,13 +144,15 @@ class NodeApp:
     async def _start(self) -> None:
         o, s = self.options, self.settings
         stack = self._stack
-        client = await stack.enter_async_context(
-            open_redis(o.redis_url, embedded=o.embedded, client_name=o.node_id)
-        )
-        # The hot path's own client (store.resp_client); coredis keeps the legacy sessions.
+        # The store's own client (store.resp_client) for the notes and the legacy sessions,
+        # whose blocking reads get a connection of their own.
         notes_client = await stack.enter_async_context(
-            open_note_client(o.redis_url, embedded=o.embedded, client_name=o.node_id, shared=client)
+            open_note_client(o.redis_url, embedded=o.embedded, client_name=o.node_id)
         )
+        limits = o.legacy_limits or LegacyLimits()
+        blocking = blocking_client(notes_client, limits.inbox_block_ms)
+        if blocking is not None:
+            await stack.enter_async_context(blocking)
         store = NoteStore(
             notes_client,
             prefix=o.prefix,
@@ -163,7 +165,7 @@ class NodeApp:
         if config.public_url is None and o.public_url is not None:
             config = replace(config, public_url=o.public_url)
         node = Node(config, served)
-        sessions = SessionStore(client, prefix=o.prefix)
+        sessions = SessionStore(notes_client, prefix=o.prefix, blocking=blocking)
         legacy = await stack.enter_async_context(
             open_legacy_adapter(node, sessions, o.legacy_limits)
         )

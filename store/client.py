@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -24,6 +25,7 @@ import redis
 import redis.cluster
 from coredis.connection import TCPLocation
 
+from store.resp import ReplyError
 from store.resp_client import RespRedis
 from store.resp_cluster import RespCluster
 
@@ -230,18 +232,30 @@ def _cluster_enabled(info: dict[str, Any]) -> bool:
 
 
 async def is_cluster(url: str) -> bool:
-    """True when the server at ``url`` is a Redis Cluster node (``INFO cluster``). A server that
-    refuses INFO (the embedded store has no such command) is taken as a plain Redis; so is a
-    ``unix://`` URL, unasked (a cluster's slot map names TCP addresses, never a socket's path)."""
+    """True when the server at ``url`` is a Redis Cluster node (``INFO cluster``, asked on the
+    store's own client). A server that refuses INFO (the embedded store has no such command) is
+    taken as a plain Redis; so is a ``unix://`` URL, unasked (a cluster's slot map names TCP
+    addresses, never a socket's path)."""
     if urlsplit(url).scheme == "unix":
         return False
-    client = redis_client(_without_db(url), max_connections=1)
-    async with client:
+    async with RespRedis.from_url(_without_db(url), max_connections=1) as probe:
         try:
-            info: dict[str, Any] = dict(await client.info("cluster"))
-        except coredis.exceptions.ResponseError:
+            info: dict[str, Any] = await probe.info("cluster")
+        except ReplyError:
             return False
     return _cluster_enabled(info)
+
+
+def blocking_client(client: NoteClient, block_ms: int) -> RespRedis | None:
+    """A client of one connection to ``client``'s Redis for blocking reads of up to
+    ``block_ms`` (the legacy sessions' ``XREAD BLOCK``: ``store.sessions``), so that no call
+    queues behind one on ``client``'s multiplexed connections; None where none is needed (a
+    cluster's inboxes are polled, coredis has a pool). Enter it before use."""
+    if type(client) is not RespRedis:
+        return None
+    # The same name: a fault injector that finds the node's connections finds this one too.
+    endpoint = replace(client.endpoint, timeout_s=client.endpoint.timeout_s + block_ms / 1000)
+    return RespRedis(endpoint, max_connections=1)
 
 
 async def _policy(client: coredis.Redis[str]) -> str:
