@@ -16,9 +16,10 @@ callbacks (each calling uvicorn's own) and reads only attributes without a leadi
   refused one on the same connection are answered first (a pipelining client must not take
   the 431 for a create's answer);
 - a body timeout (``ServerTimeouts.body_s``): a body not complete within the bound of its
-  headers gets 408 (unless its answer started) and the connection is closed. One timer per
-  request here; the same deadline in the app (``nodes.http``, a cancel scope around the read,
-  as it runs on any other server) cost a fifth more of a node's instructions per flow;
+  headers gets 408 (unless its answer started) and the connection is closed. The same deadline
+  in the app (``nodes.http``, a cancel scope around the read, as it runs on any other server)
+  cost a fifth more of a node's instructions per flow; the three bounds here share one
+  deadline per connection;
 - an idle bound after a response that went out before its request's body was in (uvicorn's
   keep-alive timer is cancelled by the body's bytes and not armed again);
 - ``port_apps``: a port's connections served by another app (a node process's metrics port);
@@ -31,10 +32,10 @@ callbacks (each calling uvicorn's own) and reads only attributes without a leadi
 
 What this relies on of uvicorn is listed in ``NEEDED_HOOKS`` and checked when a config is built
 (``hooks_missing``): without one of them the node serves on uvicorn's protocol unchanged and
-says so in its log (no header bounds then). ``pyproject.toml`` bounds uvicorn from above, and CI
-runs the node server's tests on the lowest and the highest version allowed (``.ci/run``).
-Replacing uvicorn's request cycle and timers was measured and not kept: stock uvicorn spent
-0.993 of the instructions per flow of the replacement (README, "The node's HTTP server").
+says so in its log (no header and body bounds from the server then; the app bounds the body).
+``pyproject.toml`` bounds uvicorn from above, and CI runs the node server's tests on the lowest
+and the highest version allowed (``.ci/run``). A request cycle of our own in place of uvicorn's
+was measured and not kept (README, "The node's HTTP server is stock uvicorn").
 (Nodes inside a trio process, on hypercorn, get the same bounds from the app.)
 """
 
