@@ -1,11 +1,11 @@
 """Opening Redis clients for the nodes and checking the server is fit for a replay store.
 
-Layer: store. Knows the store's own client (``store.resp_client``: the note stores, by default),
-coredis (the legacy sessions; the note stores when chosen, ``CLIENT_ENV``), redis-py (the
-tooling, sync) and Redis server settings; nothing of MCP. A ``redis://HOST:PORT`` URL that
-points at a Redis Cluster node (``INFO cluster`` says ``cluster_enabled:1``) is opened as a
-cluster, with no other flag; a ``unix://`` URL never is (a cluster's slot map names TCP
-addresses).
+Layer: store. Knows the store's own client (``store.resp_client``: the note stores and the
+legacy sessions, by default), coredis (both, when ``CLIENT_ENV`` chooses it; the bench and the
+tests' inspection of Redis), redis-py (the tooling, sync) and Redis server settings; nothing
+of MCP. A ``redis://HOST:PORT`` URL that points at a Redis Cluster node (``INFO cluster`` says
+``cluster_enabled:1``) is opened as a cluster, with no other flag; a ``unix://`` URL never is
+(a cluster's slot map names TCP addresses).
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ NoteClient: TypeAlias = "StoreClient | RespRedis | RespCluster"
 
 CLIENT_ENV = "NOTES_CLUSTER_REDIS_CLIENT"
 """Which client a note store uses: ``resp`` (the default: the store's own, ``store.resp_client``;
-on a Redis Cluster its slot-routing ``RespCluster``) or ``coredis``. The legacy sessions
-(``store.sessions``) stay on coredis either way: their blocking ``XREAD`` would hold one of
-the own client's few multiplexed connections, and every call queued behind it."""
+on a Redis Cluster its slot-routing ``RespCluster``) or ``coredis``. A node's legacy sessions
+(``store.sessions``) use the same client; on the store's own, their blocking ``XREAD`` goes on
+a connection of its own (``blocking_client``), or every call would queue behind it."""
 
 CLIENT_KINDS = ("resp", "coredis")
 DEFAULT_CLIENT_KIND = "resp"
