@@ -1,10 +1,10 @@
 """The note store and replay store over Redis: an async API around the Lua scripts.
 
 Layer: store. Knows Redis (through the store's own client, ``store.resp_client`` or on a Redis
-Cluster ``store.resp_cluster``; coredis when ``store.client.CLIENT_ENV`` asks for it; each runs
-on trio and asyncio) and the key layout; knows
-nothing of MCP, sealing or HTTP. The same scripts run unchanged on the embedded store (fakeredis
-over TCP), on a real Redis and on a Redis Cluster, because every script touches one tenant's slot.
+Cluster ``store.resp_cluster``; coredis when ``store.client_factory.CLIENT_ENV`` asks for it;
+each runs on trio and asyncio) and the key layout; knows nothing of MCP, sealing or HTTP. The
+same scripts run unchanged on the embedded store (fakeredis over TCP), on a real Redis and on a
+Redis Cluster, because every script touches one tenant's slot.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, TypeVar, get_args
 import coredis
 import coredis.exceptions
 
-from store import entropy
+from store import randomness
 from store.api import (
     NO_QUOTA,
     Confirmation,
@@ -40,8 +40,8 @@ from store.api import (
     WriteOp,
     WriteOutcome,
 )
-from store.buggify import buggify_delay
-from store.client import before_resend, report_lost_reply
+from store.client_factory import before_resend, report_lost_reply
+from store.fault_points import buggify_delay
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
 from store.resp import ReplyError
@@ -89,7 +89,8 @@ RESENDS = 2
 before the call fails with StoreUnavailable (the client picks the connection; a dead one fails
 fast and costs one of these). Safe because every script is safe to run twice
 (``OP_RECORD_SCRIPTS``): the re-send returns what the first run did. The Redis client itself
-never re-sends (the store's own never does; coredis is given ``store.client.no_resend_policy``)."""
+never re-sends (the store's own never does; coredis is given
+``store.client_factory.no_resend_policy``)."""
 
 _LOST_REPLY: tuple[type[Exception], ...] = (
     coredis.exceptions.ConnectionError,
@@ -199,7 +200,7 @@ def _script(name: str) -> str:
 
 def _call_id() -> str:
     """A fresh id for one store call: its re-sends carry it, a later request does not."""
-    return entropy.token_hex(8)
+    return randomness.token_hex(8)
 
 
 WRITE_REPLY_FIELDS = 9
@@ -380,7 +381,7 @@ class NoteStore:
         op = op or WriteOp.fresh()
         call = _call_id()
         for _ in range(4):
-            note_id = "n" + entropy.token_hex(8)
+            note_id = "n" + randomness.token_hex(8)
             reply = await self._run(
                 "create",
                 [

@@ -1,7 +1,7 @@
 """Refusals that must not cost a client its other answers, on both servers a node runs on.
 
-Layer: tests. A node process (uvicorn with httptools, ``cluster.node_server``) and an in-process
-node (hypercorn's trio worker) over the embedded store:
+Layer: tests. A node process (uvicorn with httptools, ``nodes.serving.http_server``) and an
+in-process node (hypercorn's trio worker) over the embedded store:
 
 - a client that pipelines a ``notes_create`` and then a request whose header block is past the
   bound gets the create's own answer first, then the 431 (the create ran: taking the 431 as its
@@ -21,8 +21,8 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from cluster.demo import ALICE_NOTES
 from nodes.http import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
+from nodes.serving.demo import ALICE_NOTES
 from tests.harness import meta
 from tests.test_header_bound import Served, hypercorn_node, node_process
 

@@ -2,17 +2,17 @@
 
 Layer: tests. The session store runs on ``RespRedis`` (one connection, so anything queued behind
 a blocking read would wait for it) with its blocking ``XREAD`` on a client of its own
-(``store.client.blocking_client``). While a read blocks, calls on the main client are answered:
-the read is seen still waiting when they return (its end needs the wake below, or its block
-bound far beyond the test). Then the wake ends it, and an answer delivered to a session is read
-back through the same path.
+(``store.client_factory.blocking_client``). While a read blocks, calls on the main client are
+answered: the read is seen still waiting when they return (its end needs the wake below, or its
+block bound far beyond the test). Then the wake ends it, and an answer delivered to a session is
+read back through the same path.
 """
 
 from __future__ import annotations
 
 import trio
 
-from store.client import blocking_client
+from store.client_factory import blocking_client
 from store.resp_client import RespRedis
 from store.sessions import SessionStore
 from tests.conftest import new_prefix, suite_redis_url

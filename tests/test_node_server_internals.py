@@ -1,4 +1,4 @@
-"""The node's uvicorn protocol (``cluster.node_server``): the bounds it adds to uvicorn's own,
+"""The node's uvicorn protocol (``nodes.serving.http_server``): the bounds it adds to uvicorn's own,
 and the contract with uvicorn that they rely on.
 
 Layer: tests. The protocol runs on a fake transport that records each write, on uvloop as in a
@@ -28,13 +28,13 @@ import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from cluster.node_server import (
+from nodes.http import DEFAULT_MAX_HEADER_BYTES, ServerTimeouts
+from nodes.serving.http_server import (
     NEEDED_HOOKS,
     BoundedHttpToolsProtocol,
     hooks_missing,
     server_config,
 )
-from nodes.http import DEFAULT_MAX_HEADER_BYTES, ServerTimeouts
 from tests.own_redis import free_port
 
 App = Callable[[Any, Any, Any], Awaitable[None]]
@@ -249,7 +249,7 @@ def test_without_a_hook_the_config_falls_back_to_uvicorn_s_protocol_and_says_so(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delattr(HttpToolsProtocol, "on_body")
-    with caplog.at_level(logging.WARNING, logger="cluster.node_server"):
+    with caplog.at_level(logging.WARNING, logger="nodes.serving.http_server"):
         config = server_config(answer, host="127.0.0.1", port=0, timeouts=ServerTimeouts())
     assert config.http == "httptools"
     assert "HttpToolsProtocol.on_body" in caplog.text
@@ -260,7 +260,7 @@ FALLBACK_NODE = """
 import sys
 from uvicorn.supervisors import multiprocess
 del multiprocess.Process.server  # as uvicorn 0.50 and older: a hook the node needs is absent
-from cluster.node_process import main
+from nodes.serving.process import main
 main(sys.argv[1:])
 """
 

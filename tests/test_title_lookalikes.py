@@ -18,8 +18,8 @@ import pytest
 import trio
 from confusable_homoglyphs import categories
 
-from cluster.demo import ALICE_NOTES, DEMO_TENANT
 from nodes.protocol import Node
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT
 from nodes.tools.text_rules import (
     _character_problem,
     normalize_title,
