@@ -1,9 +1,10 @@
 """The note store and replay store over Redis: an async API around the Lua scripts.
 
-Layer: store. Knows Redis (through the store's own client, ``store.resp_client``, or coredis on a
-Redis Cluster; both run on trio and asyncio) and the key layout; knows
-nothing of MCP, sealing or HTTP. The same scripts run unchanged on the embedded store (fakeredis
-over TCP), on a real Redis and on a Redis Cluster, because every script touches one tenant's slot.
+Layer: store. Knows Redis (through the store's own client, ``store.resp_client`` or on a Redis
+Cluster ``store.resp_cluster``; coredis when ``store.client_factory.CLIENT_ENV`` asks for it;
+each runs on trio and asyncio) and the key layout; knows nothing of MCP, sealing or HTTP. The
+same scripts run unchanged on the embedded store (fakeredis over TCP), on a real Redis and on a
+Redis Cluster, because every script touches one tenant's slot.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ RESENDS = 2
 before the call fails with StoreUnavailable (the client picks the connection; a dead one fails
 fast and costs one of these). Safe because every script is safe to run twice
 (``OP_RECORD_SCRIPTS``): the re-send returns what the first run did. The Redis client itself
-never re-sends (``store.client_factory.no_resend_policy``)."""
+never re-sends (the store's own never does; coredis is given
+``store.client_factory.no_resend_policy``)."""
 
 _LOST_REPLY: tuple[type[Exception], ...] = (
     coredis.exceptions.ConnectionError,
@@ -291,8 +293,9 @@ class NoteStore:
         self._maxlen_arg = str(journal_maxlen)
         self._stats = StoreStatistics()
         self._keys: dict[str, TenantKeys] = {}
-        # coredis' Script sends EVALSHA and loads the script on NOSCRIPT, so a restarted or
-        # failed-over Redis that forgot its script cache is handled transparently.
+        # A script goes by EVALSHA and, on NOSCRIPT (it did not run), once in full
+        # (``RespRedis.evalsha``): a restarted or failed-over Redis that forgot its script cache
+        # is handled transparently.
         self._scripts = {
             name: client.register_script(_script(name))
             for name in ("create", "update", "move", "read_notes", "confirm", "setup", "op_lookup")
@@ -328,8 +331,8 @@ class NoteStore:
     async def _send(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         await buggify_delay("store.before_script")
         if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
-            # coredis sends WAIT on the script's own connection right after its reply and
-            # raises ReplicationError when fewer replicas acknowledged.
+            # WAIT goes on the script's own connection right behind it; fewer replicas than
+            # asked is ReplicationError (``store.resp_client.ensure_replication``).
             with self.client.ensure_replication(self.wait_replicas, self.wait_timeout_ms):
                 reply: Any = await self._scripts[name](keys=keys, args=args)
         else:
@@ -349,8 +352,8 @@ class NoteStore:
     async def redis_time_ms(self) -> int:
         """The Redis server clock (TIME), in milliseconds since the epoch."""
         reply: Any = await self._query("time", lambda: self._time(keys=[], args=[]))
-        # Not client.time(): coredis' TIME callback divides the microseconds by 1000, so its
-        # datetime keeps whole seconds only. A script reads TIME raw, as every other script does.
+        # Read by a script, as every other script reads TIME: raw seconds and microseconds,
+        # whatever a client's own TIME helper would round them to (coredis' to whole seconds).
         sec, usec = reply
         return int(sec) * 1000 + int(usec) // 1000
 
