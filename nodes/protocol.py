@@ -20,7 +20,7 @@ from nodes.headers import check_headers
 from nodes.idempotency import idempotency_key, write_op
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.base import CallContext, NodeCounters, Tool
-from store.api import NoteStoreAPI, StoreFull, StoreUnavailable
+from store.api import NoteStoreAPI, StoreFull, StoreRefused, StoreUnavailable
 from store.records import slot_init
 
 log = logging.getLogger("nodes.protocol")
@@ -34,6 +34,22 @@ META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 DISCOVER_TTL_MS = 300_000
 """Discovery and the tool list change only with a deploy: clients may cache them for minutes."""
 TOOLS_TTL_MS = 300_000
+
+
+_TRACED: set[type[BaseException]] = set()
+"""Kinds of unexpected error logged with a traceback already: later ones log one line each."""
+
+
+def _log_unexpected(message: dict[str, Any], exc: Exception) -> None:
+    """Log an unexpected error of a request: its traceback the first time its kind is seen,
+    one line after that (a failing store must not write a traceback per request)."""
+    kind = type(exc)
+    if kind in _TRACED:
+        log.error("unexpected error (%s): %s: %s", _what(message), kind.__name__, exc)
+        return
+    if len(_TRACED) < 256:
+        _TRACED.add(kind)
+    log.error("unexpected error (%s)", _what(message), exc_info=exc)
 
 
 @slot_init  # a cheaper __init__: built on every request
@@ -204,9 +220,17 @@ class Node:
         except StoreFull as exc:
             log.warning("store full, request refused (%s): %s", _what(message), exc)
             return self._error(request_id, errors.store_full())
+        except StoreRefused as exc:
+            log.warning("store refused (%s): %s", _what(message), exc)
+            return self._error(
+                request_id, errors.store_refused(exc.reason, maybe_ran=exc.maybe_ran)
+            )
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): %s", _what(message), exc)
             return self._error(request_id, errors.outcome_unknown())
+        except Exception as exc:  # a bug or an error of an unforeseen kind: never id null
+            _log_unexpected(message, exc)
+            return self._error(request_id, errors.internal_error())
         meta = result.setdefault("_meta", {})
         meta[META_SERVER_INFO] = self.server_info
         return Reply(200, {"jsonrpc": "2.0", "id": request_id, "result": result})

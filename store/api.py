@@ -234,6 +234,18 @@ class StoreFull(StoreUnavailable):
     more."""
 
 
+class StoreRefused(StoreUnavailable):
+    """Redis kept refusing the call until its deadline with a reply that says the command did
+    not run (a slot being migrated, a cluster failing over, a replica, a server loading:
+    ``store.refusals``). ``reason`` names which; ``maybe_ran`` is True when an earlier try of
+    the same call lost its reply, so the call as a whole may still have taken effect."""
+
+    def __init__(self, message: str, reason: str, *, maybe_ran: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.maybe_ran = maybe_ran
+
+
 class IdempotencyConflict(Exception):
     """The operation id was recorded for another operation (another digest: other arguments,
     another tool). Nothing was written."""

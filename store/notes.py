@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TypeVar, get_args
 
+import anyio
 import coredis
 import coredis.exceptions
 
@@ -34,6 +35,7 @@ from store.api import (
     Snapshot,
     StoreFull,
     StoreOp,
+    StoreRefused,
     StoreUnavailable,
     WorkspaceFull,
     WriteOp,
@@ -43,6 +45,7 @@ from store.buggify import buggify_delay
 from store.client import before_resend, report_lost_reply
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
+from store.refusals import REFUSAL_WAIT_S, pause_s, refusal_deadline, refusal_reason
 from store.resp import ReplyError
 from store.resp_client import RespRedis
 from store.resp_cluster import RespCluster
@@ -261,6 +264,8 @@ class StoreStatistics:
     unavailable: int = 0
     resent: int = 0
     """Scripts sent again after a lost reply (``RESENDS``)."""
+    refused: int = 0
+    """Commands sent again after a refusal that says they did not run (``store.refusals``)."""
 
 
 class NoteStore:
@@ -275,8 +280,12 @@ class NoteStore:
         journal_maxlen: int = JOURNAL_MAXLEN,
         wait_replicas: int = 0,
         wait_timeout_ms: int = WAIT_TIMEOUT_MS,
+        refusal_wait_s: float = REFUSAL_WAIT_S,
     ) -> None:
         self.client = client
+        self.refusal_wait_s = refusal_wait_s
+        """How long a refused command (``store.refusals``) is re-sent when the request sets no
+        earlier deadline."""
         self.prefix = prefix
         self.replay_grace_ms = replay_grace_ms
         self.journal_maxlen = journal_maxlen
@@ -317,7 +326,9 @@ class NoteStore:
     def statistics(self) -> StoreStatistics:
         """A copy of the counters."""
         s = self._stats
-        return StoreStatistics(dict(s.calls), dict(s.confirmations), s.unavailable, s.resent)
+        return StoreStatistics(
+            dict(s.calls), dict(s.confirmations), s.unavailable, s.resent, s.refused
+        )
 
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         """Run one script; after a lost reply, send it again (``RESENDS``), which every script
@@ -624,20 +635,36 @@ class NoteStore:
         return await self._resending(what, command)
 
     async def _resending(self, what: str, command: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``command(*args)``, sent again after each lost reply up to ``RESENDS`` times; any
-        other failure, or the last lost reply, becomes the store's error (``_failed``)."""
-        for attempt in range(RESENDS + 1):
+        """``command(*args)``, sent again after each lost reply up to ``RESENDS`` times, and
+        after each refusal that says it did not run (``store.refusals``) with a growing pause
+        until the request's deadline (then ``StoreRefused``); any other failure, or the last
+        lost reply, becomes the store's error (``_failed``)."""
+        lost = refused = 0
+        until: float | None = None
+        while True:
             try:
                 return await command(*args)
             except _LOST_REPLY as exc:
-                if attempt == RESENDS:
+                if lost == RESENDS:
                     report_lost_reply(self.client, exc)
                     raise self._failed(exc, what) from exc
+                lost += 1
                 self._stats.resent += 1
                 await before_resend(self.client, exc)
             except Exception as exc:
-                raise self._failed(exc, what) from exc
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+                reason = refusal_reason(exc)
+                if reason is None:
+                    raise self._failed(exc, what) from exc
+                if until is None:
+                    until = refusal_deadline(self.refusal_wait_s)
+                pause = pause_s(refused)
+                if anyio.current_time() + pause >= until:
+                    self._stats.unavailable += 1
+                    message = f"{what}: refused until its deadline ({reason}): {exc}"
+                    raise StoreRefused(message, reason, maybe_ran=lost > 0) from exc
+                refused += 1
+                self._stats.refused += 1
+                await anyio.sleep(pause)
 
     async def confirm(self, c: Confirmation) -> ConfirmOutcome:
         """Decide one confirmation answer in one atomic script (see scripts/confirm.lua)."""
@@ -722,6 +749,7 @@ class NoteStore:
         that restarted forgot them, and loading is what makes it ready again."""
         scripts = [*self._scripts.values(), self._time]
         try:
+            await self._check_writable()
             present = await self.client.script_exists([s.sha for s in scripts])
             for script, loaded in zip(scripts, present, strict=True):
                 if not loaded:
@@ -732,3 +760,34 @@ class NoteStore:
             ):
                 raise
             raise StoreUnavailable(f"ready: {type(exc).__name__}: {exc}") from exc
+
+    async def _check_writable(self) -> None:
+        """StoreRefused unless the Redis the writes go to is a master (``ROLE``): a failover
+        can leave a node on an address that is a replica now, which refuses every write. A
+        server without ``ROLE`` (the embedded store) has no replication: always a master."""
+        client = self.client
+        if isinstance(client, RespCluster):
+            servers = client.masters()
+        elif isinstance(client, RespRedis):
+            servers = [client]
+        else:  # coredis: its cluster client routes by the map it keeps; one Redis is asked
+            if isinstance(client, coredis.Redis):
+                try:
+                    info = await client.role()
+                except coredis.exceptions.UnknownCommandError:
+                    return
+                _refuse_unless_master(str(info.role), "the Redis")
+            return
+        for server in servers:
+            try:
+                role = await server.execute("ROLE")
+            except ReplyError as exc:
+                if "unknown command" in str(exc).lower():
+                    return
+                raise
+            _refuse_unless_master(str(role[0]), server.endpoint.where)
+
+
+def _refuse_unless_master(role: str, where: str) -> None:
+    if role != "master":
+        raise StoreRefused(f"ready: {where} is a {role}", "read_only", maybe_ran=False)
