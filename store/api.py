@@ -25,7 +25,7 @@ ConfirmStatus = Literal[
     "changed",
     "full",
 ]
-QuotaName = Literal["notes", "bytes", "share"]
+QuotaName = Literal["notes", "bytes", "share", "writes"]
 """Which per-principal quota refused a write: notes owned in the tenant, bytes those notes hold,
 or notes owned in one shared workspace (a principal's share of it)."""
 
@@ -42,6 +42,17 @@ class Quota:
     """UTF-8 bytes (titles plus bodies) one principal's notes may hold in the tenant."""
     workspace_notes: int = 0
     """Notes one principal may own in the target workspace (its share of a shared workspace)."""
+    writes: int = 0
+    """Writes (create, update, move) one principal may make in the tenant per ``window_ms``,
+    updates included: every write leaves an operation record living at most one window, so a
+    principal holds at most twice this many records (``scripts/op_record.lua``)."""
+    window_ms: int = 0
+    """The window of ``writes`` (the idempotency window: an operation record's longest life)."""
+    reachable_by: tuple[str, ...] = ()
+    """The principals granted the target workspace: a move by another principal than the
+    note's owner is refused (``unreachable``) when the owner is not among them, since the owner
+    could then neither list nor delete a note that still counts against their quota. Empty: no
+    check."""
 
 
 NO_QUOTA = Quota()

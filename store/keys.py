@@ -16,6 +16,7 @@ script and pipeline touches exactly one slot and a cluster spreads tenants over 
     <prefix>:{t:<tenant>}:usage            hash    per principal: n:<p> notes owned, b:<p> bytes
                                                    (title + body, UTF-8) those notes hold
     <prefix>:{t:<tenant>}:wsusage:<sha>    hash    per principal: notes owned in one workspace
+    <prefix>:{t:<tenant>}:writes           hash    per principal: writes made in its window
 
 A note's owner (field ``owner`` of its hash) is the principal that created it; the usage hashes
 count what each owner holds and are kept in step by the scripts that write notes (create, update,
@@ -110,6 +111,12 @@ class TenantKeys:
     def usage(self) -> str:
         """What each principal's notes hold in this tenant (``n:<p>`` notes, ``b:<p>`` bytes)."""
         return f"{self.base}:usage"
+
+    @property
+    def writes(self) -> str:
+        """The writes each principal made in its current window (``w:<p>``) and when that
+        window ends (``we:<p>``): the ``writes`` quota (``scripts/op_record.lua``)."""
+        return f"{self.base}:writes"
 
     def workspace_usage(self, workspace_uri: str) -> str:
         """How many notes of one workspace each principal owns (field: the principal)."""

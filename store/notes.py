@@ -143,6 +143,7 @@ _QUOTA_STATUSES: dict[str, QuotaName] = {
     "quota_notes": "notes",
     "quota_bytes": "bytes",
     "quota_share": "share",
+    "quota_writes": "writes",
 }
 """How the scripts word a quota refusal, and the quota it names."""
 
@@ -186,7 +187,12 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
 def _quota_exceeded(status: str, used: int, quota: Quota) -> QuotaExceeded:
     """The refusal a script's ``quota_*`` status and count amount to."""
     name = _QUOTA_STATUSES[status]
-    limit = {"notes": quota.notes, "bytes": quota.bytes, "share": quota.workspace_notes}[name]
+    limit = {
+        "notes": quota.notes,
+        "bytes": quota.bytes,
+        "share": quota.workspace_notes,
+        "writes": quota.writes,
+    }[name]
     return QuotaExceeded(name, used, limit)
 
 
@@ -400,6 +406,7 @@ class NoteStore:
                     k.op(op.op_id),
                     k.usage,
                     k.workspace_usage(workspace),
+                    k.writes,
                 ],
                 [
                     note_id,
@@ -417,6 +424,8 @@ class NoteStore:
                     quota.notes,
                     quota.bytes,
                     quota.workspace_notes,
+                    quota.writes,
+                    quota.window_ms,
                 ],
             )
             status, head, _, replayed = parse_write_reply(reply)
@@ -502,6 +511,7 @@ class NoteStore:
                 k.journal,
                 k.op(op.op_id),
                 k.usage,
+                k.writes,
             ],
             [
                 note.note_id,
@@ -516,6 +526,8 @@ class NoteStore:
                 _call_id(),
                 op.ttl_ms,
                 quota.bytes,
+                quota.writes,
+                quota.window_ms,
             ],
         )
         status, head, now, replayed = parse_write_reply(reply)
@@ -565,6 +577,7 @@ class NoteStore:
                     k.op(op.op_id),
                     k.workspace_usage(source),
                     k.workspace_usage(target),
+                    k.writes,
                 ],
                 [
                     note_id,
@@ -578,6 +591,9 @@ class NoteStore:
                     call,
                     op.ttl_ms,
                     quota.workspace_notes,
+                    quota.writes,
+                    quota.window_ms,
+                    "".join(f"\n{p}\n" for p in quota.reachable_by),
                 ],
             )
             status, head, now, replayed = parse_write_reply(reply)

@@ -47,3 +47,23 @@ local function op_note_reply(f, now)
     tonumber(f['version'] or 0), tonumber(f['created'] or 0), tonumber(f['updated'] or 0), now,
     f['replayed'] or '0'}
 end
+
+-- Charge one write to principal 'who' in the tenant's writes hash 'key' (fields w:<who>, the writes
+-- of its current window, and we:<who>, when that window ends, ms on the Redis clock): at most
+-- 'limit' writes per window of 'window' ms ('0' or '': no bound). Returns nil when the write may
+-- go ahead (charged, unless 'check_only'), else the count already made in the window. Every
+-- write leaves an operation record that lives one window at most, so a principal holds at most
+-- twice 'limit' of them (this window's and the last one's).
+local function charge_write(key, who, limit, window, now, check_only)
+  local most = tonumber(limit or '0') or 0
+  if most <= 0 then return nil end
+  local f = redis.call('HMGET', key, 'w:' .. who, 'we:' .. who)
+  local n, ends = tonumber(f[1] or '0'), tonumber(f[2] or '0')
+  if now >= ends then
+    n = 0
+    ends = now + tonumber(window)
+  end
+  if n >= most then return n end
+  if not check_only then redis.call('HSET', key, 'w:' .. who, n + 1, 'we:' .. who, ends) end
+  return nil
+end
