@@ -64,6 +64,10 @@ local function charge_write(key, who, limit, window, now, check_only)
     ends = now + tonumber(window)
   end
   if n >= most then return n end
-  if not check_only then redis.call('HSET', key, 'w:' .. who, n + 1, 'we:' .. who, ends) end
+  if not check_only then
+    redis.call('HSET', key, 'w:' .. who, n + 1, 'we:' .. who, ends)
+    -- Every window in the hash ends within one window of its latest write: it outlives none.
+    redis.call('PEXPIREAT', key, now + tonumber(window))
+  end
   return nil
 end
