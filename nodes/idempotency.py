@@ -7,8 +7,9 @@ write, on any node. The key names one operation of one principal **in one tenant
 module turns it into the store's operation id (a digest of principal and key, so no principal
 can reach another's records), and the record lives under the tenant of the workspace written
 (every key of a tenant shares one Redis Cluster slot), so the same key sent by the same
-principal for a workspace of another tenant names another operation. It also makes a digest of the tool and its arguments, which the store records atomically with the
-write for ``window_ms`` (``NodeConfig.idempotency_window_ms``). The write tools
+principal for a workspace of another tenant names another operation. It also makes a digest of
+the tool and its arguments, which the store records atomically with the write for
+``window_ms`` (``NodeConfig.idempotency_window_ms``). The write tools
 (``nodes.tools.idempotent``) then answer a retry with the recorded result, marked as a replay,
 and refuse the key with other arguments or another tool (``errors.idempotency_key_reused``).
 """

@@ -257,6 +257,16 @@ class StoreRefused(StoreUnavailable):
         self.maybe_ran = maybe_ran
 
 
+class LookalikeTitle(Exception):
+    """A create, edit or move was refused because the workspace holds a different title that
+    looks like the note's (the same UTS #39 skeleton, ``store.skeletons``): ``existing`` is
+    that title. Nothing was written."""
+
+    def __init__(self, existing: str) -> None:
+        super().__init__(f"a title that looks like this one is in the workspace: {existing!r}")
+        self.existing = existing
+
+
 class IdempotencyConflict(Exception):
     """The operation id was recorded for another operation (another digest: other arguments,
     another tool). Nothing was written."""

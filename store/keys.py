@@ -8,6 +8,8 @@ script and pipeline touches exactly one slot and a cluster spreads tenants over 
     <prefix>:{t:<tenant>}:note:<noteId>    hash    id title body workspace version created/updated
     <prefix>:{t:<tenant>}:ws:<sha>         set     note ids in one workspace
     <prefix>:{t:<tenant>}:title:<sha>      set     ids of one (workspace, title): the title index
+    <prefix>:{t:<tenant>}:skel:<sha>       hash    titles of one (workspace, UTS #39 skeleton), each
+                                                   with its count of notes: the lookalike index
     <prefix>:{t:<tenant>}:replay:<nonce>   hash    answer digest and recorded outcome of one state
     <prefix>:{t:<tenant>}:journal          stream  every mutation, for the checker
     <prefix>:{t:<tenant>}:setup:<nonce>    string  who completed one setup link (expires)
@@ -29,6 +31,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+
+from store.skeletons import skeleton
 
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """Tenant names are plain tokens: they go inside a hash tag, where ``{`` or ``}`` would break it."""
@@ -94,6 +98,12 @@ class TenantKeys:
     def title(self, workspace_uri: str, title: str) -> str:
         """The title index entry for one (workspace, title) pair."""
         return f"{self.base}:title:{_digest_pair(workspace_uri, title)}"
+
+    def lookalikes(self, workspace_uri: str, title: str) -> str:
+        """The titles in one workspace whose UTS #39 skeleton is ``title``'s, each with how
+        many notes bear it (``store.skeletons``): the scripts refuse a title beside a different
+        one of the same skeleton, looking up this one key."""
+        return f"{self.base}:skel:{_digest_pair(workspace_uri, skeleton(title))}"
 
     def replay(self, nonce: str) -> str:
         """The replay entry of one confirmation (keyed by the sealed state's nonce)."""

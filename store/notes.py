@@ -24,6 +24,7 @@ from store.api import (
     ConfirmOutcome,
     ConfirmStatus,
     IdempotencyConflict,
+    LookalikeTitle,
     Note,
     NoteHead,
     Quota,
@@ -224,6 +225,8 @@ def parse_write_reply(reply: list[Any]) -> tuple[str, NoteHead | None, int, bool
     st = str(status)
     if st == "conflict":
         raise IdempotencyConflict("the operation id was recorded for another operation")
+    if st == "lookalike":
+        raise LookalikeTitle(str(title))
     head = None
     if note_id:
         head = NoteHead(str(note_id), str(title), str(ws), int(version), int(created), int(updated))
@@ -407,6 +410,7 @@ class NoteStore:
                     k.usage,
                     k.workspace_usage(workspace),
                     k.writes,
+                    k.lookalikes(workspace, title),
                 ],
                 [
                     note_id,
@@ -512,6 +516,8 @@ class NoteStore:
                 k.op(op.op_id),
                 k.usage,
                 k.writes,
+                k.lookalikes(note.workspace, note.title),
+                k.lookalikes(note.workspace, title),
             ],
             [
                 note.note_id,
@@ -578,6 +584,8 @@ class NoteStore:
                     k.workspace_usage(source),
                     k.workspace_usage(target),
                     k.writes,
+                    k.lookalikes(source, note.title),
+                    k.lookalikes(target, note.title),
                 ],
                 [
                     note_id,
@@ -693,11 +701,14 @@ class NoteStore:
             k.journal,
         ]
         source_usage = k.workspace_usage(c.workspace)
+        lookalikes = k.lookalikes(c.workspace, c.title)
         if c.op == "move":
             keys += [k.workspace(c.target_workspace), k.title(c.target_workspace, c.title)]
             keys += [k.usage, source_usage, k.workspace_usage(c.target_workspace)]
+            keys += [lookalikes, k.lookalikes(c.target_workspace, c.title)]
         else:  # the target's keys are unused: the source's stand in for them
             keys += [keys[2], keys[3], k.usage, source_usage, source_usage]
+            keys += [lookalikes, lookalikes]
         reply = await self._run(
             "confirm",
             keys,

@@ -3,6 +3,8 @@
 -- KEYS: 1 replay entry  2 note  3 workspace set  4 title index  5 journal
 --       6 target workspace set  7 target title index   (for op 'delete': 3 and 4 again)
 --       8 tenant usage  9 workspace usage  10 target workspace usage (for 'delete': 9 again)
+--       11 lookalike index of (workspace, title)  12 the target's (for 'delete': 11 again); an
+--          archive is not refused for a lookalike there (the person confirmed it), only counted
 -- ARGV: 1 action (accept|decline|cancel)  2 answer digest  3 expiry ms (Redis clock)
 --       4 replay grace ms  5 note id  6 expected version  7 workspace  8 principal  9 nonce
 --       10 op (delete|move)  11 target workspace  12 journal maxlen  13 tool
@@ -72,6 +74,8 @@ if ARGV[10] == 'move' then
   redis.call('SREM', KEYS[4], ARGV[5])
   redis.call('SADD', KEYS[6], ARGV[5])
   redis.call('SADD', KEYS[7], ARGV[5])
+  if redis.call('HINCRBY', KEYS[11], cur[3], -1) <= 0 then redis.call('HDEL', KEYS[11], cur[3]) end
+  redis.call('HINCRBY', KEYS[12], cur[3], 1)
   if cur[4] then
     if redis.call('HINCRBY', KEYS[9], cur[4], -1) <= 0 then redis.call('HDEL', KEYS[9], cur[4]) end
     redis.call('HINCRBY', KEYS[10], cur[4], 1)
@@ -83,6 +87,7 @@ else
   redis.call('DEL', KEYS[2])
   redis.call('SREM', KEYS[3], ARGV[5])
   redis.call('SREM', KEYS[4], ARGV[5])
+  if redis.call('HINCRBY', KEYS[11], cur[3], -1) <= 0 then redis.call('HDEL', KEYS[11], cur[3]) end
   if cur[4] then  -- the owner's counts; a count that reaches 0 leaves no field behind
     if redis.call('HINCRBY', KEYS[8], 'n:' .. cur[4], -1) <= 0 then
       redis.call('HDEL', KEYS[8], 'n:' .. cur[4], 'b:' .. cur[4])

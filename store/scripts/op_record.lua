@@ -71,3 +71,19 @@ local function charge_write(key, who, limit, window, now, check_only)
   end
   return nil
 end
+
+-- The lookalike index (store/skeletons.py): the hash 'key' holds the titles of one workspace
+-- that share one UTS #39 skeleton, each with its count of notes. A title different from one
+-- already there looks like it: the other title is returned (nil: none).
+local function lookalike_of(key, title)
+  for _, other in ipairs(redis.call('HKEYS', key)) do
+    if other ~= title then return other end
+  end
+  return nil
+end
+
+-- Count 'n' (1 or -1) notes of 'title' in the lookalike index 'key'; a count that reaches 0
+-- leaves no field behind.
+local function count_title(key, title, n)
+  if redis.call('HINCRBY', key, title, n) <= 0 then redis.call('HDEL', key, title) end
+end
