@@ -250,3 +250,49 @@ async def test_a_plant_that_answers_tryagain_as_success_is_caught(
     print(f"\n{len(faked)} refused creates answered as made; invalid: {failing}"[:2000])
     evidence = json.dumps(failing)
     assert any(note_id in evidence for note_id in faked)
+
+
+# -- the re-send rule, on virtual time -----------------------------------------------------------
+
+
+class Refusing:
+    """A command refused with ``code`` ``times`` times, then answered; counts its sends."""
+
+    def __init__(self, code: str, times: int) -> None:
+        self.code = code
+        self.times = times
+        self.sends: list[float] = []
+
+    async def __call__(self) -> str:
+        self.sends.append(trio.current_time())
+        if len(self.sends) <= self.times:
+            raise ReplyError(f"{self.code} try again later")
+        return "ran"
+
+
+@pytest.mark.parametrize("code", ["TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN"])
+async def test_a_refused_command_is_resent_with_a_growing_pause_until_it_runs(
+    code: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    store = NoteStore(RespRedis.from_url("redis://127.0.0.1:1"), prefix="virtual")
+    command = Refusing(code, 6)
+    assert await store._resending("probe", command) == "ran"
+    pauses = [b - a for a, b in zip(command.sends, command.sends[1:], strict=False)]
+    assert pauses == sorted(pauses)
+    assert pauses[0] == pytest.approx(0.005)
+    assert store.statistics().refused == 6
+
+
+async def test_a_refusal_outlasting_the_requests_deadline_ends_before_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store = NoteStore(RespRedis.from_url("redis://127.0.0.1:1"), prefix="virtual")
+    command = Refusing("TRYAGAIN", 10_000)
+    start = trio.current_time()
+    with trio.move_on_after(1.0):  # the request's own deadline, shorter than refusal_wait_s
+        with pytest.raises(StoreRefused) as refused:
+            await store._resending("create", command)
+        ended = trio.current_time()
+    assert refused.value.reason == "resharding"
+    assert ended - start < 1.0  # answered before the request's deadline, not cancelled by it
+    assert store.statistics().unavailable == 1
