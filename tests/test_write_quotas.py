@@ -16,14 +16,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cluster.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node
 from nodes.results import META_ERROR
 from store.keys import TenantKeys
 from store.notes import NoteStore
+from store.resp_client import RespRedis
 from tests.conftest import raw
-from tests.harness import make_nodes, meta, result, rpc
+from tests.harness import error, make_nodes, meta, result, rpc
+from tests.own_redis import own_redis
 from tests.test_principal_quotas import create, created, refusal, usage_in_step
 
 WRITES = 40
@@ -139,3 +143,41 @@ async def test_bob_may_not_move_alices_note_where_she_cannot_reach_it(store: Not
         principal="bob",
     )
     assert result(ok)["isError"] is False
+
+
+SMALL_REDIS = "3mb"
+ALICE_WRITES = 500
+MAX_UPDATES = 20_000
+
+
+async def test_alices_keyed_updates_stop_at_her_bound_long_before_bob_is_refused() -> None:
+    """On a Redis of its own with a small ``maxmemory``: alice's keyed updates of one note
+    stop at her writes bound, bob's creates all succeed after, and the same updates without
+    the bound fill the Redis to ``store_full``: the bound, not the memory, stopped her."""
+    with own_redis(None, "--maxmemory", SMALL_REDIS) as server:
+        async with RespRedis.from_url(server.url) as client:
+            store = NoteStore(client, prefix="ncwrites")
+            (node,) = make_nodes(store, 1, max_writes_per_principal=ALICE_WRITES)
+            note = created(await create(node, ALICE_NOTES, "busy"))
+            done = 1
+            for i in range(ALICE_WRITES * 2):
+                args = {"workspaceUri": ALICE_NOTES, "noteId": note, "body": f"edit {i}"}
+                out = result(await keyed(node, "notes_update", args, f"alice-{i:06d}-key", "alice"))
+                if out["isError"]:
+                    assert "max_writes_per_principal" in out["content"][0]["text"], out
+                    break
+                done += 1
+            assert done == ALICE_WRITES
+            for i in range(10):
+                created(await create(node, BOB_NOTES, f"bob {i}", who="bob"))
+            (unbounded,) = make_nodes(store, 1, max_writes_per_principal=10**8)
+            for i in range(MAX_UPDATES):
+                args = {"workspaceUri": ALICE_NOTES, "noteId": note, "body": f"more {i}"}
+                reply = await keyed(unbounded, "notes_update", args, f"more-{i:06d}-key-0", "alice")
+                if reply.body is not None and "error" in reply.body:
+                    assert error(reply)["data"]["reason"] == "store_full"
+                    print(f"\n{SMALL_REDIS} Redis: bound {ALICE_WRITES}; unbounded: full at {i}")
+                    assert i > ALICE_WRITES * 2  # the bound stopped alice long before this
+                    break
+            else:
+                pytest.fail("unbounded keyed updates never filled the small Redis")
