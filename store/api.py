@@ -176,6 +176,10 @@ class Confirmation:
     max_owner_notes: int = 0
     """For ``move``: most notes the note's owner may own in the target (0: no limit); status
     ``full`` with ``quota == "share"`` otherwise."""
+    max_writes: int = 0
+    """Most writes the principal may make per ``window_ms`` (``Quota.writes``): a decline and
+    an accepted move count; status ``full`` with ``quota == "writes"`` past it."""
+    window_ms: int = 0
 
 
 @slot_init

@@ -174,8 +174,9 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
     if st not in _CONFIRM_STATUSES:
         raise StoreUnavailable(f"confirm: unexpected status {st!r}")
     confirm_status: ConfirmStatus = st  # type: ignore[assignment]
-    if st == "full" and rec == "share":
-        return ConfirmOutcome(confirm_status, None, None, int(now), quota="share")
+    if st == "full" and rec in ("share", "writes"):
+        quota: QuotaName = "share" if rec == "share" else "writes"
+        return ConfirmOutcome(confirm_status, None, None, int(now), quota=quota)
     if rec in ("", "declined"):
         return ConfirmOutcome(confirm_status, None, None, int(now))
     word, sep, note_id = rec.partition(":")
@@ -201,7 +202,7 @@ def _script(name: str) -> str:
     """A script's source; the write scripts get the operation-record functions prepended."""
     scripts = resources.files("store").joinpath("scripts")
     source = scripts.joinpath(f"{name}.lua").read_text("utf-8")
-    if name in OP_RECORD_SCRIPTS:
+    if name in OP_RECORD_SCRIPTS or name == "confirm":  # confirm: for its charge_write
         return scripts.joinpath("op_record.lua").read_text("utf-8") + "\n" + source
     return source
 
@@ -709,6 +710,7 @@ class NoteStore:
         else:  # the target's keys are unused: the source's stand in for them
             keys += [keys[2], keys[3], k.usage, source_usage, source_usage]
             keys += [lookalikes, lookalikes]
+        keys.append(k.writes)
         reply = await self._run(
             "confirm",
             keys,
@@ -732,6 +734,8 @@ class NoteStore:
                 c.max_notes,
                 _call_id(),
                 c.max_owner_notes,
+                c.max_writes,
+                c.window_ms,
             ],
         )
         out = parse_confirm_reply(reply)

@@ -26,9 +26,9 @@ from store.keys import TenantKeys
 from store.notes import NoteStore
 from store.resp_client import RespRedis
 from tests.conftest import raw
-from tests.harness import error, make_nodes, meta, result, rpc
+from tests.harness import call_tool, error, make_nodes, meta, result, rpc
 from tests.own_redis import own_redis
-from tests.test_principal_quotas import create, created, refusal, usage_in_step
+from tests.test_principal_quotas import confirm, create, created, refusal, usage_in_step
 
 WRITES = 40
 
@@ -181,3 +181,28 @@ async def test_alices_keyed_updates_stop_at_her_bound_long_before_bob_is_refused
                     break
             else:
                 pytest.fail("unbounded keyed updates never filled the small Redis")
+
+
+async def decline(node: Node, title: str, who: str = "alice") -> Any:
+    """Both rounds of ``notes_delete`` for ``title``, the second declining."""
+    args = {"workspaceUri": ALICE_NOTES, "title": title}
+    asked = result(await call_tool(node, "notes_delete", args, principal=who))
+    assert asked["resultType"] == "input_required", asked
+    answer = {"confirm_delete": {"action": "decline"}}
+    return await call_tool(
+        node, "notes_delete", args, principal=who, state=asked["requestState"], responses=answer
+    )
+
+
+async def test_declines_and_archives_are_writes_and_deletes_are_not(store: NoteStore) -> None:
+    (node,) = make_nodes(store, 1, max_writes_per_principal=3)
+    one = created(await create(node, ALICE_NOTES, "one"))
+    two = created(await create(node, ALICE_NOTES, "two"))
+    assert result(await decline(node, "one"))["isError"] is False  # the third write
+    refused = refusal(await decline(node, "one"))
+    assert "max_writes_per_principal" in refused, refused
+    archived = await confirm(node, "notes_archive", ALICE_NOTES, "two", two, "alice")
+    assert "max_writes_per_principal" in refusal(archived)
+    # A delete frees what a create made: never refused by the writes bound.
+    done = await confirm(node, "notes_delete", ALICE_NOTES, "one", one, "alice")
+    assert result(done)["structuredContent"]["deleted"] is True
