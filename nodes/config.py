@@ -49,8 +49,8 @@ one principal's notes may fill: one principal alone cannot fill a shared workspa
 others."""
 
 DEFAULT_MAX_WRITES_PER_PRINCIPAL = 100_000
-"""Most writes (create, update, move; updates count) one principal may make in one tenant per
-idempotency window. Every write leaves an operation record (about 360 bytes of Redis memory,
+"""Most writes (create, update, move, decline, archive; updates count, deletes do not) one
+principal may make in one tenant per idempotency window. Every write leaves an operation record (about 360 bytes of Redis memory,
 no body) that lives one window at most, so this bounds what a principal makes Redis hold in
 records, whatever it writes: at most twice this many (this window's and the last one's), about
 72 MB at the default. Notes and their bytes are bounded by the quotas above; the journal by its
