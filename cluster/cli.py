@@ -1,9 +1,10 @@
 """The ``notes-cluster`` command line.
 
 Layer: cluster. Parses options (click), starts clusters and runs, prints; the work itself lives in
-``cluster.serve`` and the experiments (``cluster.experiments``). Each command imports what it needs
-when it runs, so ``serve`` loads nothing of the load generator, and a command whose libraries are
-an extra that is not installed says which extra (exit code 2) instead of failing on an import.
+``cluster.serve``, the targets (``cluster.targets``), the bench and the lab. Each command imports
+what it needs when it runs, so ``serve`` loads nothing of the load generator, and a command whose
+libraries are an extra that is not installed says which extra (exit code 2) instead of failing on an
+import.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ from cluster.run_commands import (
 )
 
 if TYPE_CHECKING:
-    from cluster.durability import WaitReplicas
     from loadgen.run.folder import RunFolder
     from loadgen.run.results import Settings
     from loadgen.runner import FlowSample
+    from nodes.serving.durability import WaitReplicas
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,7 +91,7 @@ class BenchStoreRefused(click.ClickException):
 @contextmanager
 def _bench_store_errors() -> Iterator[None]:
     """Turn the bench's refusal of its Redis into one line and exit code 2."""
-    from cluster.experiments.bench.database import ForeignKeys
+    from cluster.bench.database import ForeignKeys
     from cluster.redis_server import RedisServerError
 
     try:
@@ -251,7 +252,7 @@ class RedisUrl(click.ParamType):  # type: ignore[type-arg]
     name = "URL"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from store.client import check_redis_url
+        from store.client_factory import check_redis_url
 
         try:
             return check_redis_url(str(value))
@@ -268,7 +269,7 @@ def require_store(url: str) -> None:
     written to a store before it is known to answer."""
     import redis
 
-    from store.client import ping
+    from store.client_factory import ping
 
     try:
         ping(url)
@@ -387,7 +388,7 @@ def log_options() -> list[Callable[[F], F]]:
 
 def ops_options(command: F) -> F:
     """The options of a serving command: logging and metrics."""
-    from cluster.operations import DEFAULT_METRICS_HOST
+    from nodes.serving.operator import DEFAULT_METRICS_HOST
 
     options = [
         *log_options(),
@@ -565,10 +566,10 @@ def simulate_cmd(
     require_extra("sim")
     from rich.console import Console
 
-    from cluster.experiments.simulate import SimulateOptions, simulate
-    from cluster.experiments.workers import simulate_workers
     from cluster.run_log import nodes_log_to
     from cluster.stores import needs_real_redis
+    from cluster.targets.simulate import SimulateOptions, simulate
+    from cluster.targets.workers import simulate_workers
     from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for
@@ -629,7 +630,7 @@ def _run_stoppable(fn: Callable[[], Any]) -> Any:
 def _no_verdict_on_workers_error() -> Iterator[None]:
     """``--workers``: a failed worker is a clear error (exit 4, no verdict), not a traceback;
     a stop signal exits as any stopped run does (130 for Ctrl-C, 4 for SIGTERM or SIGHUP)."""
-    from cluster.experiments.workers import WorkersError, WorkersStopped
+    from cluster.targets.workers import WorkersError, WorkersStopped
 
     try:
         yield
@@ -783,12 +784,11 @@ def loadgen(
     require_extra("sim")
     from rich.console import Console
 
-    from cluster.config import ConfigError
-    from cluster.experiments.remote import TargetsNotReady, run_remote, wait_until_ready
-    from cluster.load_fixture import load_tokens
-    from cluster.serve import STATE_KEY_ENV, settings_for
+    from cluster.targets.remote import TargetsNotReady, run_remote, wait_until_ready
     from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
+    from nodes.serving.load_fixture import load_tokens
+    from nodes.serving.settings import STATE_KEY_ENV, ConfigError, settings_for
 
     urls = _loopback_targets(targets)
     if foreign:
@@ -851,10 +851,10 @@ def _loadgen_foreign(
 
     from rich.console import Console
 
-    from cluster.experiments.foreign import run_foreign
-    from cluster.load_fixture import load_tokens
+    from cluster.targets.foreign import run_foreign
     from loadgen.run.folder import RunFolder
     from loadgen.runner import RunSettings
+    from nodes.serving.load_fixture import load_tokens
 
     if state_ttl is None:
         raise click.UsageError("--foreign needs --state-ttl (the target's state lifetime)")
@@ -996,7 +996,7 @@ def _check_foreign(
 
     from rich.console import Console
 
-    from cluster.experiments.foreign import recheck_foreign
+    from cluster.targets.foreign import recheck_foreign
     from loadgen.history import DamagedRunFile
     from loadgen.report import print_check
 
@@ -1067,8 +1067,8 @@ def bench(quick: bool, redis_url: str | None, out_dir: Path) -> None:
     require_extra("bench")
     from rich.console import Console
 
-    from cluster.experiments.bench.context import BenchOptions
-    from cluster.experiments.bench.run import run_bench
+    from cluster.bench.context import BenchOptions
+    from cluster.bench.run import run_bench
 
     err = Console(stderr=True)
     with _bench_store_errors():
@@ -1095,7 +1095,7 @@ def bench_servers(quick: bool, redis_url: str | None, out_dir: Path) -> None:
     require_extra("sim")
     from rich.console import Console
 
-    from cluster.experiments.bench.servers import ServersOptions, run_bench_servers
+    from cluster.lab.servers import ServersOptions, run_bench_servers
 
     err = Console(stderr=True)
     with _bench_store_errors():
@@ -1109,7 +1109,7 @@ def bench_servers(quick: bool, redis_url: str | None, out_dir: Path) -> None:
     "with WORKERS processes on one port, each its own node over the same Redis. SIGTERM "
     "(SIGHUP, Ctrl-C) drains "
     "(stop accepting, finish in-flight requests within [timeouts] drain, end legacy streams, "
-    "close Redis). The same app for any ASGI server: cluster.asgi:create_app (a factory)."
+    "close Redis). The same app for any ASGI server: nodes.serving.app:create_app (a factory)."
 )
 @click.option(
     "--config",
@@ -1149,10 +1149,10 @@ def node(
     """``notes-cluster node``."""
     import os
 
-    from cluster import asgi
-    from cluster.config import ConfigError, load_settings
-    from cluster.node_server import run_server, server_config
     from nodes.logging_setup import configure_logging
+    from nodes.serving import app as node_app
+    from nodes.serving.http_server import run_server, server_config
+    from nodes.serving.settings import ConfigError, load_settings
 
     configure_logging(log_level.upper(), json_lines=log_json)
 
@@ -1163,14 +1163,14 @@ def node(
     require_store(redis_url)
     serving()
     # The factory runs in each worker and reads these (a worker is a fresh interpreter).
-    os.environ[asgi.CONFIG_ENV] = str(config_path.resolve())
-    os.environ[asgi.REDIS_ENV] = redis_url
-    os.environ.setdefault(asgi.PUBLIC_URL_ENV, f"http://{host}:{port}")
-    os.environ[asgi.SERVER_TIMES_BODIES_ENV] = "1"
-    os.environ[asgi.LOG_LEVEL_ENV] = log_level.upper()
-    os.environ[asgi.LOG_JSON_ENV] = "1" if log_json else "0"
+    os.environ[node_app.CONFIG_ENV] = str(config_path.resolve())
+    os.environ[node_app.REDIS_ENV] = redis_url
+    os.environ.setdefault(node_app.PUBLIC_URL_ENV, f"http://{host}:{port}")
+    os.environ[node_app.SERVER_TIMES_BODIES_ENV] = "1"
+    os.environ[node_app.LOG_LEVEL_ENV] = log_level.upper()
+    os.environ[node_app.LOG_JSON_ENV] = "1" if log_json else "0"
     config = server_config(
-        "cluster.asgi:create_app",
+        "nodes.serving.app:create_app",
         host=host,
         port=port,
         timeouts=settings.timeouts,
@@ -1277,10 +1277,10 @@ def serve(
     """``notes-cluster serve``."""
     from dataclasses import replace
 
-    from cluster.config import ConfigError
-    from cluster.operations import OpsOptions
-    from cluster.serve import serve_cluster, settings_for, with_demo_anonymous
+    from cluster.serve import serve_cluster
     from nodes.logging_setup import configure_logging
+    from nodes.serving.operator import OpsOptions
+    from nodes.serving.settings import ConfigError, settings_for, with_demo_anonymous
 
     if not _loopback(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
@@ -1377,7 +1377,7 @@ def failover_experiment(
 ) -> None:
     """``notes-cluster failover-experiment``."""
     require_extra("sim")
-    from cluster.experiments.failover import (
+    from cluster.lab.failover import (
         HEADER,
         SCENARIOS,
         FailoverOptions,
@@ -1594,7 +1594,7 @@ def conformance_table_cmd(redis_url: str, out_dir: Path | None) -> None:
     """``notes-cluster conformance-table``."""
     require_extra("sim")
     require_extra("bench")
-    from cluster.experiments.conformance.table import conformance_table
+    from cluster.lab.conformance.table import conformance_table
 
     folder = out_dir or Path("runs") / time.strftime("conformance-%Y%m%d-%H%M%S")
     table = _run_stoppable(lambda: conformance_table(redis_url, folder))
@@ -1632,7 +1632,7 @@ def serve_reference(
     """``notes-cluster serve-reference``."""
 
     require_extra("bench")
-    from cluster.experiments.conformance.references import ADDITIONS, Sdk, open_reference
+    from cluster.lab.conformance.references import ADDITIONS, Sdk, open_reference
 
     chosen: Sdk = "python" if sdk == "python" else "typescript"
     additions = [
@@ -1675,7 +1675,7 @@ def _print_ready(urls: list[str]) -> None:
 
 def _wait_replicas(text: str | None, redis_url: str | None) -> WaitReplicas | None:
     """``--wait-replicas`` parsed (None: not given, the config decides)."""
-    from cluster.durability import parse_wait_replicas
+    from nodes.serving.durability import parse_wait_replicas
 
     try:
         waits = None if text is None else parse_wait_replicas(text)

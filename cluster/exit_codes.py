@@ -89,7 +89,7 @@ def _store_error(exc: BaseException) -> bool:
 
 def describe_failure(exc: BaseException) -> click.ClickException:
     """The one-line error for an exception a command did not handle itself."""
-    from store.client import UnsafeStore
+    from store.client_factory import UnsafeStore
 
     cause = root_cause(exc)
     text = " ".join(str(cause).split()) or type(cause).__name__

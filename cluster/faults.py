@@ -53,7 +53,7 @@ from cluster.reshard import reshard_tenant
 from cluster.store_faults import StoreFaults
 from cluster.stores import needs_real_redis
 from loadgen.transport import NodeDown, Reply, Transport
-from store.client import is_cluster
+from store.client_factory import is_cluster
 
 RESHARD_NEEDS = (
     "--faults reshard needs a Redis Cluster (--redis redis://HOST:PORT of one of its nodes): "

@@ -1,10 +1,10 @@
 """Run a Python module as a child process that stops by itself when its parent is gone.
 
 Layer: cluster. ``python -m cluster.lifeline_child FD MODULE [ARGS...]`` watches the lifeline
-pipe's read end ``FD`` (``cluster.stopping.open_lifeline``) and runs ``python -m MODULE ARGS...``
-in this process; should the parent end without stopping it (SIGKILL included), the pipe reaches
-EOF and the process sends itself SIGTERM, on which the module stops as when its parent stops it.
-For Python children started through trio, where PR_SET_PDEATHSIG cannot be used (trio starts
+pipe's read end ``FD`` (``nodes.serving.lifeline.open_lifeline``) and runs ``python -m MODULE
+ARGS...`` in this process; should the parent end without stopping it (SIGKILL included), the pipe
+reaches EOF and the process sends itself SIGTERM, on which the module stops as when its parent stops
+it. For Python children started through trio, where PR_SET_PDEATHSIG cannot be used (trio starts
 processes from a worker thread that ends when idle).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from cluster.stopping import terminate_self, watch_lifeline
+from nodes.serving.lifeline import terminate_self, watch_lifeline
 
 
 def main(argv: list[str] | None = None) -> None:

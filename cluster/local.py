@@ -16,14 +16,14 @@ from typing import Any
 
 import trio
 
-from cluster.durability import AUTO, WaitReplicas, resolve_wait_replicas
 from cluster.store_faults import StoreFaults
 from cluster.stores import seed_demo, store_url
 from loadgen.transport import NodeDown, Reply, request_headers
 from nodes.config import NodeConfig
 from nodes.protocol import Node, RequestContext
+from nodes.serving.durability import AUTO, WaitReplicas, resolve_wait_replicas
 from store.api import NoteStoreAPI
-from store.client import STREAM_TIMEOUT_S, open_note_client
+from store.client_factory import STREAM_TIMEOUT_S, open_note_client
 from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteStore
 
 
@@ -33,7 +33,7 @@ class StoreOptions:
 
     wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach before the node answers (see ``NoteStore`` and
-    ``cluster.durability``: "auto" waits for one where every master has a replica)."""
+    ``nodes.serving.durability``: "auto" waits for one where every master has a replica)."""
     wait_timeout_ms: int = WAIT_TIMEOUT_MS
     stream_timeout_s: float = STREAM_TIMEOUT_S
     """A Redis reply slower than this is an unknown outcome (fault runs shorten it)."""

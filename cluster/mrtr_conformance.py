@@ -13,10 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from cluster.demo import ALICE_NOTES, DEMO_TOKENS
 from loadgen.mrtr_pack.case import Contract
 from loadgen.mrtr_pack.checks import Check
 from loadgen.mrtr_pack.pack import run_pack, write_report
+from nodes.serving.demo import ALICE_NOTES, DEMO_TOKENS
 
 DEMO_TITLE = "conformance {fresh}"
 """Each scenario's notes get their own title: the pack never touches the demo's own notes."""

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import redis
 
-from cluster.stopping import forward_stop_signals, stop_with_parent
+from cluster.stopping import forward_stop_signals
+from nodes.serving.lifeline import stop_with_parent
 
 HOST = "127.0.0.1"
 """Loopback only: a test cluster must never listen on a reachable interface."""

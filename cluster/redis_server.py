@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from cluster.stopping import stop_with_parent
+from nodes.serving.lifeline import stop_with_parent
 
 HOST = "127.0.0.1"
 """Loopback only: a server of our own must never listen on a reachable interface."""

@@ -1,8 +1,8 @@
 """HTTP clusters: N nodes on N loopback ports, as trio tasks or as separate OS processes.
 
 Layer: cluster. Starts nodes (``nodes.http.serve_node``) over a store; imports nothing of the load
-generator (the demo settings include the load fixture, ``cluster.load_fixture``, which does not
-either), so a node process started here loads none of it (tests/test_import_direction.py). In
+generator (the demo settings include the load fixture, ``nodes.serving.load_fixture``, which does
+not either), so a node process started here loads none of it (tests/test_import_direction.py). In
 process mode every child gets the same key ring through its environment (base64 in
 ``NOTES_CLUSTER_STATE_KEY``), so any node opens any other node's states.
 """
@@ -24,27 +24,22 @@ import anyio
 import anyio.abc
 import trio
 
-from cluster.config import ClusterSettings, ConfigError, demo_settings, load_settings
-from cluster.durability import resolve_wait_replicas
-from cluster.load_fixture import load_archives, load_tokens, with_load_scope
-from cluster.operations import OpsOptions, bind_metrics, operate_node
-from cluster.stopping import open_lifeline
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyLimits, open_legacy_adapter
-from nodes.loopback import is_loopback_host
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
-from nodes.sealing import KeyRing
-from store.client import open_note_client, open_redis
+from nodes.serving.durability import resolve_wait_replicas
+from nodes.serving.lifeline import open_lifeline
+from nodes.serving.operator import OpsOptions, bind_metrics, operate_node
+from nodes.serving.settings import STATE_KEY_ENV, ClusterSettings
+from store.client_factory import open_note_client, open_redis
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
 STOP_GRACE_S = 2.0
 """Beyond a node's drain timeout, how long its parent waits after SIGTERM before SIGKILL."""
-STATE_KEY_ENV = "NOTES_CLUSTER_STATE_KEY"
-"""Environment variable through which a parent hands a demo key ring to its node processes."""
-NODE_PROCESS_MODULE = "cluster.node_process"
+NODE_PROCESS_MODULE = "nodes.serving.process"
 """The module a node process runs."""
 
 
@@ -63,7 +58,7 @@ async def serve_http_node(
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
     serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store, and
-    ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``cluster.operations``),
+    ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``nodes.serving.operator``),
     which the same server serves on that port."""
     metrics_socket, ops = bind_metrics(ops or OpsOptions())
     try:
@@ -203,7 +198,7 @@ async def serve_cluster(
 
 @dataclass(frozen=True)
 class ProcessNode:
-    """How to start one node process (``cluster.node_process``)."""
+    """How to start one node process (``nodes.serving.process``)."""
 
     settings: ClusterSettings
     redis_url: str
@@ -216,7 +211,7 @@ class ProcessNode:
     extra_args: Sequence[str] = ()
     """Passed on as they are: the parent's logging and this node's metrics options."""
     module: str = NODE_PROCESS_MODULE
-    """What the child runs: ``cluster.node_process``, or a module that takes its command line
+    """What the child runs: ``nodes.serving.process``, or a module that takes its command line
     and serves the node another way (the bench's metrics switch)."""
 
     def command(self) -> tuple[list[str], dict[str, str]]:
@@ -357,39 +352,3 @@ def _ops_args(ops: OpsOptions) -> list[str]:
     if ops.metrics_port is None:
         return []
     return ["--metrics-host", ops.metrics_host, "--metrics-port", str(ops.metrics_port)]
-
-
-def with_demo_anonymous(
-    settings: ClusterSettings, principal: str | None, host: str
-) -> ClusterSettings:
-    """``settings`` in which an MCP request without ``Authorization`` acts as ``principal`` (None:
-    unchanged): a demo option, refused unless the node binds a loopback address (the app also
-    honours it on loopback connections only)."""
-    if principal is None:
-        return settings
-    if not is_loopback_host(host):
-        raise ConfigError(f"--demo-anonymous serves loopback addresses only, not {host}")
-    try:
-        return replace(settings, tokens=settings.tokens.with_anonymous(principal))
-    except ValueError:
-        raise ConfigError(f"--demo-anonymous {principal}: not a principal of the demo") from None
-
-
-def settings_for(
-    config: Path | None,
-    demo: bool,
-    state_ttl: float | None,
-    replay_grace: float | None = None,
-) -> ClusterSettings:
-    """Settings from a config file, or the demo fixture (a key ring from the environment when a
-    parent process handed one down); ``state_ttl`` and ``replay_grace`` (seconds) override."""
-    if config is not None:
-        return load_settings(config).with_state_ttl(state_ttl).with_replay_grace(replay_grace)
-    ring = None
-    key = os.environ.get(STATE_KEY_ENV)
-    if key:
-        ring = KeyRing.from_sources({"demo": f"base64:{key}"}, "demo")
-    base = demo_settings(ring)
-    scope = with_load_scope(base.node.scope)
-    settings = demo_settings(ring, load_tokens(), scope, load_archives())
-    return settings.with_state_ttl(state_ttl).with_replay_grace(replay_grace)

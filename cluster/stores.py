@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
-from cluster.demo import DEMO_NOTES, DEMO_TENANT
+from nodes.serving.demo import DEMO_NOTES, DEMO_TENANT
 from store.notes import NoteStore
 
 
@@ -27,7 +27,7 @@ def store_url(redis_url: str | None) -> Iterator[tuple[str, bool]]:
 
 
 async def seed_demo(store: NoteStore) -> None:
-    """Create the demo notes (see ``cluster.demo``)."""
+    """Create the demo notes (see ``nodes.serving.demo``)."""
     for n in DEMO_NOTES:
         await store.create(DEMO_TENANT, n.workspace, n.title, n.body, n.owner, n.created_ms)
 

@@ -1,7 +1,7 @@
 """The names the load addresses: its tenants, their workspaces and principals.
 
 Layer: loadgen. Pure module. The workload only names these; a cluster that serves the load is
-configured for them by ``cluster.load_fixture``, which spells the same names without importing
+configured for them by ``nodes.serving.load_fixture``, which spells the same names without importing
 this module (a node must not load the load generator; a test checks that both agree).
 
     tenant load<t>   workspaces file:///load/t<t>/inbox and .../archive (the inbox archives to

@@ -1,6 +1,6 @@
 """Configuration one node needs: identity, scope, key ring and tunables.
 
-Layer: node. Pure data: loading from files lives in ``cluster.config``.
+Layer: node. Pure data: loading from files lives in ``nodes.serving.settings``.
 """
 
 from __future__ import annotations
@@ -50,11 +50,12 @@ others."""
 
 DEFAULT_MAX_WRITES_PER_PRINCIPAL = 100_000
 """Most writes (create, update, move, decline, archive; updates count, deletes do not) one
-principal may make in one tenant per idempotency window. Every write leaves an operation record (about 360 bytes of Redis memory,
-no body) that lives one window at most, so this bounds what a principal makes Redis hold in
-records, whatever it writes: at most twice this many (this window's and the last one's), about
-72 MB at the default. Notes and their bytes are bounded by the quotas above; the journal by its
-length (``store.notes.JOURNAL_MAXLEN`` per tenant)."""
+principal may make in one tenant per idempotency window. Every write leaves a record (an
+operation record, about 360 bytes of Redis memory and no body, or a replay entry) that lives
+one window at most, so this bounds what a principal makes Redis hold in records, whatever it
+writes: at most twice this many (this window's and the last one's), about 123 MB at the default
+(615 bytes of ``used_memory`` per keyed update, measured). Notes and their bytes are bounded by
+the quotas above; the journal by its length (``store.notes.JOURNAL_MAXLEN`` per tenant)."""
 
 DEFAULT_LIST_PAGE_SIZE = 100
 """Notes per ``notes_list`` page; the rest follow through ``nextCursor``."""

@@ -1,7 +1,7 @@
 """Streamable HTTP (MCP 2026-07-28): a plain ASGI 3 app around ``Node.handle``.
 
 Backend-neutral (anyio): the same app runs on asyncio, where node processes serve it with uvicorn
-(httptools, uvloop: ``cluster.node_server``), and on trio, where ``serve_node`` serves it with
+(httptools, uvloop: ``nodes.serving.http_server``), and on trio, where ``serve_node`` serves it with
 hypercorn's trio worker for nodes that live inside a trio process (simulations, tests).
 
 Layer: node, transport shell. It decides only what HTTP alone can decide, in this order: path
@@ -53,7 +53,7 @@ from nodes.auth import TokenTable
 from nodes.loopback import is_own_loopback_origin, loopback_server
 from nodes.protocol import Node, Reply, RequestContext
 from nodes.setup_page import SERVICE_UNAVAILABLE_PAGE, SetupPages
-from store.records import slot_init
+from store.fast_init import slot_init
 
 log = logging.getLogger("nodes.http")
 
@@ -68,7 +68,7 @@ slow link in well under that; a client that promises a body and goes silent (slo
 answered 408 and its connection closed, so it cannot hold a slot and buffers for long."""
 DEFAULT_HEADERS_TIMEOUT_S = 10.0
 """Longest wait for a request's complete header block, from the connection's first byte or the
-previous response (enforced by the server: ``cluster.node_server``)."""
+previous response (enforced by the server: ``nodes.serving.http_server``)."""
 DEFAULT_IDLE_TIMEOUT_S = 5.0
 """How long a keep-alive connection may sit idle between requests before the server closes it."""
 DEFAULT_MAX_HEADER_BYTES = 32_768
@@ -561,7 +561,7 @@ class StreamableHTTPApp:
             too_large = len(declared) > 18 or int(declared) > limit
             if too_large:
                 raise _Rejected(_TOO_LARGE)
-        if self.body_timeout_s is None:  # the server enforces it (cluster.node_server)
+        if self.body_timeout_s is None:  # the server enforces it (nodes.serving.http_server)
             return await self._receive_body(receive, limit)
         try:
             with anyio.fail_after(self.body_timeout_s):
@@ -673,11 +673,11 @@ async def serve_node(
 ) -> None:
     """Serve ``node`` over Streamable HTTP with hypercorn's trio worker until cancelled: for
     nodes that live inside a trio process (simulations, tests). Node processes run the same app
-    on uvicorn instead (``cluster.node_server``).
+    on uvicorn instead (``nodes.serving.http_server``).
 
     Reports the endpoint URL with the port actually bound (``port=0`` picks a free one), e.g.
     ``http://127.0.0.1:54321/mcp``. ``app_kwargs`` go to ``make_app``; ``wrap`` (e.g. health
-    endpoints and metrics, ``cluster.operations``) wraps the app in middleware.
+    endpoints and metrics, ``nodes.serving.operator``) wraps the app in middleware.
 
     Bounds: a header block larger than ``max_header_bytes`` is answered 431 (h11 refuses an
     unfinished one past it as it arrives, ``header_bound`` a complete one), and the whole header

@@ -533,7 +533,7 @@ def with_metrics_port(app: ASGIApp, registry: CollectorRegistry, port: int) -> A
     """``app``, except that HTTP requests that arrived on local port ``port`` get ``registry``
     in Prometheus' text format (any path, as prometheus-client answers) and nothing else. (A
     server that hands the metrics port's connections to ``metrics_endpoint`` itself needs no
-    such check per request: ``cluster.node_server``'s ``port_apps``.)"""
+    such check per request: ``nodes.serving.http_server``'s ``port_apps``.)"""
     exposition = metrics_endpoint(registry)
 
     def routed(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:

@@ -21,7 +21,7 @@ from nodes.idempotency import idempotency_key, write_op
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.base import CallContext, NodeCounters, Tool
 from store.api import NoteStoreAPI, StoreFull, StoreRefused, StoreUnavailable
-from store.records import slot_init
+from store.fast_init import slot_init
 
 log = logging.getLogger("nodes.protocol")
 

@@ -46,7 +46,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from nodes.canonical import canonical_json_bytes
-from store import entropy
+from store import randomness
 
 FORMAT_VERSION = "ns1"
 """Format version; first dot-separated part of every token and part of the associated data."""
@@ -147,8 +147,8 @@ _DECODER = msgspec.json.Decoder(StatePayload)
 
 def new_nonce() -> str:
     """Return a fresh random url-safe nonce with 128 bits of entropy: the text and the draw of
-    ``entropy.token_urlsafe(STATE_NONCE_BYTES)``, with no Python-level base64 call between."""
-    raw = binascii.b2a_base64(entropy.token_bytes(STATE_NONCE_BYTES), newline=False)
+    ``randomness.token_urlsafe(STATE_NONCE_BYTES)``, with no Python-level base64 call between."""
+    raw = binascii.b2a_base64(randomness.token_bytes(STATE_NONCE_BYTES), newline=False)
     return raw.rstrip(b"=").translate(_TO_URLSAFE).decode("ascii")
 
 
@@ -210,7 +210,7 @@ class KeyRing:
         could never open.
         """
         plaintext = _encode(payload)
-        nonce = entropy.token_bytes(NONCE_BYTES)
+        nonce = randomness.token_bytes(NONCE_BYTES)
         aad = _associated_data(self.active, payload.audience)
         sealed = nonce + self._aeads[self.active].encrypt(nonce, plaintext, aad)
         encoded = binascii.b2a_base64(sealed, newline=False).rstrip(b"=").translate(_TO_URLSAFE)
@@ -260,7 +260,7 @@ class KeyRing:
     @classmethod
     def generate(cls, kid: str = "k1") -> KeyRing:
         """Return a ring with one fresh random key, for tests and ephemeral demos."""
-        return cls(keys={kid: entropy.token_bytes(KEY_BYTES)}, active=kid)
+        return cls(keys={kid: randomness.token_bytes(KEY_BYTES)}, active=kid)
 
     @classmethod
     def from_sources(cls, sources: Mapping[str, str], active: str) -> KeyRing:

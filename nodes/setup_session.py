@@ -28,7 +28,7 @@ from http.cookies import CookieError, SimpleCookie
 
 from nodes.sealing import KeyRing, StatePayload, StateRejected
 from nodes.setup_links import SETUP_PATH_PREFIX, SetupLink
-from store import entropy
+from store import randomness
 
 SESSION_TTL_MS = 600_000
 """How long a sign-in lasts (ten minutes, capped by the link's own expiry): long enough to paste a
@@ -69,7 +69,7 @@ def seal_session(
 ) -> tuple[str, SetupSession]:
     """A fresh session for ``link``'s principal: the cookie value and what it binds."""
     exp_ms = min(redis_now_ms + SESSION_TTL_MS, link.exp_ms)
-    csrf = entropy.token_urlsafe(CSRF_BYTES)
+    csrf = randomness.token_urlsafe(CSRF_BYTES)
     payload = StatePayload(
         principal=link.principal,
         audience=session_audience(server_name),

@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from store import entropy
-from store.records import slot_init
+from store import randomness
+from store.fast_init import slot_init
 
 ConfirmStatus = Literal[
     "executed",
@@ -126,7 +126,7 @@ class WriteOp:
     @classmethod
     def fresh(cls) -> WriteOp:
         """A random operation id for a write no client will name again."""
-        return cls("r" + entropy.token_hex(16))
+        return cls("r" + randomness.token_hex(16))
 
 
 @slot_init

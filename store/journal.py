@@ -2,8 +2,8 @@
 
 Layer: store. Synchronous redis-py, run once after a load run; knows the key layout and the journal
 fields the Lua scripts write, nothing of MCP, nodes, the cluster or the load generator. Works on one
-Redis and on a Redis Cluster (``store.client.sync_client`` picks the client): SCAN runs per node, so
-on a cluster it targets the master owning a tenant's slot, or every master.
+Redis and on a Redis Cluster (``store.client_factory.sync_client`` picks the client): SCAN runs per
+node, so on a cluster it targets the master owning a tenant's slot, or every master.
 
 Journal stream fields (``<prefix>:{t:<tenant>}:journal``), all optional but ``op`` and ``at``:
 ``op`` (create|update|move|delete|decline|setup), ``note``, ``ws``, ``to``, ``title``, ``version``,
@@ -24,7 +24,7 @@ from typing import Any
 import redis
 import redis.cluster
 
-from store.client import SyncClient
+from store.client_factory import SyncClient
 from store.keys import TenantKeys
 
 XRANGE_CHUNK = 1000

@@ -17,7 +17,7 @@ import anyio
 import coredis
 import coredis.exceptions
 
-from store import entropy
+from store import randomness
 from store.api import (
     NO_QUOTA,
     Confirmation,
@@ -42,8 +42,8 @@ from store.api import (
     WriteOp,
     WriteOutcome,
 )
-from store.buggify import buggify_delay
-from store.client import before_resend, report_lost_reply
+from store.client_factory import before_resend, report_lost_reply
+from store.fault_points import buggify_delay
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
 from store.refusals import REFUSAL_WAIT_S, pause_s, refusal_deadline, refusal_reason
@@ -92,7 +92,7 @@ RESENDS = 2
 before the call fails with StoreUnavailable (the client picks the connection; a dead one fails
 fast and costs one of these). Safe because every script is safe to run twice
 (``OP_RECORD_SCRIPTS``): the re-send returns what the first run did. The Redis client itself
-never re-sends (``store.client.no_resend_policy``)."""
+never re-sends (``store.client_factory.no_resend_policy``)."""
 
 _LOST_REPLY: tuple[type[Exception], ...] = (
     coredis.exceptions.ConnectionError,
@@ -209,7 +209,7 @@ def _script(name: str) -> str:
 
 def _call_id() -> str:
     """A fresh id for one store call: its re-sends carry it, a later request does not."""
-    return entropy.token_hex(8)
+    return randomness.token_hex(8)
 
 
 WRITE_REPLY_FIELDS = 9
@@ -399,7 +399,7 @@ class NoteStore:
         op = op or WriteOp.fresh()
         call = _call_id()
         for _ in range(4):
-            note_id = "n" + entropy.token_hex(8)
+            note_id = "n" + randomness.token_hex(8)
             reply = await self._run(
                 "create",
                 [

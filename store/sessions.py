@@ -54,9 +54,9 @@ import anyio
 import coredis
 import coredis.exceptions
 
-from store import entropy
+from store import randomness
 from store.api import StoreFull, StoreUnavailable
-from store.client import before_resend, report_lost_reply
+from store.client_factory import before_resend, report_lost_reply
 
 T = TypeVar("T")
 
@@ -276,12 +276,12 @@ def principal_digest(principal: str) -> str:
 
 def new_session_id() -> str:
     """A fresh, unguessable session id (192 bits, url-safe)."""
-    return entropy.token_urlsafe(24)
+    return randomness.token_urlsafe(24)
 
 
 def new_request_id() -> str:
     """A fresh id for a server-to-client request (visible in the client's answer)."""
-    return "nc-" + entropy.token_urlsafe(16)
+    return "nc-" + randomness.token_urlsafe(16)
 
 
 def _record(session_id: str, flat: list[Any]) -> SessionRecord:

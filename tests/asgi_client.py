@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 
-from cluster.demo import DEMO_TOKENS
 from nodes.auth import TokenTable
 from nodes.headers import request_headers
 from nodes.http import make_app
 from nodes.protocol import PROTOCOL_VERSION, Node
+from nodes.serving.demo import DEMO_TOKENS
 from tests.harness import meta
 
 TOKENS = {"alice": "alice-demo-token", "bob": "bob-demo-token"}

@@ -29,7 +29,7 @@ import coredis
 import pytest
 import redis
 
-from store.client import redis_client, sync_client
+from store.client_factory import redis_client, sync_client
 from store.embedded import serve_embedded_redis
 from store.journal import scan_keys
 from store.notes import NoteStore

@@ -10,11 +10,11 @@ from typing import Any
 
 import trio
 
-from cluster.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
 from nodes.config import NodeConfig
 from nodes.protocol import PROTOCOL_VERSION, Node, Reply, RequestContext
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
+from nodes.serving.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
 from store.api import NoteStoreAPI
 
 FORM_CAPS: dict[str, Any] = {"elicitation": {}}

@@ -1,7 +1,8 @@
 """notes_archive: the confirming flow of notes_delete, moving the note to its workspace's archive.
 
 Every test runs on the embedded store and on a real Redis (the ``store`` fixture). The archive of
-alice's Notes is alice's Archive (``cluster.demo.DEMO_ARCHIVES``, in ``tests.harness``' config).
+alice's Notes is alice's Archive (``nodes.serving.demo.DEMO_ARCHIVES``, in ``tests.harness``'
+config).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.config import ConfigError, load_settings
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from nodes.protocol import Node, Reply
 from nodes.results import META_REPLAY
 from nodes.scope import Scope
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
+from nodes.serving.settings import ConfigError, load_settings
 from store.notes import NoteStore
 from tests.harness import call_tool, demo_config, error, make_nodes, result, rpc
 from tests.test_config import KEY_K1, KEY_K2, config_text, write

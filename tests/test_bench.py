@@ -23,24 +23,24 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from cluster.bench.context import BenchOptions, command_line, plan_for
+from cluster.bench.database import BENCH_PREFIX
+from cluster.bench.http_scenarios import PEER_ROUNDS, SIDES
+from cluster.bench.procs import cpu_seconds, open_http_cluster
+from cluster.bench.report import BUDGET_ROWS, render_markdown
+from cluster.bench.run import run_bench
 from cluster.cli import EXIT_USAGE, main
-from cluster.config import demo_settings
-from cluster.experiments.bench import ab_nodes
-from cluster.experiments.bench.context import BenchOptions, command_line, plan_for
-from cluster.experiments.bench.database import BENCH_PREFIX
-from cluster.experiments.bench.http_scenarios import PEER_ROUNDS, SIDES
-from cluster.experiments.bench.procs import cpu_seconds, open_http_cluster
-from cluster.experiments.bench.report import BUDGET_ROWS, render_markdown
-from cluster.experiments.bench.run import run_bench
-from cluster.experiments.bench.servers import SIDES as SERVER_SIDES
-from cluster.experiments.bench.servers import (
+from cluster.lab import ab_nodes
+from cluster.lab.servers import SIDES as SERVER_SIDES
+from cluster.lab.servers import (
     ServersOptions,
     Side,
     _start,
     render_servers_markdown,
     run_bench_servers,
 )
-from store.client import CLIENT_ENV
+from nodes.serving.settings import demo_settings
+from store.client_factory import CLIENT_ENV
 from tests.own_redis import OwnRedis, own_redis
 
 BENCH_DB = 5
@@ -275,17 +275,18 @@ def test_an_ab_side_names_its_code_its_environment_and_its_metrics() -> None:
 
 
 def test_an_ab_side_runs_its_own_tree_even_from_a_checkout(tmp_path: Path) -> None:
-    """A side's node runs as ``python -m cluster.node_process`` from the working directory of
+    """A side's node runs as ``python -m nodes.serving.process`` from the working directory of
     the A/B run, usually a checkout: the side's tree must still be the code that runs."""
     tree = tmp_path / "side"
-    (tree / "cluster").mkdir(parents=True)
-    (tree / "cluster" / "__init__.py").write_text("")
-    (tree / "cluster" / "node_process.py").write_text("print(__file__)\n")
+    (tree / "nodes" / "serving").mkdir(parents=True)
+    (tree / "nodes" / "__init__.py").write_text("")
+    (tree / "nodes" / "serving" / "__init__.py").write_text("")
+    (tree / "nodes" / "serving" / "process.py").write_text("print(__file__)\n")
     side = ab_nodes.parse_side(f"side={tree}")
-    checkout = Path(__file__).resolve().parent.parent  # holds a cluster package of its own
-    assert (checkout / "cluster" / "node_process.py").is_file()
+    checkout = Path(__file__).resolve().parent.parent  # holds a nodes package of its own
+    assert (checkout / "nodes" / "serving" / "process.py").is_file()
     done = subprocess.run(
-        [sys.executable, "-m", "cluster.node_process"],
+        [sys.executable, "-m", "nodes.serving.process"],
         env={**os.environ, **side.env},
         cwd=checkout,
         capture_output=True,
@@ -293,7 +294,7 @@ def test_an_ab_side_runs_its_own_tree_even_from_a_checkout(tmp_path: Path) -> No
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(tree / "cluster" / "node_process.py")
+    assert done.stdout.strip() == str(tree / "nodes" / "serving" / "process.py")
 
 
 def test_cpu_time_is_read_from_proc_and_a_vanished_process_has_none() -> None:
@@ -304,7 +305,7 @@ def test_cpu_time_is_read_from_proc_and_a_vanished_process_has_none() -> None:
 
 
 def _node_children() -> set[int]:
-    """Pids of this process's children that run a node (``cluster.node_process``)."""
+    """Pids of this process's children that run a node (``nodes.serving.process``)."""
     out: set[int] = set()
     for task in Path("/proc/self/task").iterdir():
         for pid in map(int, (task / "children").read_text(encoding="ascii").split()):
@@ -312,7 +313,7 @@ def _node_children() -> set[int]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"cluster.node_process" in cmdline:
+            if b"nodes.serving.process" in cmdline:
                 out.add(pid)
     return out
 

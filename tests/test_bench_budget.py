@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from cluster.experiments.bench.budget import BUDGET_SIDES, budget
-from cluster.experiments.bench.http_scenarios import SIDES, aggregate, peer_summary
-from cluster.experiments.bench.metrics_switch import summarize
-from cluster.experiments.bench.report import BUDGET_ROWS, budget_lines, render_markdown
+from cluster.bench.budget import BUDGET_SIDES, budget
+from cluster.bench.http_scenarios import SIDES, aggregate, peer_summary
+from cluster.bench.metrics_switch import summarize
+from cluster.bench.report import BUDGET_ROWS, budget_lines, render_markdown
 
 CPU = {
     "ours": (0.25, 0.05),

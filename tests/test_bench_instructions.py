@@ -1,4 +1,4 @@
-"""``python -m cluster.experiments.bench.instructions``: instructions per delete flow, counted.
+"""``python -m cluster.lab.instructions``: instructions per delete flow, counted.
 
 The runs here are short (20 measured flows per side) and check the output's shape, that every
 flow passed, and that the count is deterministic: two copies of one tree agree within 1%. Never
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from cluster.experiments.bench import instructions
-from cluster.experiments.bench.database import BENCH_PREFIX
-from cluster.experiments.bench.instructions_child import FlowFailed, check, flow_for
+from cluster.bench.database import BENCH_PREFIX
+from cluster.lab import instructions
+from cluster.lab.instructions_child import FlowFailed, check, flow_for
 from tests.ci import fail_in_ci_else_skip
 from tests.own_redis import own_redis, require_redis_server
 
@@ -50,7 +50,7 @@ def run_tool(*args: str, cwd: Path, path: str | None = None) -> subprocess.Compl
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
-        [sys.executable, "-m", "cluster.experiments.bench.instructions", *args],
+        [sys.executable, "-m", "cluster.lab.instructions", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -148,7 +148,7 @@ def test_without_valgrind_it_says_so_and_exits_2(tmp_path: Path) -> None:
     [
         ([], "the following arguments are required"),
         (["nameless"], "expected NAME=PYTHONPATH"),
-        (["a=/nonexistent/tree"], "no cluster/asgi.py there"),
+        (["a=/nonexistent/tree"], "no nodes/serving/app.py there"),
         ([f"a={TREE}", f"a={TREE}"], "side names must differ"),
         (["--flows", "0", f"a={TREE}"], "--flows must be at least 1"),
         (["--flows", "many", f"a={TREE}"], "invalid int value"),
@@ -183,6 +183,6 @@ def test_a_wrong_answer_fails_the_flow_loudly() -> None:
 
 def test_the_child_runs_as_a_file_with_no_module_of_the_bench_needed() -> None:
     source = Path(instructions.CHILD).read_text(encoding="utf-8")
-    assert "cluster.experiments" not in "".join(
+    assert "cluster." not in "".join(
         line for line in source.splitlines() if line.startswith(("import ", "from "))
     )

@@ -18,10 +18,9 @@ import httpx
 import pytest
 import trio
 
-from cluster.config import demo_settings
-from cluster.experiments.bench import metrics_switch_node as switch_node
-from cluster.experiments.bench.database import BENCH_PREFIX
-from cluster.experiments.bench.metrics_switch import (
+from cluster.bench import metrics_switch_node as switch_node
+from cluster.bench.database import BENCH_PREFIX
+from cluster.bench.metrics_switch import (
     EDGE_S,
     MODULE,
     inside,
@@ -31,8 +30,9 @@ from cluster.experiments.bench.metrics_switch import (
     ratios,
     summarize,
 )
-from cluster.experiments.bench.metrics_switch_node import MARK, PATTERN, WINDOWS
-from cluster.experiments.bench.procs import open_http_cluster
+from cluster.bench.metrics_switch_node import MARK, PATTERN, WINDOWS
+from cluster.bench.procs import open_http_cluster
+from nodes.serving.settings import demo_settings
 from tests.own_redis import own_redis
 
 
@@ -169,7 +169,7 @@ async def test_a_known_cost_is_added_to_the_metered_mode_only(
 ) -> None:
     """``--on-extra-us`` burns its CPU after each request of the metered mode and never after
     the other's. Whether the measure then sees that cost is a calibration of the benchmark
-    (``python -m cluster.experiments.bench.metrics_switch --on-extra-us 200``), timed on the
+    (``python -m cluster.bench.metrics_switch --on-extra-us 200``), timed on the
     machine: no test asserts it, since a busy machine moves it."""
     burnt: list[tuple[str, float]] = []
     current = ["off"]
@@ -194,7 +194,7 @@ async def test_a_known_cost_is_added_to_the_metered_mode_only(
 def test_the_measure_alone_runs_from_its_command_line_and_its_a_a_check_meters_neither(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``python -m cluster.experiments.bench.metrics_switch --same``: both nodes without
+    """``python -m cluster.bench.metrics_switch --same``: both nodes without
     metrics (the A/A check), each serving its windows; too short a run is refused."""
     main(["--seconds", "2", "--same"])
     out = json.loads(capsys.readouterr().out)

@@ -1,4 +1,5 @@
-"""Fault points in node and store code (``store.buggify``): seeded, per site, logged, else off.
+"""Fault points in node and store code (``store.simulation.buggify``): seeded, per site, logged,
+else off.
 
 Layer: tests. A deterministic run with the points on fires some of them (which ones is the
 seed's), logs each firing, stays VALID and repeats bit for bit; without ``buggify_on`` (as in
@@ -14,9 +15,10 @@ import pytest
 import trio
 
 from cluster.deterministic.run import run_deterministic
-from cluster.experiments.simulate import SimulateOptions
+from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
-from store.buggify import Buggify, buggify_delay, buggify_on
+from store.fault_points import buggify_delay
+from store.simulation.buggify import Buggify, buggify_on
 
 
 def test_sites_are_activated_per_site_from_the_seed_and_fire_on_a_share_of_passes() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.demo import ALICE_NOTES, DEMO_TENANT
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT
 from nodes.tools.base import CallContext
 from store.api import WriteOp
 from store.notes import NoteStore

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import ConfigError, load_settings
-from cluster.durability import AUTO, WaitReplicas
+from nodes.serving.durability import AUTO, WaitReplicas
+from nodes.serving.settings import ConfigError, load_settings
 
 KEY_K1 = base64.b64encode(b"\x01" * 32).decode()
 KEY_K2 = base64.b64encode(b"\x02" * 32).decode()

@@ -1,4 +1,5 @@
-"""The README's Configuration example is a config that loads (cluster/config.py points at it)."""
+"""The README's Configuration example is a config that loads (nodes/serving/settings.py points at
+it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import load_settings
+from nodes.serving.settings import load_settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 TOKEN = "a-test-token-that-is-not-a-secret"

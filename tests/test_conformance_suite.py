@@ -24,14 +24,9 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.config import demo_settings
-from cluster.serve import (
-    seed_demo_notes,
-    start_http_nodes,
-    start_process_nodes,
-    with_demo_anonymous,
-)
-from store.client import sync_client
+from cluster.serve import seed_demo_notes, start_http_nodes, start_process_nodes
+from nodes.serving.settings import demo_settings, with_demo_anonymous
+from store.client_factory import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis
 from tests.js_clients import JS_DIR, JsEnv, require_js, run_node

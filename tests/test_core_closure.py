@@ -24,7 +24,13 @@ THIRD_PARTY = {
     "orjson",  # JSON bytes in and out (the canonical digests' fast path): no I/O
     "msgspec",  # the sealed state's payload, encoded and parsed in memory: no I/O
 }
-OURS = {"store.api", "store.keys", "store.entropy", "store.buggify", "store.records"}
+OURS = {
+    "store.api",
+    "store.keys",
+    "store.randomness",
+    "store.fault_points",
+    "store.fast_init",
+}
 """The pure store modules: types and key names; the random source (``os.urandom`` unless a
 simulation seeds it); the fault points (a context variable: off unless a simulation sets it);
 the records' cheaper ``__init__`` (``dataclasses`` and nothing else)."""

@@ -17,19 +17,19 @@ import trio
 import trio.testing
 from fakeredis.commands_mixins import server_mixin
 
-from cluster.demo import (
+from nodes.config import wall_clock_ms
+from nodes.errors import INVALID_STATE_DATA, INVALID_STATE_MESSAGE
+from nodes.protocol import Node, Reply
+from nodes.results import META_ERROR, META_REPLAY
+from nodes.serving.demo import (
     ALICE_ARCHIVE,
     ALICE_EVIL,
     ALICE_NOTES,
     BOB_NOTES,
     DEMO_TENANT,
 )
-from nodes.config import wall_clock_ms
-from nodes.errors import INVALID_STATE_DATA, INVALID_STATE_MESSAGE
-from nodes.protocol import Node, Reply
-from nodes.results import META_ERROR, META_REPLAY
 from store.api import Confirmation, ConfirmOutcome
-from store.client import redis_client
+from store.client_factory import redis_client
 from store.notes import NoteStore
 from tests.conftest import delete_prefix, new_prefix, raw
 from tests.harness import accept, call_tool, demo_config, error, make_nodes, result, rpc

@@ -22,14 +22,14 @@ from tests.test_import_direction import ROOT, imported_modules
 OURS = {"cluster", "loadgen", "nodes", "store", "tests"}
 
 SERVE_FILES = (
-    "cluster/asgi.py",
-    "cluster/config.py",
-    "cluster/demo.py",
-    "cluster/durability.py",
-    "cluster/load_fixture.py",
-    "cluster/node_process.py",
-    "cluster/node_server.py",
-    "cluster/operations.py",
+    "nodes/serving/app.py",
+    "nodes/serving/settings.py",
+    "nodes/serving/demo.py",
+    "nodes/serving/durability.py",
+    "nodes/serving/load_fixture.py",
+    "nodes/serving/process.py",
+    "nodes/serving/http_server.py",
+    "nodes/serving/operator.py",
     "cluster/serve.py",
     "cluster/stores.py",
 )
@@ -37,7 +37,7 @@ SERVE_FILES = (
 commands import their libraries when they run, each behind ``require_extra``; that serve loads
 none of them is checked on a real process (tests/test_import_direction.py)."""
 
-EMBEDDED_STORES = ("store/embedded.py", "store/memory_transport.py")
+EMBEDDED_STORES = ("store/embedded.py", "store/simulation/memory_transport.py")
 """The embedded stores (fakeredis: on a port, or in-process) are the ``sim`` extra's: ``serve``
 without ``--redis`` asks for it by name."""
 

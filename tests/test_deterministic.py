@@ -20,7 +20,7 @@ from cluster.deterministic.divergence import check_determinism
 from cluster.deterministic.run import comparable, run_deterministic
 from cluster.deterministic.world import EPOCH_S
 from cluster.exit_codes import EXIT_USAGE, EXIT_VALID
-from cluster.experiments.simulate import SimulateOptions
+from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
 from loadgen.transport import Reply, Transport
 from tests.cli_process import run

@@ -20,13 +20,13 @@ import trio
 from cluster.deterministic.clocks import NodeClocks, open_skewed_cluster
 from cluster.deterministic.run import run_deterministic
 from cluster.deterministic.world import deterministic_world, mock_clock, virtual_at
-from cluster.experiments.simulate import SimulateOptions
 from cluster.local import StoreOptions
+from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
 from nodes.config import NODE_CLOCK_MARGIN_MS
 from nodes.protocol import Node
-from store.memory_transport import serve_memory_store
 from store.notes import NoteStore
+from store.simulation.memory_transport import serve_memory_store
 from tests.harness import accept, demo_config
 from tests.test_delete_flow import answer, ask, assert_invalid_state, deleted, seed
 

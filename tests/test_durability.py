@@ -18,10 +18,10 @@ import pytest
 import redis
 import trio
 
-from cluster.durability import AUTO, WaitReplicas, parse_wait_replicas, resolve_wait_replicas
 from cluster.local import StoreOptions, serve_inprocess_node
 from nodes.protocol import Node
-from store.client import open_redis
+from nodes.serving.durability import AUTO, WaitReplicas, parse_wait_replicas, resolve_wait_replicas
+from store.client_factory import open_redis
 from tests.harness import call_tool, demo_config
 from tests.own_redis import OwnRedis, own_redis, stop
 
@@ -90,11 +90,11 @@ async def test_auto_waits_for_one_replica_where_the_master_has_one_and_says_so(
     replicated: tuple[OwnRedis, OwnRedis], caplog: pytest.LogCaptureFixture
 ) -> None:
     master, _ = replicated
-    caplog.set_level(logging.INFO, logger="cluster.durability")
+    caplog.set_level(logging.INFO, logger="nodes.serving.durability")
     async with open_redis(master.url) as client:
         assert await resolve_wait_replicas(client, AUTO) == 1
         assert await resolve_wait_replicas(client, 0) == 0
-    said = [r.getMessage() for r in caplog.records if r.name == "cluster.durability"]
+    said = [r.getMessage() for r in caplog.records if r.name == "nodes.serving.durability"]
     assert said[0].startswith("durability: writes wait for 1 replica (auto")
     assert said[1].startswith("durability: writes do not wait for replicas (configured")
 

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from cluster.cli import DEBUG_ENV, _Commands
 from cluster.exit_codes import EXIT_NOT_CARRIED_OUT, EXIT_USAGE, EXIT_VALID
 from loadgen.run.folder import INCOMPLETE_FILE
-from store.client import check_redis_url
+from store.client_factory import check_redis_url
 from tests.cli_process import finish, run, start
 from tests.own_redis import OwnRedis, free_port, own_redis
 

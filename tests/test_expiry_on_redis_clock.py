@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from store.api import Confirmation, ConfirmOutcome
-from store.client import redis_client
+from store.client_factory import redis_client
 from store.journal import read_journal
 from store.notes import NoteStore
 from tests.conftest import (

@@ -25,8 +25,6 @@ import trio
 from click.testing import CliRunner
 
 from cluster.cli import main
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
-from cluster.experiments.failover import FailoverOptions, run_experiment
 from cluster.faults import (
     FAULT_KINDS,
     FaultRecord,
@@ -37,11 +35,13 @@ from cluster.faults import (
     plan_faults,
     records_from_rows,
 )
+from cluster.lab.failover import FailoverOptions, run_experiment
 from cluster.redis_cluster import redis_server_available
 from loadgen.run.folder import RunFolder
 from nodes.protocol import Node
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from store.api import StoreUnavailable, WriteOp
-from store.client import redis_client
+from store.client_factory import redis_client
 from store.notes import RESENDS, NoteStore, outcome_unknown
 from tests.ci import in_ci
 from tests.conftest import require_real_redis

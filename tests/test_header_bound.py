@@ -26,9 +26,9 @@ import httpx
 import pytest
 import trio
 
-from cluster.config import demo_settings
 from cluster.serve import serve_http_node
 from nodes.http import DEFAULT_MAX_HEADER_BYTES, ServerTimeouts
+from nodes.serving.settings import demo_settings
 
 NEVER_S = 3600.0
 """The header (and, on hypercorn, idle) timeout the tests give their nodes: longer than any test,
@@ -154,7 +154,7 @@ def node_process(redis_url: str) -> Iterator[Served]:
     args = ["--redis", redis_url, "--embedded", "--prefix", "ncthdr", "--node-id", "hdr"]
     args += ["--headers-timeout", str(NEVER_S)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.node_process", *args], stdout=subprocess.PIPE
+        [sys.executable, "-m", "nodes.serving.process", *args], stdout=subprocess.PIPE
     )
     try:
         line: list[bytes] = []

@@ -15,11 +15,11 @@ import httpx
 import pytest
 import trio
 
-from cluster.config import demo_settings
 from cluster.serve import serve_http_node
 from nodes.auth import TokenTable
 from nodes.health import READY_CACHE_S, Readiness, with_health
 from nodes.http import make_app
+from nodes.serving.settings import demo_settings
 from store.notes import NoteStore
 from tests.asgi_driver import request
 from tests.harness import make_nodes

@@ -19,11 +19,11 @@ import httpx
 import pytest
 import trio
 
-from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
 from nodes import http
 from nodes.auth import MAX_TOKEN_LENGTH, TokenTable, bearer_token, hash_token
 from nodes.headers import request_headers
 from nodes.protocol import PROTOCOL_VERSION, Node
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
 from store.notes import NoteStore
 from tests.harness import accept, make_nodes, meta
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import trio
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, BOB_NOTES, DEMO_TENANT
 from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node, Reply
 from nodes.results import META_ERROR, META_REPLAY
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, BOB_NOTES, DEMO_TENANT
 from store.api import NoteStoreAPI, RecordedWrite
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import read_journal
 from store.notes import NoteStore
 from tests.conftest import raw

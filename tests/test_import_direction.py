@@ -1,11 +1,33 @@
 """Imports run one way (design.md §2): cluster -> loadgen, nodes, store; loadgen -> store and
-nodes.sealing only; nodes -> store only; store -> nothing of ours.
+nodes.sealing only; nodes -> store only; store -> nothing of ours. Inside them, the lab and the
+simulation seams stand apart from what a user runs.
+
+The layers, and what each may import (an arrow: "may import"; each may import itself)::
+
+    cluster.lab            the lab: what the project ran on itself to choose its parts
+        |                  (only the lab's commands in cluster.cli reach it, lazily)
+        v
+    cluster                commands, bench, targets, deterministic, running clusters
+        |        \
+        v         v
+    loadgen -----> nodes.sealing       the harness: workload, run pipeline, checker
+        |         |
+        |         v
+        |       nodes (nodes.serving)  a node and its production edge (ASGI app, HTTP
+        |         |                    server, node process, operator endpoints)
+        v         v
+    store                              the store, its client and the seams' production sides
+                                       (store.randomness, store.fault_points)
+    store.simulation                   the seams' simulation sides (seeded entropy, buggify,
+                                       the in-memory transport): only cluster, loadgen and
+                                       store.simulation import it, never nodes or the rest
+                                       of store
 
 Layer: tests. Every import statement counts, also those inside functions and under
 ``if TYPE_CHECKING``, and ``importlib.import_module`` / ``__import__`` with a literal name. A
 second test starts ``notes-cluster serve --processes`` for real and checks, from
 ``-X importtime``, that neither the serving process nor its node process imported a module of
-the load generator or of the experiments.
+the load generator, the simulation seams or the lab.
 """
 
 from __future__ import annotations
@@ -24,11 +46,11 @@ import httpx
 import pytest
 import trio
 
-from cluster import load_fixture
-from cluster.demo import ALICE_NOTES, DEMO_TOKENS
 from loadgen import tenants
 from loadgen.clients import request
 from loadgen.transport import ACCEPT, HttpTransport
+from nodes.serving import load_fixture
+from nodes.serving.demo import ALICE_NOTES, DEMO_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = ("cluster", "loadgen", "nodes", "store", "tests")
@@ -42,8 +64,16 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 """Package -> the modules of ours it may import (each with everything below it)."""
 
-FORBIDDEN_IN_NODE_PROCESS = ("loadgen", "cluster.experiments")
+FORBIDDEN_IN_NODE_PROCESS = ("loadgen", "cluster.lab", "store.simulation")
 """What a node (and ``serve``) must never load."""
+
+APART: dict[str, tuple[str, ...]] = {
+    "cluster.lab": ("cluster.lab", "cluster.cli", "cluster.commands.lab"),
+    "store.simulation": ("store.simulation", "store.client_factory", "cluster", "loadgen"),
+}
+"""A package kept apart -> the only modules that may import it. The lab's commands import it
+lazily; the store's client factory opens ``memory://`` URLs through the in-memory transport, in
+a function only a simulation's URL reaches."""
 
 EXTRA_LIBRARIES = ("matplotlib", "rich", "hdrh", "httpx", "mcp", "mcp_types")
 """Libraries of the ``sim`` and ``bench`` extras that neither ``serve`` nor a node may load."""
@@ -99,13 +129,19 @@ def _dynamic_import(call: ast.Call) -> bool:
     return name in ("import_module", "__import__") and bool(call.args)
 
 
-def violations(source: str, path: str, package: str) -> list[Violation]:
-    """The imports in ``source`` (file ``path`` of package ``package``) against the direction."""
+def violations(source: str, path: str, package: str, module: str | None = None) -> list[Violation]:
+    """The imports in ``source`` (file ``path`` of package ``package``, module ``module``)
+    against the direction, and against the packages kept apart (``APART``)."""
     allowed = ALLOWED[package.split(".")[0]]
+    importer = module or package
     out = []
     for line, target in imported_modules(source, package):
         if target.split(".")[0] in OURS and not _covered(target, allowed):
             out.append(Violation(path, line, target))
+            continue
+        for apart, may in APART.items():
+            if _covered(target, (apart,)) and not _covered(importer, may):
+                out.append(Violation(path, line, target))
     return sorted(out, key=lambda v: v.line)
 
 
@@ -116,7 +152,8 @@ def project_violations() -> list[Violation]:
         for file in sorted((ROOT / package).rglob("*.py")):
             rel = file.relative_to(ROOT)
             source = file.read_text(encoding="utf-8")
-            out += violations(source, str(rel), ".".join(rel.parent.parts))
+            module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+            out += violations(source, str(rel), ".".join(rel.parent.parts), module)
     return out
 
 
@@ -139,7 +176,7 @@ def late():
     from nodes import scope
     from . import history
     from .. import nodes
-    importlib.import_module("cluster.experiments.simulate")
+    importlib.import_module("cluster.targets.simulate")
 """
 
 
@@ -149,7 +186,7 @@ def test_the_walker_reports_each_planted_violation_with_its_line() -> None:
         (8, "nodes.protocol.Reply"),
         (10, "cluster.local"),
         (11, "nodes.scope"),
-        (14, "cluster.experiments.simulate"),
+        (14, "cluster.targets.simulate"),
     ]
     resolved = dict(imported_modules(SYNTHETIC, "loadgen.sub"))
     assert (resolved[12], resolved[13]) == ("loadgen.sub.history", "loadgen.nodes")
@@ -165,8 +202,20 @@ def test_the_walker_holds_the_node_and_the_store_to_their_own_rules() -> None:
     assert [v.target for v in violations(top, "cluster/x.py", "cluster")] == ["tests.harness.rpc"]
 
 
+def test_the_walker_keeps_the_lab_and_the_simulation_seams_apart() -> None:
+    lab = "from cluster.lab.servers import run_bench_servers\n"
+    assert [v.target for v in violations(lab, "cluster/bench/run.py", "cluster.bench")] == [
+        "cluster.lab.servers.run_bench_servers"
+    ]
+    assert not violations(lab, "cluster/cli.py", "cluster", "cluster.cli")
+    seam = "from store.simulation.entropy import entropy_source\n"
+    assert [v.line for v in violations(seam, "nodes/sealing.py", "nodes")] == [1]
+    assert [v.line for v in violations(seam, "store/notes.py", "store", "store.notes")] == [1]
+    assert not violations(seam, "loadgen/x.py", "loadgen", "loadgen.x")
+
+
 def test_the_load_fixture_configures_exactly_the_names_the_load_addresses() -> None:
-    # cluster.load_fixture spells the names itself, so that serve imports no loadgen module.
+    # nodes.serving.load_fixture spells the names itself, so that serve imports no loadgen module.
     n = 3
     assert load_fixture.load_workspaces(n) == {
         ws: tenants.tenant(t) for t in range(n) for ws in (tenants.inbox(t), tenants.archive(t))

@@ -30,11 +30,11 @@ import trio
 from mcp.client import Client, ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 
-from cluster.config import demo_settings
-from cluster.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, DEMO_TENANT, TEAM
 from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.legacy import LEGACY_VERSION, LegacyLimits, wire
 from nodes.protocol import Node, PreparedCall
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, DEMO_TENANT, TEAM
+from nodes.serving.settings import demo_settings
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import raw

@@ -19,13 +19,13 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from cluster.config import demo_settings
-from cluster.demo import DEMO_TENANT
 from cluster.local import seed_demo
 from nodes.http import ASGIApp, make_app
 from nodes.legacy import LEGACY_VERSION, LegacyAdapter, open_legacy_adapter
 from nodes.protocol import Node
-from store.client import open_redis
+from nodes.serving.demo import DEMO_TENANT
+from nodes.serving.settings import demo_settings
+from store.client_factory import open_redis
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.test_legacy import confirm, legacy_headers, pick_2024

@@ -20,11 +20,11 @@ import pytest
 import redis
 import trio
 
-from cluster.config import ConfigError, load_settings
-from cluster.demo import DEMO_TENANT
 from nodes import errors
 from nodes.config import LegacyCaps
 from nodes.legacy import LEGACY_VERSION, wire
+from nodes.serving.demo import DEMO_TENANT
+from nodes.serving.settings import ConfigError, load_settings
 from tests.test_config import config_text, key_file, write
 from tests.test_legacy import (
     BOB_TOKEN,

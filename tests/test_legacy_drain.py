@@ -22,7 +22,6 @@ import httpx
 import pytest
 import trio
 
-from cluster.config import demo_settings
 from cluster.local import seed_demo
 from cluster.serve import seed_demo_notes
 from nodes import errors
@@ -30,7 +29,8 @@ from nodes.http import StreamableHTTPApp, make_app
 from nodes.legacy import LegacyAdapter, LegacyLimits, open_legacy_adapter
 from nodes.legacy.inbox import Drained, InboxWatch
 from nodes.protocol import Node
-from store.client import open_redis
+from nodes.serving.settings import demo_settings
+from store.client_factory import open_redis
 from store.notes import NoteStore
 from store.sessions import InboxEntry, SessionStore
 from tests.conftest import raw

@@ -24,13 +24,13 @@ import pytest
 import redis
 import trio
 
-from cluster.config import demo_settings
 from cluster.local import seed_demo
 from nodes import errors
 from nodes.http import serve_node
 from nodes.legacy import LEGACY_VERSION, open_legacy_adapter
 from nodes.protocol import Node
-from store.client import open_redis, redis_client
+from nodes.serving.settings import demo_settings
+from store.client_factory import open_redis, redis_client
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import require_real_redis

@@ -25,11 +25,11 @@ import trio
 from mcp.client import ClientRequestContext
 
 import store.sessions
-from cluster.config import demo_settings
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
 from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.legacy import LEGACY_VERSION
-from store.client import open_redis
+from nodes.serving.settings import demo_settings
+from store.client_factory import open_redis
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.ci import in_ci

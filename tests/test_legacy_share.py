@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.experiments.in_process_target import SIM_REPLAY_GRACE_MS, simulation_config
-from cluster.experiments.legacy_nodes import serve_legacy_nodes
-from cluster.experiments.simulate import SimulateOptions, simulate
-from cluster.load_fixture import load_tokens
+from cluster.targets.in_process import SIM_REPLAY_GRACE_MS, simulation_config
+from cluster.targets.legacy_nodes import serve_legacy_nodes
+from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.check.invariants import check
 from loadgen.check.verdict import CheckResult
 from loadgen.history import History, Op
@@ -31,7 +30,8 @@ from loadgen.run.pipeline import check_history
 from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
 from loadgen.workload import RACE_KINDS
-from store.client import sync_client
+from nodes.serving.load_fixture import load_tokens
+from store.client_factory import sync_client
 from store.journal import (
     JournalEntry,
     list_replay_entries,

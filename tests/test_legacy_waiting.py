@@ -21,13 +21,13 @@ import pytest
 import redis
 import trio
 
-from cluster.config import demo_settings
 from cluster.local import seed_demo
 from nodes.config import LegacyCaps
 from nodes.http import serve_node
 from nodes.legacy import LegacyAdapter, LegacyLimits, open_legacy_adapter
 from nodes.protocol import Node
-from store.client import open_redis
+from nodes.serving.settings import demo_settings
+from store.client_factory import open_redis
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import require_real_redis

@@ -8,7 +8,6 @@ from typing import Any, get_args
 
 import pytest
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.config import wall_clock_ms
 from nodes.errors import INVALID_STATE_DATA, INVALID_STATE_MESSAGE
 from nodes.lifecycle import (
@@ -21,6 +20,7 @@ from nodes.lifecycle import (
     reply_to,
 )
 from nodes.results import META_ERROR, META_REPLAY
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.tools import DEFAULT_TOOLS, confirming_table
 from nodes.tools.confirming import ConfirmingTool
 from nodes.tools.confirming_table import ARCHIVE, DELETE, ConfirmingKind

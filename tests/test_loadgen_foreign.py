@@ -1,6 +1,6 @@
 """The race workload against a target without a journal: history and observed final state only.
 
-Layer: tests. ``cluster.experiments.foreign.run_foreign`` drives the SDK's Python reference
+Layer: tests. ``cluster.targets.foreign.run_foreign`` drives the SDK's Python reference
 (two instances, the real Redis) with opaque states and, after the run, lists what is left; the
 checker (``loadgen.check.blackbox_check``) decides what that can decide and names the rest
 ``unknown``.
@@ -21,15 +21,16 @@ from pathlib import Path
 import pytest
 import trio
 
-from cluster.experiments.conformance.references import open_reference
-from cluster.experiments.foreign import FOREIGN_KINDS, recheck_foreign, run_foreign
-from cluster.load_fixture import load_tokens
-from cluster.serve import settings_for, start_http_nodes
+from cluster.lab.conformance.references import open_reference
+from cluster.serve import start_http_nodes
+from cluster.targets.foreign import FOREIGN_KINDS, recheck_foreign, run_foreign
 from loadgen.check.blackbox_check import UNDECIDABLE
 from loadgen.check.exercise import ExerciseRule
 from loadgen.check.verdict import CheckResult
 from loadgen.runner import RunSettings
-from store.client import sync_client
+from nodes.serving.load_fixture import load_tokens
+from nodes.serving.settings import settings_for
+from store.client_factory import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis
 

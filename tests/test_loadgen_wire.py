@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from cluster.demo import ALICE_NOTES
 from cluster.faults import LossyTransport, ResponseLost
 from cluster.local import InProcessTransport, open_local_cluster
 from loadgen.clients import Client, classify, request
 from loadgen.history import History
 from loadgen.transport import NodeDown, Reply, Transport, header_value, request_headers
 from nodes.headers import check_headers, decode_header_value
+from nodes.serving.demo import ALICE_NOTES
 from tests.harness import demo_config
 
 

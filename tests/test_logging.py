@@ -25,11 +25,11 @@ import httpx
 import pytest
 import trio
 
-from cluster.config import ClusterSettings, demo_settings
-from cluster.demo import ALICE_NOTES, DEMO_TENANT
 from cluster.serve import serve_http_node
 from nodes.logging_setup import configure_logging, formatter
-from store.client import redis_client
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT
+from nodes.serving.settings import ClusterSettings, demo_settings
+from store.client_factory import redis_client
 from store.notes import NoteStore
 from tests.harness import accept, meta
 from tests.test_http_transport import delete_call, good_headers

@@ -16,14 +16,14 @@ import pytest
 from click.testing import CliRunner
 
 from cluster.cli import main
-from cluster.config import ConfigError, demo_settings
-from cluster.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT
-from cluster.serve import ProcessNode, with_demo_anonymous
+from cluster.serve import ProcessNode
 from nodes.auth import TokenTable
 from nodes.headers import request_headers
 from nodes.http import make_app
 from nodes.loopback import is_own_loopback_origin
 from nodes.protocol import PROTOCOL_VERSION
+from nodes.serving.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT
+from nodes.serving.settings import ConfigError, demo_settings, with_demo_anonymous
 from store.notes import NoteStore
 from tests.harness import make_nodes, meta
 

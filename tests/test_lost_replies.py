@@ -24,15 +24,15 @@ import pytest
 import redis
 import trio
 
-from cluster.demo import DEMO_TENANT, DEMO_TOKENS
 from cluster.reply_dropping_proxy import DropMode, ReplyDroppingProxy, open_reply_dropping_proxy
 from nodes import http
 from nodes.auth import TokenTable
 from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node, Reply
 from nodes.results import META_REPLAY
+from nodes.serving.demo import DEMO_TENANT, DEMO_TOKENS
 from store.api import StoreUnavailable
-from store.client import CLIENT_ENV, client_kind, redis_client, sync_client
+from store.client_factory import CLIENT_ENV, client_kind, redis_client, sync_client
 from store.journal import JournalEntry, read_journal, scan_keys
 from store.notes import RESENDS, NoteStore
 from store.resp_client import RespRedis

@@ -19,9 +19,6 @@ import trio
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.config import demo_settings
-from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
-from cluster.operations import OpsOptions, bind_metrics
 from cluster.serve import serve_http_node
 from nodes import http
 from nodes.auth import TokenTable
@@ -37,6 +34,9 @@ from nodes.metrics import (
     with_metrics_port,
 )
 from nodes.protocol import Node
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
+from nodes.serving.operator import OpsOptions, bind_metrics
+from nodes.serving.settings import demo_settings
 from store.api import NoteStoreAPI
 from store.notes import NoteStore
 from tests.harness import accept, make_nodes, meta

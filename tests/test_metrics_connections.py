@@ -25,10 +25,10 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.config import demo_settings
-from cluster.operations import OpsOptions
 from cluster.serve import serve_http_node
 from nodes.http import DEFAULT_MAX_HEADER_BYTES, ServerTimeouts
+from nodes.serving.operator import OpsOptions
+from nodes.serving.settings import demo_settings
 from tests.own_redis import free_port
 from tests.test_header_bound import Served, exchange, request_with_header, status_of
 
@@ -103,7 +103,7 @@ def node_process_with_metrics(redis_url: str, metrics_port: int) -> Iterator[tup
     args = ["--redis", redis_url, "--embedded", "--prefix", "nctmet", "--node-id", "met"]
     args += ["--headers-timeout", str(TIMEOUT_S), "--metrics-port", str(metrics_port)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.node_process", *args], stdout=subprocess.PIPE
+        [sys.executable, "-m", "nodes.serving.process", *args], stdout=subprocess.PIPE
     )
     try:
         line: list[bytes] = []

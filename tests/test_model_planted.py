@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.experiments.in_process_target import SIM_REPLAY_GRACE_MS, simulation_config
 from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
+from cluster.targets.in_process import SIM_REPLAY_GRACE_MS, simulation_config
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History
 from loadgen.run.pipeline import check_history, redis_offset_ms

@@ -20,12 +20,12 @@ from pathlib import Path
 import httpx
 import trio
 
-from cluster.config import demo_settings
-from cluster.demo import ALICE_NOTES
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from cluster.serve import start_http_nodes
 from loadgen.mrtr_pack.scenarios import CONTROL, SCENARIOS
 from loadgen.mrtr_pack.wire import Call, Wire
+from nodes.serving.demo import ALICE_NOTES
+from nodes.serving.settings import demo_settings
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 MIN_EXPIRY_MARGIN_S = 2.0

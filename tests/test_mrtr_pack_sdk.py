@@ -1,6 +1,6 @@
 """The MRTR conformance pack against the official SDKs' reference servers, two instances each.
 
-Layer: tests. The Python SDK reference (``cluster.experiments.conformance.reference_sdk``,
+Layer: tests. The Python SDK reference (``cluster.lab.conformance.reference_sdk``,
 ``mcp`` from PyPI) runs as two processes sharing a sealing key and the real Redis (a key prefix
 of the test's own). As measured, it fails exactly the checks that need a record of used states (the
 SDK seals and binds ``requestState`` but its handlers run again on every retry), each FAILURE
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.experiments.conformance.references import ADDITIONS, Sdk, node_binary, open_reference
+from cluster.lab.conformance.references import ADDITIONS, Sdk, node_binary, open_reference
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from loadgen.mrtr_pack.checks import Check
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis
 

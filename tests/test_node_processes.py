@@ -30,10 +30,9 @@ import httpx
 import pytest
 import trio
 
-from cluster.demo import ALICE_NOTES
 from cluster.exit_codes import EXIT_CTRL_C
-from cluster.experiments.in_process_target import SIM_REPLAY_GRACE_MS, simulation_config
 from cluster.local import InProcessTransport, LocalCluster, open_local_cluster
+from cluster.targets.in_process import SIM_REPLAY_GRACE_MS, simulation_config
 from loadgen.history import History, Op
 from loadgen.run.pipeline import check_history, redis_offset_ms
 from loadgen.run.target import StoreAccess
@@ -42,6 +41,7 @@ from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import NodeDown
 from nodes.headers import request_headers
 from nodes.protocol import Reply
+from nodes.serving.demo import ALICE_NOTES
 from tests.harness import accept, meta, random_seed
 from tests.own_redis import own_redis
 
@@ -139,7 +139,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
 
 
 def _node_pids(serve_pid: int) -> dict[int, int]:
-    """port -> pid of the ``cluster.node_process`` children of the serve process."""
+    """port -> pid of the ``nodes.serving.process`` children of the serve process."""
     found = subprocess.run(
         ["pgrep", "-P", str(serve_pid)], capture_output=True, text=True, timeout=5, check=False
     )
@@ -149,7 +149,7 @@ def _node_pids(serve_pid: int) -> dict[int, int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         except OSError:
             continue
-        if "cluster.node_process" in argv and "--port" in argv:
+        if "nodes.serving.process" in argv and "--port" in argv:
             out[int(argv[argv.index("--port") + 1])] = pid
     return out
 

@@ -1,4 +1,4 @@
-"""The node's uvicorn protocol (``cluster.node_server``): one write per complete response, one
+"""The node's uvicorn protocol (``nodes.serving.http_server``): one write per complete response, one
 deadline per connection, and the uvicorn internals both rely on (issue 21).
 
 Layer: tests. The protocol runs on a fake transport that records each write (a system call on a
@@ -28,9 +28,9 @@ import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from cluster.node_server import _TimedHttpToolsProtocol, server_config
-from cluster.response_cycle import ResponseCycle
 from nodes.http import ServerTimeouts
+from nodes.serving.http_server import _TimedHttpToolsProtocol, server_config
+from nodes.serving.response_cycle import ResponseCycle
 from tests.own_redis import free_port
 
 App = Callable[[Any, Any, Any], Awaitable[None]]

@@ -2,9 +2,9 @@
 
 SIGKILL gives a command no chance to stop anything: the ``redis-server`` processes of
 ``redis-cluster`` and ``bench`` must end by themselves (the kernel's parent-death signal armed by
-``cluster.stopping.stop_with_parent``), and ``bench``'s node processes too (their lifeline pipe).
-``loadgen`` stopped by Ctrl-C mid-run must delete, through the nodes, the notes of the flows it
-cut short: afterwards the store holds no key without a TTL that it did not hold before.
+``nodes.serving.lifeline.stop_with_parent``), and ``bench``'s node processes too (their lifeline
+pipe). ``loadgen`` stopped by Ctrl-C mid-run must delete, through the nodes, the notes of the flows
+it cut short: afterwards the store holds no key without a TTL that it did not hold before.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_bench_children_end_when_the_bench_is_killed(tmp_path: Path) -> None:
         seen[:] = _descendants(proc.pid)
         lines = [_cmdline(pid) for pid in seen]
         return any(b"redis-server" in c for c in lines) and any(
-            b"cluster.node_process" in c for c in lines
+            b"nodes.serving.process" in c for c in lines
         )
 
     try:
@@ -136,10 +136,10 @@ def test_an_interrupted_loadgen_deletes_the_notes_of_its_unfinished_flows(
 
 _SERVER_PARENT = """
 import sys, trio
-from cluster.experiments.bench.procs import open_server_process
+from cluster.bench.procs import open_server_process
 
 async def main() -> None:
-    async with open_server_process(["cluster.experiments.bench.fixed_replies"]) as procs:
+    async with open_server_process(["cluster.bench.fixed_replies"]) as procs:
         print(procs.pids[0], procs.urls[0], flush=True)
         await trio.sleep_forever()
 

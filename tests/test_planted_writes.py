@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.experiments.in_process_target import (
+from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
+from cluster.targets.in_process import (
     SIM_LIST_PAGE_SIZE,
     SIM_REPLAY_GRACE_MS,
     simulation_config,
 )
-from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
 from loadgen.check.limits import Limits
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, Op

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node
 from nodes.results import META_ERROR
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from store.api import Quota, QuotaExceeded, WriteOp
-from store.client import redis_client
+from store.client_factory import redis_client
 from store.keys import TenantKeys
 from store.notes import NoteStore
 from tests.conftest import raw

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from cluster.demo import ALICE_NOTES, DEMO_SERVER_NAME, DEMO_TENANT
 from nodes.config import SERVER_VERSION
 from nodes.headers import request_headers
 from nodes.protocol import PROTOCOL_VERSION, Reply, RequestContext
+from nodes.serving.demo import ALICE_NOTES, DEMO_SERVER_NAME, DEMO_TENANT
 from store.notes import NoteStore
 from tests.conftest import raw
 from tests.harness import accept, call_tool, error, make_nodes, meta, result, rpc

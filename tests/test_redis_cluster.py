@@ -20,11 +20,11 @@ import redis.cluster
 import trio
 from redis.crc import key_slot
 
-from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
+from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.runner import RunSettings
 from store.api import Confirmation
-from store.client import UnsafeStore, is_cluster, open_note_client, open_redis, sync_client
+from store.client_factory import UnsafeStore, is_cluster, open_note_client, open_redis, sync_client
 from store.journal import (
     keys_per_master,
     list_replay_entries,

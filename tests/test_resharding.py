@@ -24,17 +24,17 @@ import pytest
 import redis
 import trio
 
-from cluster.demo import ALICE_NOTES
-from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
 from cluster.reshard import begin_move, finish_move, masters, owner, tenant_slot
+from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.run.folder import FAULTS_FILE
 from loadgen.runner import RunSettings
 from nodes.auth import TokenTable
 from nodes.health import Readiness, with_health
 from nodes.http import make_app
+from nodes.serving.demo import ALICE_NOTES
 from store.api import StoreRefused
-from store.client import open_note_client
+from store.client_factory import open_note_client
 from store.notes import NoteStore
 from store.refusals import refusal_reason
 from store.resp import ReplyError

@@ -15,7 +15,7 @@ from redis.cluster import key_slot as redis_py_key_slot
 
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
 from store.api import Confirmation
-from store.client import open_note_client
+from store.client_factory import open_note_client
 from store.notes import NoteStore
 from store.redis_errors import UnknownOutcome
 from store.resp_cluster import RespCluster, key_slot

@@ -24,7 +24,7 @@ import coredis
 import pytest
 import redis
 
-from store.client import (
+from store.client_factory import (
     CLIENT_ENV,
     check_redis_url,
     is_cluster,

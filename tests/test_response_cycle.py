@@ -1,4 +1,4 @@
-"""The node server's own request cycle (``cluster.response_cycle``) against uvicorn's.
+"""The node server's own request cycle (``nodes.serving.response_cycle``) against uvicorn's.
 
 Every scenario runs the same app and the same request bytes through uvicorn's stock httptools
 protocol (its ``RequestResponseCycle``) and through the node's protocol (``ResponseCycle``), on
@@ -22,9 +22,9 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from cluster.node_server import _TimedHttpToolsProtocol, server_config
-from cluster.response_cycle import BodySignal, ResponseCycle
 from nodes.http import ServerTimeouts
+from nodes.serving.http_server import _TimedHttpToolsProtocol, server_config
+from nodes.serving.response_cycle import BodySignal, ResponseCycle
 from tests.test_node_server_internals import FakeTransport, run, settle
 
 App = Callable[[Any, Any, Any], Awaitable[None]]
@@ -314,7 +314,7 @@ def test_the_servers_default_header_lines_are_made_once_per_list() -> None:
     """The default headers' lines are made once per list (uvicorn makes a new list each second,
     with the new date): the same list gives the same bytes object, a new list new lines; a
     header the head's loop acts on, or an invalid one, sends every default through the loop."""
-    from cluster import response_cycle
+    from nodes.serving import response_cycle
 
     dated = [(b"Date", b"Wed, 02 Dec 2026 19:00:00 GMT"), (b"server", b"x")]
     block = response_cycle._default_lines(dated)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from nodes.protocol import Node, Reply
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_EVIL, ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from store.api import Confirmation, ConfirmOutcome, Note, Snapshot, WriteOutcome
 from store.notes import NoteStore
 from tests.conftest import raw

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.errors import INVALID_STATE_DATA, INVALID_STATE_MESSAGE
 from nodes.protocol import Node, Reply, RequestContext
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.tools import crud, text_rules
 from store.notes import NoteStore
 from tests.harness import call_tool, error, make_nodes, result

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from cluster.cli import EXIT_INVALID, EXIT_USAGE, EXIT_VALID, main
-from cluster.experiments.simulate import SimulateOptions, simulate
+from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.check.exercise import ExerciseRule, exercise_verdict
 from loadgen.check.merge import merge_results
 from loadgen.check.partition import (

@@ -41,10 +41,10 @@ from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from cluster.config import demo_settings
-from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
 from cluster.serve import seed_demo_notes, start_http_nodes, start_process_nodes
 from nodes.protocol import PROTOCOL_VERSION
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
+from nodes.serving.settings import demo_settings
 from nodes.tools import DEFAULT_TOOLS
 from store.notes import NoteStore
 
@@ -52,7 +52,7 @@ ALICE_TOKEN = next(token for token, principal in DEMO_TOKENS.items() if principa
 NODES = 3
 TPS = "TPS report"
 CREATED_2024 = "2024-07-01"
-"""How the form's option titles tell the 2024 TPS report apart (see ``cluster.demo``)."""
+"""How the form's option titles tell the 2024 TPS report apart (see ``nodes.serving.demo``)."""
 OUR_TOOLS = {t.name for t in DEFAULT_TOOLS}
 
 

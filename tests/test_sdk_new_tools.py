@@ -17,7 +17,7 @@ from mcp.client import Client, ClientRequestContext
 from mcp.client.session import ElicitationFnT, ListRootsFnT
 from mcp.client.streamable_http import streamable_http_client
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from store.notes import NoteStore
 from tests.test_sdk_interop import (  # noqa: F401 - node_urls is a fixture
     ALICE_TOKEN,

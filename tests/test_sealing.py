@@ -33,7 +33,8 @@ from nodes.sealing import (
     new_nonce,
     verify_bindings,
 )
-from store import entropy
+from store import randomness
+from store.simulation.entropy import entropy_source
 from tests.harness import random_seed
 
 AUDIENCE = "https://notes.example/mcp"
@@ -638,7 +639,7 @@ def previous_payload() -> StatePayload:
 def test_a_state_sealed_by_the_previous_release_opens_and_seals_to_the_same_token() -> None:
     ring = KeyRing(keys={"k1": bytes(range(32))}, active="k1")
     assert ring.open(PREVIOUS_TOKEN, audience="acme-notes") == previous_payload()
-    with entropy.entropy_source(bytes):
+    with entropy_source(bytes):
         assert ring.seal(previous_payload()) == PREVIOUS_TOKEN
 
 
@@ -825,18 +826,19 @@ def test_the_body_decoder_decides_as_binasciis_strict_decode(ring: KeyRing) -> N
 
 def test_a_nonce_is_the_text_and_the_draw_of_entropys_token_urlsafe() -> None:
     """`new_nonce` spells its draw with ``binascii`` directly: the same text, and the same one
-    draw of the same size, as ``entropy.token_urlsafe`` (a replayed simulation sees no change)."""
+    draw of the same size, as ``randomness.token_urlsafe`` (a replayed simulation sees no
+    change)."""
     for seed in range(200):
         draws: list[list[int]] = [[], []]
         texts = []
-        for side, spell in enumerate((new_nonce, lambda: entropy.token_urlsafe(16))):
+        for side, spell in enumerate((new_nonce, lambda: randomness.token_urlsafe(16))):
             rng = random.Random(seed)
 
             def source(n: int, log: list[int] = draws[side], rng: random.Random = rng) -> bytes:
                 log.append(n)
                 return rng.randbytes(n)
 
-            with entropy.entropy_source(source):
+            with entropy_source(source):
                 texts.append(spell())
         assert texts[0] == texts[1]
         assert draws[0] == draws[1] == [sealing.STATE_NONCE_BYTES]

@@ -1,6 +1,6 @@
 """The production serving path: node processes on uvicorn, their timeouts and their SIGTERM drain.
 
-Layer: tests. Node processes (``python -m cluster.node_process``, as ``serve --processes`` starts
+Layer: tests. Node processes (``python -m nodes.serving.process``, as ``serve --processes`` starts
 them) serve the demo fixture on the suite's own ``redis-server`` (whatever
 ``NOTES_CLUSTER_TEST_REDIS`` says) under a key prefix of the test's own. A slow client that stops
 mid-headers or mid-body has its connection closed; a node sent SIGTERM under load from
@@ -34,12 +34,12 @@ import trio
 from mcp.client import ClientRequestContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from cluster.config import demo_settings
-from cluster.demo import ALICE_NOTES, DEMO_TENANT
 from cluster.serve import seed_demo_notes, start_process_nodes
 from nodes.http import make_app
 from nodes.protocol import Node
-from store.client import open_redis
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT
+from nodes.serving.settings import demo_settings
+from store.client_factory import open_redis
 from store.keys import TenantKeys
 from store.notes import NoteStore
 from tests.conftest import delete_prefix, new_prefix, suite_redis_url
@@ -83,7 +83,7 @@ def node_process(url: str, prefix: str, *extra: str) -> Iterator[NodeProc]:
     running."""
     args = ["--redis", url, "--prefix", prefix, "--node-id", f"n-{prefix}", *extra]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cluster.node_process", *args], stdout=subprocess.PIPE
+        [sys.executable, "-m", "nodes.serving.process", *args], stdout=subprocess.PIPE
     )
     try:
         assert proc.stdout is not None

@@ -18,10 +18,10 @@ import httpx
 import pytest
 import trio
 
-from cluster.demo import DEMO_TOKENS
 from nodes import http
 from nodes.auth import TokenTable
-from store.client import redis_client
+from nodes.serving.demo import DEMO_TOKENS
+from store.client_factory import redis_client
 from store.notes import NoteStore
 from tests import test_setup_url as setup
 from tests.ci import in_ci

@@ -19,10 +19,10 @@ import httpx
 import pytest
 import trio
 
-from cluster.demo import BOB_NOTES, DEMO_TOKENS
 from nodes import http
 from nodes.auth import TokenTable
 from nodes.protocol import Node
+from nodes.serving.demo import BOB_NOTES, DEMO_TOKENS
 from nodes.setup_links import SETUP_PATH_PREFIX, open_link
 from nodes.setup_session import cookie_name, seal_session
 from store.notes import NoteStore

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 import httpx
 import pytest
 
-from cluster.demo import DEMO_TOKENS
 from nodes import http
 from nodes.auth import TokenTable
 from nodes.protocol import Node
-from store.client import redis_client
+from nodes.serving.demo import DEMO_TOKENS
+from store.client_factory import redis_client
 from store.notes import NoteStore
 from tests.asgi_driver import Exchange, request
 from tests.harness import demo_config

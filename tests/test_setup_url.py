@@ -18,11 +18,11 @@ import httpx
 import pytest
 import trio
 
-from cluster.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT, DEMO_TOKENS, TEAM
 from nodes import http
 from nodes.auth import TokenTable
 from nodes.protocol import Node, Reply
 from nodes.results import META_ERROR
+from nodes.serving.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT, DEMO_TOKENS, TEAM
 from nodes.setup_links import SETUP_PATH_PREFIX
 from nodes.setup_page import SetupPages
 from store.notes import NoteStore

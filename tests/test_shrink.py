@@ -26,7 +26,7 @@ from cluster.cli import main
 from cluster.deterministic.run import planted_store, run_deterministic, settings_json
 from cluster.deterministic.shrink import case_of, hints, options_of, read_failing
 from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE, EXIT_VALID
-from cluster.experiments.simulate import SimulateOptions
+from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
 from loadgen.shrinking import Case
 from store.api import Confirmation, ConfirmOutcome, NoteStoreAPI

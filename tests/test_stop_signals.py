@@ -56,8 +56,8 @@ class Serve:
         self.nodes = children(self.proc.pid)
 
     def node_processes(self) -> list[int]:
-        """The node processes (the children running ``cluster.node_process``)."""
-        return [pid for pid in self.nodes if b"cluster.node_process" in _cmdline(pid)]
+        """The node processes (the children running ``nodes.serving.process``)."""
+        return [pid for pid in self.nodes if b"nodes.serving.process" in _cmdline(pid)]
 
 
 def _cmdline(pid: int) -> bytes:
@@ -151,7 +151,7 @@ def test_a_stop_signal_ends_a_simulation_with_its_code_and_leaves_no_key(
 def test_node_processes_of_one_parent_get_one_lifeline_each_and_no_write_end() -> None:
     """The lifeline only works while the parent holds the only write end: a node process that
     inherited a write end (its own or a sibling's) would wait for itself for ever."""
-    from cluster.stopping import open_lifeline
+    from nodes.serving.lifeline import open_lifeline
 
     read_end, write_end = open_lifeline()
     try:
@@ -323,10 +323,10 @@ def test_a_stop_signal_inside_a_run_is_a_cancellation_at_the_next_checkpoint() -
 # trio.run calls that may stay bare, and why (every other one is a run_stoppable)
 _BARE_TRIO_RUNS = {
     "cluster/stopping.py": "run_stoppable itself",
-    "cluster/experiments/workers.py": "a worker process: SIGINT and SIGHUP ignored, its parent "
+    "cluster/targets/workers.py": "a worker process: SIGINT and SIGHUP ignored, its parent "
     "stops it",
-    "cluster/experiments/bench/redis_clients.py": "runs in a thread (signals reach the main one)",
-    "cluster/experiments/bench/server_variants.py": "a bench child server, stopped by its parent",
+    "cluster/bench/redis_clients.py": "runs in a thread (signals reach the main one)",
+    "cluster/lab/server_variants.py": "a bench child server, stopped by its parent",
 }
 
 

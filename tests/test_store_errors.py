@@ -20,9 +20,9 @@ import httpx
 import pytest
 import redis
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.protocol import Node
-from store.client import redis_client
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
+from store.client_factory import redis_client
 from store.notes import NoteStore
 from tests.asgi_client import asgi_client, post_call, post_method, tool_result
 from tests.harness import accept, demo_config

@@ -1,7 +1,7 @@
 """The store's records (``store.api``) and the node's request records: each frozen dataclass's
 slot ``__init__`` is the one ``dataclass`` generated, only cheaper.
 
-Layer: tests. ``store.records.slot_init`` replaces the generated ``__init__``
+Layer: tests. ``store.fast_init.slot_init`` replaces the generated ``__init__``
 (``object.__setattr__`` per field) by one that sets each slot through its descriptor; the
 records must not change: same signature, same values set, same refusals, still frozen.
 """
@@ -18,7 +18,7 @@ from nodes import http, protocol
 from nodes.tools import base
 from store import api
 from store.api import NoteHead, WriteOp
-from store.records import GENERATED_INITS
+from store.fast_init import GENERATED_INITS
 
 SAMPLES: dict[str, Any] = {
     "str": "x",

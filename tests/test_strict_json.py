@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
 from nodes import json_strict
 from nodes.auth import TokenTable
 from nodes.headers import request_headers
 from nodes.http import make_app
 from nodes.legacy import LegacyAdapter
 from nodes.protocol import PROTOCOL_VERSION, Node
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import raw

@@ -18,9 +18,9 @@ import pytest
 import trio
 from confusable_homoglyphs import categories
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.protocol import Node
 from nodes.results import META_ERROR
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.tools.text_rules import (
     _character_problem,
     normalize_title,

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cluster.demo import ALICE_NOTES, DEMO_TENANT
 from nodes.config import DEFAULT_MAX_NOTE_BODY_BYTES
 from nodes.protocol import Node
+from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT
 from nodes.tools.text_rules import normalize_title
 from store.notes import NoteStore
 from tests.harness import call_tool, make_nodes, result

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.config import demo_settings
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT, TEAM
 from cluster.serve import seed_demo_notes, start_http_nodes
 from nodes.results import META_ERROR, META_REPLAY
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT, TEAM
+from nodes.serving.settings import demo_settings
 from nodes.tools import DEFAULT_TOOLS
-from store.client import open_redis
+from store.client_factory import open_redis
 from store.notes import NoteStore
 from tests.js_clients import JsEnv, NodeRun, require_js, run_node
 from tests.test_sdk_interop import ALICE_TOKEN, CREATED_2024, TPS, tps_reports

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from cluster.cli import EXIT_CTRL_C, EXIT_NOT_CARRIED_OUT
-from cluster.experiments.in_process_target import drop_keys
+from cluster.targets.in_process import drop_keys
 from loadgen.run.folder import PIDS_FILE
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import scan_keys
 from tests.conftest import require_real_redis
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.experiments.in_process_target import simulation_config
-from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.local import InProcessTransport, open_local_cluster
+from cluster.targets.in_process import simulation_config
+from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.clients import request
 from loadgen.runner import RunSettings
 from loadgen.workload import RACE_KINDS, TOOLS_DRIVEN

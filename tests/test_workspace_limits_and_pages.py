@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import trio
 
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT, TEAM
 from nodes.protocol import Node
 from nodes.results import META_ERROR
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT, TEAM
 from store.notes import NoteStore
 from tests.conftest import raw
 from tests.harness import accept, call_tool, make_nodes, random_seed, result

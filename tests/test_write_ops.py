@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from store.api import Confirmation, IdempotencyConflict, WriteOp
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import read_journal
 from store.notes import NoteStore
 from tests.conftest import raw

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from cluster.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node
 from nodes.results import META_ERROR
+from nodes.serving.demo import ALICE_NOTES, BOB_NOTES, DEMO_TENANT, TEAM
 from store.keys import TenantKeys
 from store.notes import NoteStore
 from store.resp_client import RespRedis

@@ -1,6 +1,6 @@
 """Deterministic simulation against today's simulation, side by side: flows/s per core and wall.
 
-Layer: cluster (an experiment; ``notes-cluster bench`` runs it after its scenarios, and
+Layer: cluster (the bench; ``notes-cluster bench`` runs it after its scenarios, and
 ``python -m cluster.deterministic.bench --flows N --seed S`` alone). Both run the same flows
 of the same seed on the embedded store in this process, one after the other: ``simulate`` (the
 fakeredis server on a loopback port in a thread, real time: expiry races wait out their TTL)
@@ -19,8 +19,8 @@ from functools import partial
 from typing import Any
 
 from cluster.deterministic.run import run_deterministic
-from cluster.experiments.simulate import SimulateOptions, simulate
 from cluster.stopping import run_stoppable
+from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
 

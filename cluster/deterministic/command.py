@@ -51,13 +51,13 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     )
     from cluster.deterministic.swarm import describe, swarm
     from cluster.exit_codes import EXIT_INVALID
-    from cluster.experiments.simulate import SimulateOptions
     from cluster.run_commands import (
         claim_run_dir,
         exercise_rule,
         parse_fault_kinds,
         report_run,
     )
+    from cluster.targets.simulate import SimulateOptions
     from loadgen.run.folder import mark_complete
     from loadgen.runner import RunSettings
     from loadgen.workload import tenants_for

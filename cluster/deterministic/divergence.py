@@ -17,7 +17,7 @@ from typing import Any
 
 from cluster.deterministic.run import DeterministicSimulation, run_deterministic
 from cluster.deterministic.world import EPOCH_S
-from cluster.experiments.simulate import SimulateOptions
+from cluster.targets.simulate import SimulateOptions
 from loadgen.history import Op
 from loadgen.run.folder import RunFolder
 from loadgen.transport import Transport

@@ -1,9 +1,9 @@
 """A deterministic simulation: nodes, load, in-process store and check in one virtual-time run.
 
-Layer: cluster (an experiment). A composition of the run pipeline (``loadgen.run``) with a
+Layer: cluster. A composition of the run pipeline (``loadgen.run``) with a
 target of its own (``open_deterministic_target``): the in-process nodes of ``simulate``, each on
-its own skewed clock, over ``store.memory_transport``'s in-process store, with no socket and no
-thread, inside one ``trio.run`` under ``cluster.deterministic.world``. The pipeline reads the
+its own skewed clock, over ``store.simulation.memory_transport``'s in-process store, with no socket
+and no thread, inside one ``trio.run`` under ``cluster.deterministic.world``. The pipeline reads the
 store and checks in the trio thread (``StoreAccess.inline``: the virtual clock stands still
 meanwhile). ``results.json`` gains a ``deterministic`` block: the seed, ``history_sha256`` (of
 ``history.jsonl``'s bytes) and the wall-clock figures (with ``MACHINE_FIELDS``, the only fields
@@ -27,7 +27,11 @@ import trio
 
 from cluster.deterministic.clocks import NodeClocks, open_skewed_cluster
 from cluster.deterministic.world import EPOCH_S, deterministic_world, mock_clock
-from cluster.experiments.in_process_target import (
+from cluster.faults import open_injector
+from cluster.local import InProcessTransport
+from cluster.stopping import run_stoppable
+from cluster.store_faults import StoreFaults
+from cluster.targets.in_process import (
     SIM_REPLAY_GRACE_MS,
     STORE_SEAM_KINDS,
     InProcessTarget,
@@ -39,11 +43,7 @@ from cluster.experiments.in_process_target import (
     store_options,
     stream_timeout,
 )
-from cluster.experiments.simulate import SimulateOptions
-from cluster.faults import open_injector
-from cluster.local import InProcessTransport
-from cluster.stopping import run_stoppable
-from cluster.store_faults import StoreFaults
+from cluster.targets.simulate import SimulateOptions
 from loadgen.check.exercise import ExerciseRule
 from loadgen.history import History, Op
 from loadgen.run.folder import RunFolder
@@ -53,8 +53,8 @@ from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
 from store.api import NoteStoreAPI
-from store.buggify import Buggify, buggify_on
-from store.memory_transport import serve_memory_store
+from store.simulation.buggify import Buggify, buggify_on
+from store.simulation.memory_transport import serve_memory_store
 
 MACHINE_FIELDS = (
     ("deterministic", "wall_s"),
@@ -309,7 +309,7 @@ def run_deterministic(
 ) -> DeterministicSimulation:
     """One deterministic run in its own ``trio.run`` (this thread). The nodes' clocks are
     skewed from the seed (``skew``), or by ``node_offsets_ms`` when given; ``buggify`` turns
-    the fault points of node and store code on (``store.buggify``), seeded by the seed;
+    the fault points of node and store code on (``store.simulation.buggify``), seeded by the seed;
     ``transport_hook`` wraps the load's transport (a test's planted nondeterminism)."""
     refuse_nondeterministic(options)
     clock = mock_clock()

@@ -33,7 +33,7 @@ from cluster.deterministic.run import (
     read_settings,
     run_deterministic,
 )
-from cluster.experiments.simulate import SimulateOptions
+from cluster.targets.simulate import SimulateOptions
 from loadgen.history import DamagedRunFile
 from loadgen.run.folder import RunFolder
 from loadgen.run.results import Results

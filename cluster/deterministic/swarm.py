@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.deterministic.world import stream
-from cluster.experiments.simulate import SimulateOptions
 from cluster.faults import FaultKind
+from cluster.targets.simulate import SimulateOptions
 from loadgen.run.folder import RunFolder
 
 SWARM_NODES = (2, 3, 4, 5)

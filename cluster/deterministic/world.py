@@ -14,13 +14,14 @@ with ``clock`` (a ``trio.testing.MockClock``, autojump at 0) and sets, then rest
   time at call time: the in-process store (fakeredis reads ``time.time()`` in several modules,
   for key expiry and ``TIME``), the load's history, the nodes' default clock. ``perf_counter``
   is left alone (trio's clocks and the wall-clock figures use it).
-- **random draws**: the nodes' and the store's bytes (``store.entropy``) come from a stream
+- **random draws**: the nodes' and the store's bytes (``store.simulation.entropy``) come from a
+stream
   seeded from the run's seed; Python's global ``random`` (fakeredis draws from it for a few
   commands) is seeded too. The load's draws are seeded already (per flow).
 
 Not controlled here: the hash seed of ``str`` (fixed by ``command.ensure_hash_seed``, which
 re-executes the process), threads and sockets (a deterministic run uses none: the store is
-``store.memory_transport``'s and the check runs in the trio thread).
+``store.simulation.memory_transport``'s and the check runs in the trio thread).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import trio
 import trio._core._run as trio_run
 import trio.testing
 
-from store.entropy import entropy_source
+from store.simulation.entropy import entropy_source
 
 EPOCH_S = 1_800_000_000.0
 """Virtual wall clock at virtual time 0 (2027-01-15T08:00:00Z): every run starts there."""

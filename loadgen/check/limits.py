@@ -48,7 +48,7 @@ up to 2.6 s after a ``CLIENT PAUSE WRITE`` ended."""
 
 BOUNDED_KINDS = frozenset({"nodes", "redis", "client", "lost-reply", "stall", "reshard"})
 """Fault kinds whose effect ends with their window (plus ``AFTERMATH_MS``). Any other kind (a
-Redis Cluster failover, ``cluster.experiments.failover``) changes the store for the rest of the
+Redis Cluster failover, ``cluster.lab.failover``) changes the store for the rest of the
 run (a promoted master without a replica answers every ``WAIT`` late), so it explains unknown
 outcomes from its start to the end of the run."""
 

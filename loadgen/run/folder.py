@@ -26,7 +26,7 @@ from hdrh.histogram import HdrHistogram
 
 from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file, read_json_lines
 from loadgen.tally import Tally, merge
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import (
     JournalEntry,
     list_replay_entries,

@@ -31,7 +31,7 @@ from loadgen.run.results import Results, Settings
 from loadgen.run.target import StoreAccess, Target
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.tally import Tally, merge
-from store.client import sync_client
+from store.client_factory import sync_client
 from store.journal import list_replay_entries, read_final_notes, read_journal
 
 T = TypeVar("T")

@@ -63,7 +63,7 @@ from nodes.legacy.bridge import (
 from nodes.legacy.inbox import InboxReader
 from nodes.legacy.stream import EventStream, StreamClosed
 from nodes.protocol import Node
-from store import entropy
+from store import randomness
 from store.api import StoreUnavailable
 from store.sessions import REQUEST_ID_PATTERN, SessionRecord, SessionStore
 
@@ -409,7 +409,7 @@ class LegacyAdapter:
             self._counters.refused_by_cap += 1
             log.info("legacy call refused: %d pending on this node", self._pending)
             raise _too_many("on this node", self.caps.pending_calls_per_node)
-        call_id = entropy.token_urlsafe(12)
+        call_id = randomness.token_urlsafe(12)
         now_ms = self.node.config.node_clock_ms()
         begun = await self.sessions.begin_call(
             session.session_id,

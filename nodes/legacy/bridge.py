@@ -49,7 +49,7 @@ from nodes.legacy.inbox import Drained, InboxReader, InboxWatch
 from nodes.legacy.stream import EventStream
 from nodes.protocol import Node, PreparedCall
 from nodes.sealing import StateRejected
-from store import entropy
+from store import randomness
 from store.api import StoreFull, StoreRefused, StoreUnavailable
 from store.sessions import SessionRecord, SessionStore, new_request_id
 
@@ -324,7 +324,7 @@ class LegacyCall:
         urls: dict[str, str] = {}
         for key, (method, params) in fresh.items():
             if _url_of(method, params) is not None:
-                params["elicitationId"] = urls[key] = entropy.token_urlsafe(16)
+                params["elicitationId"] = urls[key] = randomness.token_urlsafe(16)
             elif confirmation is not None and method == "elicitation/create":
                 meta = params.get("_meta")
                 params["_meta"] = {

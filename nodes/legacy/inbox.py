@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from store import entropy
+from store import randomness
 from store.api import StoreUnavailable
 from store.sessions import InboxEntry, SessionStore
 
@@ -112,7 +112,7 @@ class InboxReader:
         """Longest blocking read (one Redis): below the client's socket timeout."""
         self.poll_s = poll_s
         """Pause between non-blocking reads (Redis Cluster)."""
-        self.reader_id = entropy.token_urlsafe(12)
+        self.reader_id = randomness.token_urlsafe(12)
         self._watches: dict[str, set[InboxWatch]] = {}
         self._changed = anyio.Event()
         self._blocking = False

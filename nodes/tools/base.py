@@ -16,7 +16,7 @@ from nodes.config import NodeConfig
 from nodes.results import tool_error
 from nodes.scope import ScopeError, Workspace
 from store.api import LookalikeTitle, NoteStoreAPI, WriteOp
-from store.records import slot_init
+from store.fast_init import slot_init
 
 TITLE_MAX = 200
 URI_MAX = 2048

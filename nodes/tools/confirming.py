@@ -26,7 +26,7 @@ from nodes.tools.confirming_table import ConfirmingKind
 from nodes.tools.crud import TitleArg, WorkspaceArg, quota_refusal
 from nodes.tools.stateful import StatefulTool
 from store.api import Confirmation, ConfirmOutcome, QuotaExceeded
-from store.buggify import buggify_delay
+from store.fault_points import buggify_delay
 
 log = logging.getLogger(__name__)
 

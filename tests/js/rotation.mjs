@@ -49,7 +49,7 @@ export function rotatingFetch(urls, { duplicateAnswers = false } = {}) {
   return { fetch: fetchOnNextNode, hops };
 }
 
-// The form's pick: the 2024 TPS report (see cluster/demo.py), confirmed.
+// The form's pick: the 2024 TPS report (see nodes/serving/demo.py), confirmed.
 export const CREATED_2024 = '2024-07-01';
 
 // What a user at the prompt answers: the confirmation form of notes_delete / notes_archive gets

@@ -1,0 +1,389 @@
+"""``bench.md``: the benchmark's JSON as one markdown table per scenario, ratios included.
+
+Layer: cluster (the bench). Pure module: formats a ``run_bench`` result, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _num(value: object, digits: int = 1) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _verdict(met: bool | None) -> str:
+    return {True: "met", False: "**missed**", None: "not measured"}[met]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*out, ""]
+
+
+def _flows(points: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for p in points:
+        cpu = p["cpu_ms_per_flow"]
+        server = cpu["servers"] + cpu["redis"] if p["transport"] == "http" else None
+        rows.append(
+            [
+                "in-process" if p["transport"] == "inprocess" else "HTTP (node processes)",
+                p["store"],
+                str(p["nodes"]),
+                str(p["concurrency"]),
+                _num(p["flows_per_s"]),
+                _num(p["p50_ms"], 2),
+                _num(p["p99_ms"], 2),
+                str(p["failed"]),
+                _num(None if server is None else cpu["servers"], 3),
+                _num(None if server is None else cpu["redis"], 3),
+                _num(cpu["client"], 3),
+            ]
+        )
+    head = ["transport", "store", "nodes", "conc.", "flows/s", "p50 ms", "p99 ms", "failed"]
+    head += ["node CPU ms/flow", "redis CPU ms/flow", "client CPU ms/flow"]
+    return [
+        "## 1. Completed delete flows (round 1 + round 2, a fresh note each)",
+        "",
+        *_table(head, rows),
+        "In-process, the bench process runs the client and the nodes (and the embedded store), "
+        "so the client column is theirs together. Over HTTP the client is wrk (a Lua flow "
+        "script, pinned off the servers' core where there are two or more) and p50/p99 are per "
+        "request: a flow is two.",
+        "",
+    ]
+
+
+def _ceiling(section: dict[str, Any]) -> list[str]:
+    rows = []
+    by_c = {f["concurrency"]: f for f in section["fractions"]}
+    for p in section["points"]:
+        f = by_c.get(p["concurrency"], {})
+        rows.append(
+            [
+                str(p["concurrency"]),
+                _num(p["flows_per_s"]),
+                _num(p["p50_ms"], 2),
+                _num(f.get("cluster_flows_per_s")),
+                _num(f.get("cluster_nodes")),
+                _num(f.get("fraction"), 3),
+            ]
+        )
+    head = ["conc.", "raw scripts flows/s", "p50 ms", "cluster in-process (redis) flows/s"]
+    head += ["its nodes", f"fraction (target ≥ {section['target']})"]
+    out = [
+        "## 2. The store's ceiling",
+        "",
+        "Per flow: the `read_notes` script for the title, then the `confirm` script, through "
+        "`NoteStore` (coredis), no MCP layer; the cluster figure is the best in-process real-Redis "
+        "point at the same concurrency.",
+        "",
+        *_table(head, rows),
+    ]
+    rb = section.get("redis_benchmark")
+    if rb:
+        out += [
+            f"`redis-benchmark` EVALSHA `read_notes` (c{rb['concurrency']}, {rb['requests']} "
+            f"requests): {_num(rb['rps'])} scripts/s, p50 {_num(rb['p50_ms'], 3)} ms "
+            "(a C client; a flow needs two scripts).",
+            "",
+        ]
+    return out
+
+
+_SIDES = {
+    "ours": "**ours, all rounds**",
+    "ours_coredis": "**ours on coredis, all rounds**",
+    "peer_memory": "**SDK peer in memory, all rounds**",
+    "peer_redis": "**SDK peer on Redis, all rounds**",
+    "fixed": "**fixed replies, all rounds**",
+}
+
+
+def _name(side: str) -> str:
+    return _SIDES[side].strip("*").removesuffix(", all rounds")
+
+
+def _peer_row(label: str, p: dict[str, Any]) -> list[str]:
+    cpu = p["cpu_ms_per_flow"]
+    return [
+        label,
+        _num(p["flows_per_s"]),
+        _num(p["p50_ms"], 2),
+        _num(p["p99_ms"], 2),
+        _num(cpu["servers"], 3),
+        _num(cpu["redis"], 3),
+        _num(cpu["client"], 3),
+    ]
+
+
+def _peer(peer: dict[str, Any] | None) -> list[str]:
+    if peer is None:
+        return ["## 3. The SDK peer", "", "Skipped in this run.", ""]
+    rows = [_peer_row(p["label"], p) for r in peer["rounds"] for p in r.values()]
+    rows += [_peer_row(label, peer[side]) for side, label in _SIDES.items()]
+    head = ["server", "flows/s", "p50 ms/req", "p99 ms/req", "server CPU ms/flow"]
+    head += ["redis CPU ms/flow", "client CPU ms/flow"]
+    ratios = [
+        ("ours flows/s ÷ peer in memory", "throughput_ratio_vs_peer_memory", "≥ 2 (aim 3)", 2.0),
+        ("ours flows/s ÷ peer on Redis", "throughput_ratio_vs_peer_redis", "≥ 2", 2.0),
+        ("CPU/flow, ours node + redis ÷ peer in memory", "cpu_ratio_vs_peer_memory", "≤ 1/3", 0),
+        ("CPU/flow, ours ÷ peer on Redis (both + redis)", "cpu_ratio_vs_peer_redis", "≤ 1/3", 0),
+        ("CPU/flow, HTTP server alone ÷ our node", "http_server_share_of_node", "≤ 0.2", 0),
+        ("CPU/flow, metrics on ÷ off (one process)", "metrics_on_over_off", "≤ 1.03", 0),
+        ("CPU/flow, ours ÷ ours on coredis (node + redis)", "own_client_over_coredis", "< 1", 0),
+    ]
+    bounds = {"≤ 1/3": 1 / 3, "≤ 0.2": 0.2, "≤ 1.03": 1.03, "< 1": 0.999}
+    table = [
+        [
+            name,
+            _num(peer.get(key), 3),
+            target,
+            _verdict(_ge(peer.get(key), low) if low else _le(peer.get(key), bounds[target])),
+        ]
+        for name, key, target, low in ratios
+    ]
+    servers = peer["servers"]
+    return [
+        "## 3. The official MCP Python SDK as peer (same flow, same client, same concurrency)",
+        "",
+        *[
+            f"- {_SIDES[k].strip('*').removesuffix(', all rounds')}: {v}"
+            for k, v in servers.items()
+        ],
+        "",
+        f"They alternate in {len(peer['rounds'])} rounds of {peer['slot_s']:g} s slots at "
+        f"c{peer['concurrency']} (in turn first, then in reverse order, ...).",
+        "",
+        *_table(head, rows),
+        *_table(["ratio (this run)", "value", "target", "verdict"], table),
+        "CPU from /proc utime+stime before and after each slot (wrk's from its own resource "
+        "usage). redis-server serves every client on this machine, so its share is only as "
+        "clean as the machine is quiet.",
+        "",
+        *switch_lines(peer["metrics_switch"]),
+    ]
+
+
+def switch_lines(switch: dict[str, Any]) -> list[str]:
+    """Metrics on ÷ off, one node process switching between the two (``metrics_switch``)."""
+    modes = switch["modes"]
+    rows = [
+        [
+            f"metrics {mode}",
+            str(m["windows"]),
+            _num(m["flows_per_s"]),
+            _num(m["node_ms_per_flow"], 4),
+            _num(m["redis_ms_per_flow"], 4),
+        ]
+        for mode, m in modes.items()
+    ]
+    total, node = switch["ratio_node_plus_redis_95"], switch["ratio_node_95"]
+    return [
+        "### Metrics on ÷ off, in one node process",
+        "",
+        f"One node process serves the same node built twice, metrics off and on, and switches "
+        f"between them every {switch['window_ms']} ms (off, on, on, off, ...; the first "
+        f"{switch['guard_ms']} ms after a switch are not counted) for {switch['seconds']:g} s at "
+        f"c{switch['concurrency']}; each window reads the process's CPU clock and Redis' "
+        f"({switch['windows_kept']} windows inside the run, {switch['pairs']} pairs of "
+        f"neighbours; {switch['flows']} flows, {switch['failed']} failed).",
+        "",
+        *_table(["mode", "windows", "flows/s", "node CPU ms/flow", "redis CPU ms/flow"], rows),
+        f"Metrics on ÷ off, node + Redis: **{_num(switch['ratio_node_plus_redis'], 3)}** (95% "
+        f"{_num(total[0], 3)}–{_num(total[1], 3)}); node alone {_num(switch['ratio_node'], 3)} "
+        f"(95% {_num(node[0], 3)}–{_num(node[1], 3)}). The intervals resample the pairs.",
+        "",
+    ]
+
+
+BUDGET_ROWS = (
+    ("flows/s", "flows_per_s", 1),
+    ("server process CPU ms (our node; the SDK's process)", "server", 3),
+    ("Redis CPU ms", "redis", 3),
+    ("**server + Redis CPU ms**", "server_plus_redis", 3),
+    ("server + Redis ÷ SDK peer in memory", "vs_peer_memory", 3),
+    ("load client CPU ms (wrk)", "load_client", 3),
+    ("Redis scripts run", "redis_scripts_per_flow", 2),
+    ("Redis client", "redis_client", 0),
+    ("its CPU µs per EVALSHA, alone", "redis_client_us_per_call", 1),
+    ("≈ its CPU ms (scripts × µs per call)", "redis_client_ms_per_flow", 3),
+    ("≈ its share of the server process", "redis_client_share_of_server", 3),
+)
+"""The budget table's rows: label, key of a side's column, digits."""
+
+
+def budget_lines(section: dict[str, Any] | None) -> list[str]:
+    """The budget per flow, side by side (``budget.budget``)."""
+    title = "## The budget per flow: ours beside the SDK peer"
+    if section is None:
+        return [title, "", "Skipped in this run (no SDK peer scenario).", ""]
+    sides = section["sides"]
+    head = ["per completed delete flow", *(_name(side) for side in sides)]
+    rows = [
+        [label, *(_num(column[key], digits) for column in sides.values())]
+        for label, key, digits in BUDGET_ROWS
+    ]
+    metrics, interval = section["metrics_on_over_off"], section["metrics_on_over_off_95"]
+    alone = ", ".join(
+        f"{client} {_num(us)}" for client, us in section["redis_client_us_per_call"].items()
+    )
+    return [
+        title,
+        "",
+        f"HTTP, one process each, c{section['concurrency']}: each column sums its "
+        f"{section['rounds']} alternated slots of {section['slot_s']:g} s in this run (section 3 "
+        "has every slot). n/a: the side uses no Redis, or no client of ours.",
+        "",
+        *_table(head, rows),
+        f"Metrics on ÷ off (server + Redis, one process switching: section 3): "
+        f"{_num(metrics, 3)}, 95% {_num(interval[0], 3)}–{_num(interval[1], 3)} (target ≤ 1.03: "
+        f"{_verdict(_le(metrics, 1.03))}).",
+        "",
+        f"The Redis client alone, CPU µs per EVALSHA on {section['redis_client_backend']} "
+        f"(section 6): {alone or 'not measured'}.",
+        "",
+    ]
+
+
+def _ge(value: float | None, bound: float) -> bool | None:
+    return None if value is None else value >= bound
+
+
+def _le(value: float | None, bound: float) -> bool | None:
+    return None if value is None else value <= bound
+
+
+def _sizes(section: dict[str, Any] | None) -> list[str]:
+    if section is None:
+        return ["## 4. Cost per flow by stored notes", "", "Skipped in this run.", ""]
+    rows = [
+        [
+            f"{p['stored_notes']:,}",
+            str(p["keys"]),
+            _num(p["redis_used_memory_mb"]),
+            _num(p["flows_per_s"]),
+            _num(p["p50_ms"], 2),
+            _num(p["p99_ms"], 2),
+            _num(p["cpu_ms_per_flow"]["redis"], 3),
+        ]
+        for p in section["points"]
+    ]
+    head = ["stored notes", "keys", "redis MB", "flows/s", "p50 ms", "p99 ms", "redis CPU ms/flow"]
+    first = section["points"][0]
+    return [
+        "## 4. Cost per flow by stored notes (in-process, real Redis, "
+        f"{first['nodes']} nodes, c{first['concurrency']})",
+        "",
+        *_table(head, rows),
+        f"Largest ÷ smallest: flows/s × {_num(section['flows_ratio_largest_to_smallest'], 2)}, "
+        f"p50 × {_num(section['p50_ratio_largest_to_smallest'], 2)}.",
+        "",
+    ]
+
+
+def _steady(section: dict[str, Any] | None) -> list[str]:
+    if section is None:
+        return ["## 5. Steady state", "", "Skipped in this run.", ""]
+    row = [
+        f"{section['flows']:,}",
+        f"{section['completed']:,}",
+        section["verdict"].upper(),
+        _num(section["first_tenth_flows_per_s"]),
+        _num(section["last_tenth_flows_per_s"]),
+        _num(section["last_over_first"], 3),
+    ]
+    head = ["flows", "completed", "verdict", "flows/s first tenth", "flows/s last tenth"]
+    head += ["last ÷ first (target ≥ 0.8)"]
+    return [
+        "## 5. Steady state (the race workload, in-process nodes on real Redis, "
+        f"c{section['concurrency']}, seed {section['seed']})",
+        "",
+        *_table(head, [row]),
+        "Each flow works on a title of its own and cleans up after itself, so the cost per flow "
+        "must stay flat as the run goes on: flows/s in the last tenth of the run against the "
+        f"first tenth, both measured within this one run ({_num(section['elapsed_s'])} s).",
+        "",
+    ]
+
+
+def _clients(rows: list[dict[str, Any]] | None) -> list[str]:
+    if not rows:
+        return []
+    first = rows[0]
+    table = [
+        [r["client"], r["backend"], _num(r["cpu_us_per_call"]), _num(r["vs_coredis"], 3)]
+        for r in rows
+    ]
+    return [
+        "## 6. The Redis client alone: CPU µs per EVALSHA",
+        "",
+        f"{first['calls']} calls of one script (5 keys, 15 arguments) from {first['concurrency']} "
+        f"tasks, median of {first['rounds']} alternated rounds; CPU of the calling process, every "
+        "thread (cluster/bench/redis_clients.py).",
+        "",
+        *_table(["client", "event loop", "CPU µs/call", "÷ coredis"], table),
+    ]
+
+
+def _deterministic(side: dict[str, Any] | None) -> list[str]:
+    """Deterministic simulation against today's, side by side (issue 19)."""
+    if not side:
+        return []
+    rows = [
+        [
+            name,
+            side[key]["verdict"].upper(),
+            str(side[key]["completed"]),
+            f"{side[key]['flows_per_cpu_s']:g}",
+            f"{side[key]['flows_per_wall_s']:g}",
+        ]
+        for name, key in (("simulate", "simulate"), ("simulate --deterministic", "deterministic"))
+    ]
+    return [
+        f"## Deterministic simulation ({side['flows']} flows, seed {side['seed']}, embedded)",
+        "",
+        *_table(["run", "verdict", "flows", "flows/s per core", "flows/s wall"], rows),
+        "",
+        f"Deterministic over today's: × {side['per_core_ratio']} per core, "
+        f"× {side['wall_ratio']} wall.",
+        "",
+    ]
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The whole ``bench.md``."""
+    m, s = result["machine"], result["settings"]
+    sc = result["scenarios"]
+    lines = [
+        f"# notes-cluster bench ({result['mode']})",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Machine: {m['cpus']} CPUs, Python {m['python']}, Redis {m['redis_version']}, "
+        f"{m['platform']}. {s['seconds_per_point']:g} s per point after a warm-up; "
+        f"run took {result.get('elapsed_s', 'n/a')} s. Only ratios within this one run are "
+        "meaningful: the machine is shared and noisy.",
+        "",
+        *budget_lines(sc.get("budget")),
+        *_flows(sc["flows"]["points"]),
+        *_ceiling(sc["ceiling"]),
+        *_peer(sc["peer"]),
+        *_clients(sc.get("clients")),
+        *_sizes(sc["sizes"]),
+        *_steady(sc.get("steady")),
+        *_deterministic(sc.get("deterministic")),
+        "## Targets",
+        "",
+        *_table(
+            ["target", "verdict"],
+            [[name, _verdict(met)] for name, met in result["targets"].items()],
+        ),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,8 @@
+"""The simulation's side of the store's seams: what a deterministic run switches on.
+
+Layer: store. ``entropy`` (a seeded source for every random byte, the production draw being
+``store.randomness``), ``buggify`` (which fault points fire, the sites being
+``store.fault_points``) and ``memory_transport`` (the store's client over an in-process
+fakeredis, ``memory://`` URLs). Production code imports the seams' production sides only; a
+node process never loads this package.
+"""
