@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,13 +23,13 @@ import anyio
 import anyio.abc
 import trio
 
+from cluster.child_processes import open_with_lifeline, read_url_line
 from cluster.stores import seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.serving.durability import resolve_wait_replicas
-from nodes.serving.lifeline import open_lifeline
 from nodes.serving.operator import OpsOptions, bind_metrics, operate_node
 from nodes.serving.settings import STATE_KEY_ENV, ClusterSettings
 from store.client_factory import open_note_client, open_redis
@@ -226,6 +225,8 @@ class ProcessNode:
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
         if self.settings.tokens.anonymous is not None:
             args += ["--demo-anonymous", self.settings.tokens.anonymous]
+        if self.settings.node.conformance_fixtures:
+            args.append("--conformance-fixtures")
         args += ["--max-header-bytes", str(self.settings.max_header_bytes)]
         args += self.extra_args
         env = dict(os.environ)
@@ -307,32 +308,14 @@ async def _run_process(
     The child watches a lifeline pipe whose only write end this process holds: should this
     process end without stopping it (SIGKILL), the child sees EOF and drains by itself."""
     command, env = node.command()
-    lifeline, keep = open_lifeline()
-    try:
-        proc = await trio.lowlevel.open_process(
-            [*command, "--lifeline-fd", str(lifeline)],
-            stdout=subprocess.PIPE,
-            env=env,
-            pass_fds=(lifeline,),
-        )
-    except BaseException:
-        os.close(keep)
-        raise
-    finally:
-        os.close(lifeline)
-    try:
-        assert proc.stdout is not None
-        line = b""
-        while not line.endswith(b"\n"):
-            chunk = await proc.stdout.receive_some(1)
-            if not chunk:
-                raise RuntimeError(f"node process {index} exited before it was ready")
-            line += chunk
-        task_status.started(StartedNode(line.decode().strip(), proc.pid))
-        await proc.wait()
-    finally:
-        await _stop_process(proc, node.settings.timeouts.drain_s + STOP_GRACE_S)
-        os.close(keep)
+    async with open_with_lifeline(lambda fd: [*command, "--lifeline-fd", str(fd)], env) as proc:
+        try:
+            assert proc.stdout is not None
+            url = await read_url_line(proc.stdout, f"node process {index}")
+            task_status.started(StartedNode(url, proc.pid))
+            await proc.wait()
+        finally:
+            await _stop_process(proc, node.settings.timeouts.drain_s + STOP_GRACE_S)
 
 
 async def _stop_process(proc: trio.Process, drain_s: float) -> None:

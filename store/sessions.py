@@ -17,7 +17,7 @@ Cluster slot.
                                           cap; ``digest`` is of the principal's name)
     <prefix>:{w:<reader>}:wake    stream  a node's inbox reader is woken through it (one Redis)
 
-Exactly once (issue 18): the Redis client never re-sends a command by itself. Each script below is
+Exactly once: the Redis client never re-sends a command by itself. Each script below is
 either safe to run twice, and then sent again after a lost reply (``RESENDABLE``), or never sent
 again, and a lost reply is ``StoreUnavailable`` (the outcome is unknown, the client is told so):
 

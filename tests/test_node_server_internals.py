@@ -1,5 +1,5 @@
 """The node's uvicorn protocol (``nodes.serving.http_server``): one write per complete response, one
-deadline per connection, and the uvicorn internals both rely on (issue 21).
+deadline per connection, and the uvicorn internals both rely on.
 
 Layer: tests. The protocol runs on a fake transport that records each write (a system call on a
 real one), on uvloop as in a node process; the deadline tests run an in-process server on

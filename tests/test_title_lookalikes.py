@@ -1,4 +1,4 @@
-"""Titles that look like another title are refused, naming the code point (issue 20, point 7).
+"""Titles that look like another title are refused, naming the code point.
 
 Finding reproduced: U+2800 BRAILLE PATTERN BLANK, U+034F, variation selectors (U+FE0F, U+E0100),
 U+17B4, private-use characters, U+FFFF and Cyrillic letters in a Latin title were accepted, so

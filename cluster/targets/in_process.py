@@ -248,7 +248,7 @@ def describe(spec: Nodes, clustered: bool, fault_seed: int) -> dict[str, Any]:
 
 @dataclass
 class InProcessTarget:
-    """In-process nodes over one store, with the run's faults (a ``loadgen.run.Target``)."""
+    """In-process nodes over one store, with the run's faults (a ``loadgen.run.target.Target``)."""
 
     spec: Nodes
     cluster: LocalCluster

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loadgen.mrtr_pack.traceability import requirement_of
+
 Status = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED"]
 
 SPEC_MRTR = {
@@ -88,12 +90,13 @@ def markdown(checks: Sequence[Check], targets: Sequence[str]) -> str:
         f"{counts['SUCCESS']} SUCCESS, {counts['FAILURE']} FAILURE, {counts['WARNING']} WARNING, "
         f"{len(checks) - sum(counts.values())} SKIPPED",
         "",
-        "| Check | Status | Seen |",
-        "|---|---|---|",
+        "| Check | Requirement | Status | Seen |",
+        "|---|---|---|---|",
     ]
     for c in checks:
         seen = c.error_message or str(c.details.get("summary", ""))
-        lines.append(f"| `{c.id}` {_cell(c.name)} | {c.status} | {_cell(seen)} |")
+        need = _cell(requirement_of(c.id))
+        lines.append(f"| `{c.id}` {_cell(c.name)} | {need} | {c.status} | {_cell(seen)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -17,7 +17,7 @@ What uvicorn lacks is added here, small and local:
   requests finish within ``timeout_graceful_shutdown`` and then runs the lifespan shutdown;
   ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``), which would
   otherwise keep their connections open until the bound.
-And cuts of uvicorn's cost per request (issue 21): each request's cycle is a
+And cuts of uvicorn's cost per request: each request's cycle is a
 ``nodes.serving.response_cycle.ResponseCycle`` instead of uvicorn's (a response that is not chunked
 leaves in one write, where uvicorn writes its head and body apart; no ``asyncio.Event`` per
 request), and the header, body and idle bounds share one deadline per connection (uvicorn and

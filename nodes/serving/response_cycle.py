@@ -1,4 +1,4 @@
-"""One request's ASGI cycle on a node process's HTTP connection (issue 21: the HTTP exchange's
+"""One request's ASGI cycle on a node process's HTTP connection (the HTTP exchange's
 own cost).
 
 Layer: nodes (serving). The node server (``nodes.serving.http_server``) runs on uvicorn's httptools
@@ -19,7 +19,7 @@ request:
 - each header name is checked against the token rule once (a bounded set of names seen valid),
   each value on every response (one regular-expression search).
 
-Measured with ``python -m cluster.lab.instructions`` (README, "A sixth round").
+Measured with ``python -m cluster.lab.instructions``.
 The protocol class (``nodes.serving.http_server._TimedHttpToolsProtocol``) builds the cycle, feeds
 it the body and starts its task; ``tests/test_node_server_internals.py`` and
 ``tests/test_response_cycle.py`` hold it to the contract.

@@ -265,6 +265,17 @@ def with_demo_anonymous(
         raise ConfigError(f"--demo-anonymous {principal}: not a principal of the demo") from None
 
 
+def with_conformance_fixtures(settings: ClusterSettings, on: bool, demo: bool) -> ClusterSettings:
+    """``settings`` whose nodes also serve the official conformance suite's fixtures
+    (``nodes.fixtures``) when ``on``: a demo option, refused with a configuration file, so a
+    production node never serves them."""
+    if not on:
+        return settings
+    if not demo:
+        raise ConfigError("--conformance-fixtures serves the demo only (with --demo)")
+    return replace(settings, node=replace(settings.node, conformance_fixtures=True))
+
+
 def settings_for(
     config: Path | None,
     demo: bool,
