@@ -10,9 +10,9 @@ process mode every child gets the same key ring through its environment (base64 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,16 +24,16 @@ import anyio
 import anyio.abc
 import trio
 
-from cluster.stores import seed_demo, store_url
+from cluster.child_processes import open_with_lifeline, read_url_line
+from cluster.stores import demo_removal_hint, seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.serving.durability import resolve_wait_replicas
-from nodes.serving.lifeline import open_lifeline
 from nodes.serving.operator import OpsOptions, bind_metrics, operate_node
 from nodes.serving.settings import STATE_KEY_ENV, ClusterSettings
-from store.client_factory import open_note_client, open_redis
+from store.client_factory import blocking_client, open_note_client
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
@@ -85,9 +85,15 @@ async def _serve_http_node(
     task_status: anyio.abc.TaskStatus[str],
 ) -> None:
     async with (
-        open_redis(redis_url, embedded=embedded) as client,
-        open_note_client(redis_url, embedded=embedded, shared=client) as notes_client,
+        open_note_client(redis_url, embedded=embedded) as notes_client,
+        contextlib.AsyncExitStack() as stack,
     ):
+        # The legacy sessions on the same client; their blocking reads on a connection of
+        # their own.
+        block_ms = (legacy_limits or LegacyLimits()).inbox_block_ms
+        blocking = blocking_client(notes_client, block_ms)
+        if blocking is not None:
+            await stack.enter_async_context(blocking)
         store = NoteStore(
             notes_client,
             prefix=prefix,
@@ -97,7 +103,7 @@ async def _serve_http_node(
         metrics = None if ops.metrics_port is None else NodeMetrics()
         served = store if metrics is None else metered(store, metrics)
         node = Node(replace(settings.node, node_id=node_id), served)
-        sessions = SessionStore(client, prefix=prefix)
+        sessions = SessionStore(notes_client, prefix=prefix, blocking=blocking)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
             with operate_node(node, store.check_ready, metrics, ops, legacy) as operations:
                 await serve_node(
@@ -150,10 +156,11 @@ async def start_http_nodes(
     return urls
 
 
-async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_PREFIX) -> None:
-    """Seed the demo notes once for the whole cluster."""
+async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_PREFIX) -> int:
+    """Seed the demo notes once for the whole cluster; on a Redis that outlives the command,
+    only those it does not hold yet (``seed_demo``). Returns how many were created."""
     async with open_note_client(redis_url, embedded=embedded) as client:
-        await seed_demo(NoteStore(client, prefix=prefix))
+        return await seed_demo(NoteStore(client, prefix=prefix), only_missing=not embedded)
 
 
 async def serve_cluster(
@@ -175,7 +182,14 @@ async def serve_cluster(
     ops = ops or OpsOptions()
     with store_url(redis_url) as (url, embedded):
         if demo:
-            await seed_demo_notes(url, embedded)
+            created = await seed_demo_notes(url, embedded)
+            if not embedded:
+                # stderr: stdout carries only the node URLs, which scripts read.
+                print(
+                    f"{created} demo note(s) seeded; {demo_removal_hint(url, DEFAULT_PREFIX)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         async with trio.open_nursery() as nursery:
             start = (
                 partial(start_process_nodes, config_path=config_path, log_args=log_args)
@@ -309,32 +323,14 @@ async def _run_process(
     The child watches a lifeline pipe whose only write end this process holds: should this
     process end without stopping it (SIGKILL), the child sees EOF and drains by itself."""
     command, env = node.command()
-    lifeline, keep = open_lifeline()
-    try:
-        proc = await trio.lowlevel.open_process(
-            [*command, "--lifeline-fd", str(lifeline)],
-            stdout=subprocess.PIPE,
-            env=env,
-            pass_fds=(lifeline,),
-        )
-    except BaseException:
-        os.close(keep)
-        raise
-    finally:
-        os.close(lifeline)
-    try:
-        assert proc.stdout is not None
-        line = b""
-        while not line.endswith(b"\n"):
-            chunk = await proc.stdout.receive_some(1)
-            if not chunk:
-                raise RuntimeError(f"node process {index} exited before it was ready")
-            line += chunk
-        task_status.started(StartedNode(line.decode().strip(), proc.pid))
-        await proc.wait()
-    finally:
-        await _stop_process(proc, node.settings.timeouts.drain_s + STOP_GRACE_S)
-        os.close(keep)
+    async with open_with_lifeline(lambda fd: [*command, "--lifeline-fd", str(fd)], env) as proc:
+        try:
+            assert proc.stdout is not None
+            url = await read_url_line(proc.stdout, f"node process {index}")
+            task_status.started(StartedNode(url, proc.pid))
+            await proc.wait()
+        finally:
+            await _stop_process(proc, node.settings.timeouts.drain_s + STOP_GRACE_S)
 
 
 async def _stop_process(proc: trio.Process, drain_s: float) -> None:

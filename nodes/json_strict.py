@@ -7,7 +7,7 @@ Python's ``json`` accepts more than a hostile-input edge should:
 - **Duplicate keys** (``{"workspaceUri": A, "workspaceUri": B}``): the last one wins, while an
   intermediary that reads the first sees another request than the node. Refused at every depth.
 - **Numbers out of range**: ``1e400`` decodes to ``inf``, which our strict encoder then refuses
-  to write back (the HTTP 500 of issue 13's finding 5), and integers may have thousands of
+  to write back (an HTTP 500 before this check), and integers may have thousands of
   digits. A float must be finite and an integer must fit in 64 bits (``INT_LIMIT``).
 - **NaN and Infinity literals**, which are not JSON at all.
 - **Lone surrogates** (``"\\ud800"``): valid JSON syntax, but not Unicode; such a string cannot

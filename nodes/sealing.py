@@ -19,7 +19,7 @@ unambiguous. Nonces are random: rotate keys well before 2**32 seals per key.
 `KeyRing.open` is strict and raises `StateRejected` for every failure; `reason` is a fixed string
 for the log (never attacker input, never key bytes). Callers answer one generic error.
 
-The payload is a msgspec ``Struct`` (issue 21): encoding and one strict, typed parse are each a
+The payload is a msgspec ``Struct``: encoding and one strict, typed parse are each a
 single C call. Its plaintext is byte for byte what the earlier pydantic model wrote
 (``tests/test_sealing.py`` checks both the encoding and a state sealed by the earlier release), so
 states open across a rolling deploy in either direction.

@@ -1,4 +1,4 @@
-"""The bench's budget per flow (issue 21): ours beside the SDK peer, CPU of server, Redis and
+"""The bench's budget per flow: ours beside the SDK peer, CPU of server, Redis and
 load client, metrics on ÷ off, and the Redis client's µs per call, side by side.
 
 Layer: tests. Pure: the budget is built from a peer block and client rows shaped like a run's

@@ -1,4 +1,4 @@
-"""The bench's metrics on ÷ off (issue 21): one node process switching between the same node
+"""The bench's metrics on ÷ off: one node process switching between the same node
 built without and with metrics (``metrics_switch_node``), and the figures read from its windows
 (``metrics_switch``).
 

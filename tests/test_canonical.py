@@ -1,4 +1,4 @@
-"""``nodes.canonical.canonical_json`` writes exactly what ``json.dumps`` writes (issue 21).
+"""``nodes.canonical.canonical_json`` writes exactly what ``json.dumps`` writes.
 
 The digests built on it (the sealed state's argument digest, an answer's digest, a keyed write's
 operation digest) are compared across nodes and versions, so the fast encoder must agree with

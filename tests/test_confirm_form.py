@@ -1,6 +1,6 @@
 """The pick-and-confirm form's option titles: each note's creation minute in UTC.
 
-``nodes.confirm_form`` writes the minute with ``time.strftime`` (issue 21: a quarter of
+``nodes.confirm_form`` writes the minute with ``time.strftime`` (a quarter of
 ``datetime``'s formatting cost on the hot path); the text must be what ``datetime`` writes.
 """
 

@@ -1,4 +1,4 @@
-"""Expiry at the exact millisecond on the Redis clock, with node clocks skewed (issue 19).
+"""Expiry at the exact millisecond on the Redis clock, with node clocks skewed.
 
 Layer: tests. Inside the deterministic universe (virtual time, the in-process store whose
 ``TIME`` is the virtual clock) an answer can be aimed at an exact millisecond of the Redis

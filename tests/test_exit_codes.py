@@ -18,7 +18,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from cluster.cli import DEBUG_ENV, _Commands
+from cluster.commands.base import DEBUG_ENV, Commands
 from cluster.exit_codes import EXIT_NOT_CARRIED_OUT, EXIT_USAGE, EXIT_VALID
 from loadgen.run.folder import INCOMPLETE_FILE
 from store.client_factory import check_redis_url
@@ -97,7 +97,7 @@ def test_good_redis_urls_pass_unchanged(url: str) -> None:
 
 
 def _failing_group() -> click.Group:
-    @click.group(cls=_Commands)
+    @click.group(cls=Commands)
     def cli() -> None:
         pass
 

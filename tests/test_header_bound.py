@@ -1,4 +1,4 @@
-"""Header blocks are bounded on every server a node runs on (issue 20, point 5).
+"""Header blocks are bounded on every server a node runs on.
 
 Finding reproduced: four unauthenticated connections each sending an unfinished 50 MB header
 raised a node process from 84 to 281 MB until the header timeout, because httptools buffers a

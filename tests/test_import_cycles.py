@@ -29,7 +29,7 @@ PACKAGES = ("cluster", "loadgen", "nodes", "store")
 """Our packages; a cycle between two of them is the direction test's business."""
 
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset({})
-"""Cycles other branches of issue 23 remove; the lead empties this at their merge. Each must
+"""Cycles other branches remove; the lead empties this at their merge. Each must
 still be found here: an entry whose cycle is gone fails, so the list cannot outlive it."""
 
 Graph = dict[str, dict[str, tuple[str, int]]]

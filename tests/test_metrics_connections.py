@@ -1,5 +1,5 @@
 """The metrics port is served like the node: no thread per connection, the header bound and the
-header timeout (issue 20, point 5).
+header timeout.
 
 Finding reproduced: prometheus-client's threaded HTTP server started one thread per connection
 and timed none out: 300 half-sent requests made 302 threads, 50 still open after 75 s. Now the

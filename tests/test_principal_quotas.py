@@ -1,5 +1,5 @@
 """Per-principal quotas: notes and bytes per principal, and a principal's share of a shared
-workspace (issue 20, point 6).
+workspace.
 
 Finding reproduced: with Redis near its memory limit, alice's notes filled it and bob's creates
 then failed with ``store_full``; alice filled the shared team workspace to its 10,000-note cap,

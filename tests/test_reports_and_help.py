@@ -1,4 +1,4 @@
-"""The smaller defects of issue 20, point 9: what reports and ``--help`` say, and how the setup
+"""What reports and ``--help`` say, and how the setup
 pages look.
 
 A ``--workers`` run keeps no per-flow samples: its latency panel shows the merged histogram's

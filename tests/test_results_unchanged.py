@@ -1,4 +1,4 @@
-"""A seeded ``simulate`` run's ``results.json`` is what it was before the run pipeline (issue 23).
+"""A seeded ``simulate`` run's ``results.json`` is what it was before the run pipeline.
 
 The expectation (``tests/data/simulate_seed7_results.json``) is the ``results.json`` of
 ``notes-cluster simulate --seed 7 --flows 200`` run by the code before ``loadgen.run``. A run

@@ -1,4 +1,4 @@
-"""Round 2 of a confirming tool takes its arguments as the sealed state binds them (issue 21).
+"""Round 2 of a confirming tool takes its arguments as the sealed state binds them.
 
 The state binds the digest of the arguments exactly as round 1 sent them, and round 1 sealed it
 only after those arguments passed every rule, so round 2 does not run the title rules again

@@ -602,7 +602,7 @@ def test_the_fast_and_strict_paths_agree_on_mutated_documents() -> None:
         assert fast == strict, (seed, raw)
 
 
-# --- compatibility with states and digests of the earlier release (issue 21) -------------------
+# --- compatibility with states and digests of the earlier release -------------------
 
 # Written by the release whose payload was a pydantic model (commit 7b34825): key bytes 0..31,
 # the AES-GCM nonce all zero bytes, the payload `PREVIOUS_PAYLOAD` builds.
@@ -673,7 +673,7 @@ def test_a_state_sealed_by_the_previous_release_opens_and_seals_to_the_same_toke
     ids=["delete", "unicode", "nested-ints", "floats", "empty"],
 )
 def test_args_digest_is_the_previous_releases(arguments: dict[str, object], digest: str) -> None:
-    """Values computed by the release before issue 21: a state sealed by one node opens on
+    """Values computed by the previous release: a state sealed by one node opens on
     another of a different release only while the digest of the same arguments is the same."""
     assert args_digest(arguments) == digest
     assert args_digest(MappingProxyType(arguments)) == digest

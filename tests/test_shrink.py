@@ -1,4 +1,4 @@
-"""``notes-cluster shrink`` (issue 19): a planted bug's failing run shrinks to a few flows that
+"""``notes-cluster shrink``: a planted bug's failing run shrinks to a few flows that
 replay INVALID with the same invariant.
 
 Layer: tests. Each planted bug is a store the nodes talk to instead of theirs

@@ -1,4 +1,4 @@
-"""A full or unreachable Redis is answered, not crashed on (issue 13, finding 2, the modern part).
+"""A full or unreachable Redis is answered, not crashed on.
 
 Finding reproduced: with a ``noeviction`` Redis full, creates, declines, moves and archive
 confirmations failed with HTTP 500, ``"id": null`` and a traceback in the log. Now every tool

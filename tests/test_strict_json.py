@@ -1,4 +1,4 @@
-"""Strict JSON at the HTTP edge (issue 13, findings 5 and 6), driven through the ASGI app.
+"""Strict JSON at the HTTP edge, driven through the ASGI app.
 
 Findings reproduced: ``"protocolVersion": 1e400`` gave HTTP 500 and a traceback (the decoder
 turned it into ``inf``, which the legacy ``initialize`` echoed into an error's ``data`` and the

@@ -1,5 +1,4 @@
-"""Titles are NFC and visibly what they say; bodies are bounded in UTF-8 bytes (issue 13,
-findings 7 and 4).
+"""Titles are NFC and visibly what they say; bodies are bounded in UTF-8 bytes.
 
 Findings reproduced: titles accepted U+200B, U+202E and U+2028, so two notes could look alike in
 a confirmation form; a body's limit was counted in characters, so four-byte characters made a

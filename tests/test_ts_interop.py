@@ -36,7 +36,7 @@ ALICE_DOCS = "file:///Users/alice/Documents"
 OUR_TOOLS = sorted(t.name for t in DEFAULT_TOOLS)
 INSPECTOR = "@modelcontextprotocol/inspector"
 SCHEMA_ERRORS = ("must have required property", "output schema", "outputSchema")
-"""What a client-side schema error of the TypeScript SDK says (the defect of issue 25)."""
+"""What a client-side schema error of the TypeScript SDK says (a defect of the SDK)."""
 
 
 @pytest.fixture

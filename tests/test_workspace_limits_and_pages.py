@@ -1,4 +1,4 @@
-"""Bounded workspaces and unamplified reads (issue 13, finding 4). Embedded store and real Redis.
+"""Bounded workspaces and unamplified reads. Embedded store and real Redis.
 
 Findings reproduced: no limit on notes per workspace; every list and every round 1 read the
 full body of every candidate note; ``notes_list`` silently returned only 1,000 of 2,000+ notes.

@@ -7,8 +7,8 @@ per window, its own CPU, the requests it completed and Redis' CPU. This module k
 windows that lie wholly inside the measured wrk run, pairs each with its neighbour of the other
 mode, and reads CPU per flow per mode over all of them:
 
-- ``ratio_node_plus_redis``: metrics on ÷ off of node + Redis CPU per flow (issue 21's
-  acceptance: ≤ 1.03);
+- ``ratio_node_plus_redis``: metrics on ÷ off of node + Redis CPU per flow (the bench's
+  target: ≤ 1.03);
 - ``ratio_node``: the node's alone (Redis does the same work either way: the stricter figure);
 - a 95% interval of each, from resampling the pairs (a percentile bootstrap, seeded by the
   bench's seed): how far another run of the same length could land.

@@ -8,7 +8,6 @@ counted). Every process started here is stopped by its pid when its context exit
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -19,8 +18,8 @@ from pathlib import Path
 import coredis
 import trio
 
+from cluster.child_processes import open_with_lifeline, read_url_line
 from cluster.serve import NODE_PROCESS_MODULE, start_node_processes
-from nodes.serving.lifeline import open_lifeline
 from nodes.serving.operator import OpsOptions
 from nodes.serving.settings import ClusterSettings
 
@@ -145,42 +144,21 @@ async def open_http_cluster(
             nursery.cancel_scope.cancel()
 
 
-async def _read_line(stream: trio.abc.ReceiveStream) -> str:
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = await stream.receive_some(1)
-        if not chunk:
-            raise RuntimeError("server process exited before it was ready")
-        line += chunk
-    return line.decode().strip()
-
-
 @asynccontextmanager
 async def open_server_process(args: list[str]) -> AsyncIterator[ServerProcs]:
     """Run ``python -m <args>``, which prints its URL when ready; kill it by pid on exit. The
     child watches a lifeline (``cluster.lifeline_child``): it stops by itself should this
     process be killed before it could stop the child."""
-    lifeline, keep = open_lifeline()
-    try:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "cluster.lifeline_child", str(lifeline), *args],
-            stdout=subprocess.PIPE,
-            stderr=None,
-            pass_fds=(lifeline,),
-        )
-    except BaseException:
-        os.close(keep)
-        raise
-    finally:
-        os.close(lifeline)
-    try:
-        assert proc.stdout is not None
-        with trio.fail_after(START_TIMEOUT_S):
-            url = await _read_line(proc.stdout)
-        yield ServerProcs([url], [proc.pid])
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        with trio.CancelScope(shield=True):
-            await proc.wait()
-        os.close(keep)
+    async with open_with_lifeline(
+        lambda fd: [sys.executable, "-m", "cluster.lifeline_child", str(fd), *args]
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            with trio.fail_after(START_TIMEOUT_S):
+                url = await read_url_line(proc.stdout, "server process")
+            yield ServerProcs([url], [proc.pid])
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            with trio.CancelScope(shield=True):
+                await proc.wait()

@@ -101,7 +101,7 @@ TARGET_PEER_CPU = 1 / 3
 TARGET_HTTP_SERVER_SHARE = 0.2
 TARGET_STEADY_RATIO = 0.8
 TARGET_METRICS_COST = 1.03
-"""A node with its metrics on costs at most 3% more CPU per flow than without (issue 21)."""
+"""A node with its metrics on costs at most 3% more CPU per flow than without."""
 
 
 def _node_config() -> NodeConfig:
@@ -416,7 +416,7 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     with bench_store(options.redis_url, log) as where:  # refused before anything is said
         log(f"bench ({'quick' if options.quick else 'full'}): {plan.seconds:g} s per point")
         result = run_stoppable(partial(_run, options, plan, log, where))
-    result["scenarios"]["deterministic"] = _deterministic(options, plan, log)  # issue 19
+    result["scenarios"]["deterministic"] = _deterministic(options, plan, log)
     result["elapsed_s"] = round(time.perf_counter() - started, 1)
     write_report(result, render_markdown(result), options.out_dir / "bench", log)
     return result
@@ -425,8 +425,17 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
 def _deterministic(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
     """Deterministic simulation against today's, side by side (``cluster.deterministic.bench``);
     on the embedded store, whatever store the rest of the bench ran on."""
-    from cluster.deterministic.bench import FULL_FLOWS, QUICK_FLOWS, side_by_side
+    from cluster.deterministic.bench import (
+        FULL_FLOWS,
+        QUICK_FLOWS,
+        SWARM_FLOWS,
+        SWARM_SEEDS,
+        side_by_side,
+        swarm_scaling,
+    )
 
     log("deterministic simulation against simulate (embedded store, one process):")
     flows = min(plan.steady_flows, QUICK_FLOWS if options.quick else FULL_FLOWS)
-    return side_by_side(flows, options.seed, log)
+    out = side_by_side(flows, options.seed, log)
+    out["swarm"] = swarm_scaling(SWARM_SEEDS, min(SWARM_FLOWS, flows), options.seed, log)
+    return out

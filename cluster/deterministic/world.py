@@ -53,11 +53,6 @@ def stream(seed: int, name: str) -> random.Random:
     return random.Random(f"{seed}:{name}")  # noqa: S311 - a simulation's draws
 
 
-def virtual_wall_s(clock: trio.testing.MockClock) -> float:
-    """The virtual wall clock (seconds since the epoch)."""
-    return EPOCH_S + clock.current_time() + HALF_US
-
-
 def virtual_at(wall_ms: int) -> float:
     """The virtual time (trio's) at which the virtual wall clock reads ``wall_ms``."""
     return wall_ms / 1000 - EPOCH_S

@@ -83,8 +83,8 @@ async def wait_until_ready(urls: Sequence[str], timeout_s: float) -> None:
 
 @dataclass
 class RemoteTarget:
-    """Nodes someone else started, over HTTP (a ``loadgen.run.Target``); they inject no faults
-    and keep no fault record."""
+    """Nodes someone else started, over HTTP (a ``loadgen.run.target.Target``); they inject no
+    faults and keep no fault record."""
 
     transport: Transport
     settings: ClusterSettings

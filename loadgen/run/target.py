@@ -1,9 +1,9 @@
 """``Target``: what a run runs against, as the pipeline sees it.
 
 Layer: loadgen. A Protocol defined here and implemented in ``cluster`` (as ``Transport`` is):
-in-process nodes with their faults composed in (``cluster.targets.InProcessTarget``) and remote
-HTTP nodes (``cluster.targets.RemoteTarget``); a deterministic target and a foreign server
-plug in the same way.
+in-process nodes with their faults composed in (``cluster.targets.in_process.InProcessTarget``) and
+remote HTTP nodes (``cluster.targets.remote.RemoteTarget``); a deterministic target and a foreign
+server plug in the same way.
 """
 
 from __future__ import annotations

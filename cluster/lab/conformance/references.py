@@ -21,6 +21,7 @@ from typing import Literal
 
 import trio
 
+from cluster.child_processes import read_url_line
 from cluster.lab.conformance.reference_sdk import KEY_ENV
 
 Sdk = Literal["python", "typescript"]
@@ -78,16 +79,6 @@ def reference_command(
     return [node, "--experimental-strip-types", str(TS_DIR / "server.ts"), *flags]
 
 
-async def _read_line(stream: trio.abc.ReceiveStream) -> str:
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = await stream.receive_some(1)
-        if not chunk:
-            raise RuntimeError("a reference instance exited before it was ready")
-        line += chunk
-    return line.decode().strip()
-
-
 @asynccontextmanager
 async def open_reference(
     sdk: Sdk,
@@ -110,7 +101,7 @@ async def open_reference(
             procs.append(proc)
             assert proc.stdout is not None
             with trio.fail_after(START_TIMEOUT_S):
-                urls.append(await _read_line(proc.stdout))
+                urls.append(await read_url_line(proc.stdout, "a reference instance"))
         yield urls
     finally:
         for proc in procs:
