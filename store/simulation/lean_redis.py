@@ -154,6 +154,7 @@ class LeanRedis:
             b"HDEL": self._hdel,
             b"HGET": self._hget,
             b"HGETALL": self._hgetall,
+            b"HKEYS": self._hkeys,
             b"HINCRBY": self._hincrby,
             b"HMGET": self._hmget,
             b"HSET": self._hset,
@@ -172,6 +173,8 @@ class LeanRedis:
         self._top: dict[bytes, Callable[[list[bytes]], Reply]] = {
             b"EVALSHA": self._evalsha,
             b"EVAL": self._eval,
+            # No replication here: always a master (the node's readiness asks).
+            b"ROLE": lambda args: [b"master", 0, []],
             b"SCRIPT": self._script,
             b"SCAN": self._scan,
         }
@@ -442,6 +445,9 @@ class LeanRedis:
         for k, v in (h or {}).items():
             out += (k, v)
         return out
+
+    def _hkeys(self, args: list[bytes]) -> list[bytes]:
+        return list(self._hash(args[1]) or {})
 
     def _hdel(self, args: list[bytes]) -> int:
         h = self._hash(args[1])
