@@ -22,10 +22,11 @@ characters, as the node requires)."""
 
 async def flow_replay_after_expiry(env: FlowEnv, asked: Asked, note: str) -> None:
     # The accept, then the same accept again once the state has expired: inside the replay
-    # grace the recorded outcome must come back as a replay, not a refusal. Aimed at the
-    # expiry's exact millisecond where the Redis-clock estimate is exact.
+    # grace the recorded outcome must come back as a replay, not a refusal. Aimed at the first
+    # millisecond past the expiry (a key is gone once its deadline's millisecond has passed)
+    # where the Redis-clock estimate is exact.
     await confirm(env, asked, note)
-    aim, margin = (0, 1) if env.exact_expiry else (EXPIRY_MARGIN_MS, EXPIRY_MARGIN_MS)
+    aim, margin = (1, 1) if env.exact_expiry else (EXPIRY_MARGIN_MS, EXPIRY_MARGIN_MS)
     await trio.sleep(max(0.0, (asked.exp_ms + aim - env.redis_now_ms()) / 1000))
     extra = {"redis_send_ms": env.redis_now_ms(), "margin_ms": margin}
     await confirm(env, asked, note, extra=extra)

@@ -173,8 +173,9 @@ class LeanRedis:
         self._top: dict[bytes, Callable[[list[bytes]], Reply]] = {
             b"EVALSHA": self._evalsha,
             b"EVAL": self._eval,
-            # No replication here: always a master (the node's readiness asks).
-            b"ROLE": lambda args: [b"master", 0, []],
+            # As fakeredis (the reference) answers: no replication, so the node's readiness
+            # takes the store for a master.
+            b"ROLE": lambda args: Error("ERR unknown command 'role', with args beginning with: "),
             b"SCRIPT": self._script,
             b"SCAN": self._scan,
         }
