@@ -34,7 +34,7 @@ from store.simulation.plants import PLANTS, plant
 SEED = 1
 FLOWS = 200
 """A few hundred flows: every race kind runs several times, each plant in seconds."""
-CLI_FLOWS = 100
+CLI_FLOWS = 200
 MAX_SHRUNK_FLOWS = 3
 FAULT_SETS = sorted({tuple(sorted(p.faults)) for p in PLANTS.values()})
 """The fault kinds of the plants' controls (a plant that needs lost replies has them)."""
