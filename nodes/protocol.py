@@ -206,7 +206,7 @@ class Node:
             return self._error(request_id, errors.store_full())
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): %s", _what(message), exc)
-            return self._error(request_id, errors.outcome_unknown())
+            return self._error(request_id, errors.outcome_unknown_error())
         meta = result.setdefault("_meta", {})
         meta[META_SERVER_INFO] = self.server_info
         return Reply(200, {"jsonrpc": "2.0", "id": request_id, "result": result})
