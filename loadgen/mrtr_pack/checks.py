@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Status = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED"]
+CheckStatus = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED"]
 
 SPEC_MRTR = {
     "id": "MCP-2026-07-28-MRTR",
@@ -38,7 +38,7 @@ class Check:
     id: str
     name: str
     description: str
-    status: Status = "SKIPPED"
+    status: CheckStatus = "SKIPPED"
     spec_references: Sequence[dict[str, str]] = (SPEC_MRTR, EXACTLY_ONCE)
     details: dict[str, Any] = field(default_factory=dict)
     error_message: str = ""
@@ -46,7 +46,7 @@ class Check:
         default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     )
 
-    def judge(self, status: Status, message: str = "") -> Check:
+    def judge(self, status: CheckStatus, message: str = "") -> Check:
         """Set the status and, for anything but SUCCESS, the reason; returns self."""
         self.status = status
         self.error_message = message
