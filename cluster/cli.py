@@ -50,8 +50,10 @@ EXAMPLES = """
 \b
 Examples:
   notes-cluster simulate                        race workload on 3 in-process nodes, embedded store
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --faults nodes,redis,client
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000   keys of its own only
+  notes-cluster simulate --faults nodes,client   faults on the embedded store
+  redis-server --port 6390 --save '' --daemonize yes   Redis faults: a Redis of the run's own
+  notes-cluster simulate --redis redis://127.0.0.1:6390/0 --faults nodes,redis,client
   notes-cluster failover-experiment              WAIT vs no WAIT across Redis Cluster failovers
   notes-cluster serve --demo --nodes 3 --port 8700
   export NOTES_CLUSTER_STATE_KEY=$(head -c 32 /dev/urandom | base64)   # shared by both:

@@ -15,7 +15,7 @@ import httpx
 
 from loadgen.mrtr_pack.case import Contract
 from loadgen.mrtr_pack.checks import Check
-from loadgen.mrtr_pack.pack import run_pack, write_report
+from loadgen.mrtr_pack.pack import PARALLEL, run_pack, write_report
 from nodes.serving.demo import ALICE_NOTES, DEMO_TOKENS
 
 DEMO_TITLE = "conformance {fresh}"
@@ -52,11 +52,16 @@ def demo_contract(
 
 
 async def run_conformance(
-    urls: Sequence[str], contract: Contract, out_dir: Path | None = None
+    urls: Sequence[str],
+    contract: Contract,
+    out_dir: Path | None = None,
+    *,
+    one_at_a_time: bool = False,
 ) -> list[Check]:
-    """Run the pack against ``urls``; write ``checks.json`` and ``checks.md`` to ``out_dir``."""
+    """Run the pack against ``urls``; write ``checks.json`` and ``checks.md`` to ``out_dir``.
+    ``one_at_a_time``: scenarios in turn (a target beyond loopback gets a trickle)."""
     async with httpx.AsyncClient() as client:
-        checks = await run_pack(urls, contract, client)
+        checks = await run_pack(urls, contract, client, parallel=1 if one_at_a_time else PARALLEL)
     if out_dir is not None:
         write_report(out_dir, checks, urls)
     return checks

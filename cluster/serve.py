@@ -24,7 +24,7 @@ import anyio.abc
 import trio
 
 from cluster.child_processes import open_with_lifeline, read_url_line
-from cluster.stores import seed_demo, store_url
+from cluster.stores import demo_removal_hint, seed_demo, store_url
 from nodes.http import serve_node
 from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.metrics import NodeMetrics, metered
@@ -151,10 +151,11 @@ async def start_http_nodes(
     return urls
 
 
-async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_PREFIX) -> None:
-    """Seed the demo notes once for the whole cluster."""
+async def seed_demo_notes(redis_url: str, embedded: bool, prefix: str = DEFAULT_PREFIX) -> int:
+    """Seed the demo notes once for the whole cluster; on a Redis that outlives the command,
+    only those it does not hold yet (``seed_demo``). Returns how many were created."""
     async with open_note_client(redis_url, embedded=embedded) as client:
-        await seed_demo(NoteStore(client, prefix=prefix))
+        return await seed_demo(NoteStore(client, prefix=prefix), only_missing=not embedded)
 
 
 async def serve_cluster(
@@ -176,7 +177,14 @@ async def serve_cluster(
     ops = ops or OperatorOptions()
     with store_url(redis_url) as (url, embedded):
         if demo:
-            await seed_demo_notes(url, embedded)
+            created = await seed_demo_notes(url, embedded)
+            if not embedded:
+                # stderr: stdout carries only the node URLs, which scripts read.
+                print(
+                    f"{created} demo note(s) seeded; {demo_removal_hint(url, DEFAULT_PREFIX)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         async with trio.open_nursery() as nursery:
             start = (
                 partial(start_process_nodes, config_path=config_path, log_args=log_args)
@@ -227,6 +235,8 @@ class ProcessNode:
         args += ["--idle-timeout", str(t.idle_s), "--drain-timeout", str(t.drain_s)]
         if self.settings.tokens.anonymous is not None:
             args += ["--demo-anonymous", self.settings.tokens.anonymous]
+        if self.settings.node.conformance_fixtures:
+            args.append("--conformance-fixtures")
         args += ["--max-header-bytes", str(self.settings.max_header_bytes)]
         args += self.extra_args
         env = dict(os.environ)

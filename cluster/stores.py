@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 from nodes.serving.demo import DEMO_NOTES, DEMO_TENANT
 from store.notes import NoteStore
@@ -26,10 +27,36 @@ def store_url(redis_url: str | None) -> Iterator[tuple[str, bool]]:
         yield url, True
 
 
-async def seed_demo(store: NoteStore) -> None:
-    """Create the demo notes (see ``nodes.serving.demo``)."""
+async def seed_demo(store: NoteStore, *, only_missing: bool = False) -> int:
+    """Create the demo notes (see ``nodes.serving.demo``); return how many were created.
+
+    ``only_missing`` (a store that outlives the command, ``serve --demo --redis URL``): create
+    only the demo notes the store does not hold, a demo note being there when a note of its
+    workspace and title exists with its creation date (any date, for the notes dated at
+    seeding). Starting twice then leaves one fixture, and a demo note a walkthrough deleted comes
+    back. A fresh store (embedded, a simulation's own prefix) skips the reads."""
+    created = 0
     for n in DEMO_NOTES:
+        if only_missing:
+            there = (await store.find(DEMO_TENANT, n.workspace, n.title)).notes
+            if any(n.created_ms in (0, head.created_ms) for head in there):
+                continue
         await store.create(DEMO_TENANT, n.workspace, n.title, n.body, n.owner, n.created_ms)
+        created += 1
+    return created
+
+
+def demo_removal_hint(redis_url: str, prefix: str) -> str:
+    """The line ``serve --demo --redis`` prints: where the demo fixture lives and how to remove
+    it (the demo tenant's keys only; never a FLUSHDB)."""
+    pattern = f"{prefix}:{{t:{DEMO_TENANT}}}:*"
+    if urlsplit(redis_url).password is not None:
+        redis_url = "'<your Redis URL>'"  # never print a password
+    return (
+        f"demo fixture in {redis_url} (tenant {DEMO_TENANT!r}, keys {pattern}); to remove it: "
+        f"redis-cli -u {redis_url} --scan --pattern '{pattern}' "
+        f"| xargs -r redis-cli -u {redis_url} unlink"
+    )
 
 
 def needs_real_redis(

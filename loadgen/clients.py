@@ -38,7 +38,8 @@ a write's retried with its idempotency key)."""
 
 META_IDEMPOTENCY_KEY = "dev.notes-cluster/idempotencyKey"
 """``params._meta`` key of a ``tools/call`` that may be retried safely: the same key with the
-same arguments from the same principal gets the recorded result (the README's extension)."""
+same arguments from the same principal gets the recorded result (an extension:
+docs/reference/wire-extensions.md)."""
 
 URL_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
 """What a client declares to be offered a URL-mode elicitation (``notes_setup``)."""

@@ -135,6 +135,10 @@ class NodeConfig:
     (create, move, archive)."""
     legacy: LegacyCaps = field(default_factory=LegacyCaps)
     """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""
+    conformance_fixtures: bool = False
+    """Serve the official conformance suite's fixture tools, resources and prompts beside the
+    notes (``nodes.fixtures``). Only the demo sets it (``serve --demo --conformance-fixtures``);
+    no configuration file can, so a production node never serves them."""
 
     def share_of(self, workspace_uri: str) -> int:
         """Most notes one principal may own in ``workspace_uri``: its share when the workspace

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -57,6 +58,41 @@ def check_headers(
         if not isinstance(name, str):
             return  # the method's own params check reports the missing name
         _expect(headers, "mcp-name", name)
+
+
+def header_params(input_schema: Mapping[str, Any]) -> dict[str, str]:
+    """Argument -> header name (``Mcp-Param-<name>``, lowercased) of each property of a tool's
+    input schema that declares ``x-mcp-header`` (SEP-2243)."""
+    props = input_schema.get("properties")
+    if not isinstance(props, dict):
+        return {}
+    return {
+        arg: "mcp-param-" + prop["x-mcp-header"].lower()
+        for arg, prop in props.items()
+        if isinstance(prop, dict) and isinstance(prop.get("x-mcp-header"), str)
+    }
+
+
+def _header_text(value: object) -> str:
+    """An argument as its header carries it: booleans lowercase, numbers in decimal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def check_param_headers(
+    headers: Mapping[str, str], params: Mapping[str, str], arguments: Mapping[str, Any]
+) -> None:
+    """Raise -32020 unless each ``x-mcp-header`` argument present in the body has its header,
+    equal to it once decoded (a malformed base64 value is a mismatch too)."""
+    for arg, header in params.items():
+        if arg not in arguments:
+            continue
+        raw = headers.get(header)
+        if raw is None:
+            raise header_mismatch(f"Missing required header {header}")
+        if decode_header_value(raw) != _header_text(arguments[arg]):
+            raise header_mismatch(f"Header {header} does not match the request body")
 
 
 def request_headers(method: str, params: Mapping[str, Any], version: str) -> dict[str, str]:

@@ -604,9 +604,22 @@ class StreamableHTTPApp:
         return message
 
 
+_SSE_HEADERS = (
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
+"""A response stream's headers; ``X-Accel-Buffering: no`` keeps proxies from holding it."""
+
+
 def _from_reply(reply: Reply) -> _Answer:
     if reply.body is None:
         return _Answer(reply.status, b"")
+    if reply.notifications:
+        # Request-scoped notifications go first on a response stream, then the response.
+        events = [*reply.notifications, reply.body]
+        stream = b"".join(b"event: message\ndata: " + encode_json(e) + b"\n\n" for e in events)
+        return _Answer(reply.status, stream, _SSE_HEADERS)
     return _Answer(reply.status, encode_json(reply.body))
 
 

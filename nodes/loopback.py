@@ -58,3 +58,67 @@ def is_own_loopback_origin(origin: str, server: Sequence[object] | None) -> bool
     if parts.path or parts.query or parts.fragment:
         return False
     return (80 if origin_port is None else origin_port) == port
+
+
+REMOTE_MAX_RATE = 5.0
+"""Flows (``loadgen``) or scenarios (``conformance``) started per second at most when a target
+is beyond loopback: someone else's server, perhaps in production, gets a trickle, not a load."""
+
+REMOTE_MAX_CONCURRENCY = 4
+"""Flows in flight at once at most when a target is beyond loopback (``loadgen``)."""
+
+ALLOW_REMOTE_OPTION = "--allow-remote"
+"""The option that lets ``conformance`` and ``loadgen`` send to a target beyond loopback."""
+
+
+class TargetRefused(ValueError):
+    """A ``--target`` URL that may not be sent to: not ``http(s)://HOST[:PORT]/...``, or beyond
+    loopback without the explicit option. The message is one line naming the URL."""
+
+
+def target_urls(targets: Sequence[str]) -> list[str]:
+    """``--target`` values, repeated or comma-separated, as a list of URLs."""
+    return [u.strip() for t in targets for u in t.split(",") if u.strip()]
+
+
+def remote_hosts(urls: Sequence[str], *, allow_remote: bool) -> list[str]:
+    """The hosts beyond loopback that ``urls`` name (none: every URL is loopback), checked before
+    anything is sent. Raises ``TargetRefused`` for a URL that is not ``http``/``https`` with a
+    host, and for any host beyond loopback unless ``allow_remote``. Pure: no name is resolved
+    (a name other than ``localhost`` counts as beyond loopback, whatever it resolves to)."""
+    remote: list[str] = []
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            host = parts.hostname or ""
+            parts.port  # noqa: B018  (raises ValueError on a port out of range)
+        except ValueError as exc:
+            raise TargetRefused(f"--target {url}: not a URL ({exc}); nothing was sent") from None
+        if parts.scheme not in ("http", "https") or not host:
+            raise TargetRefused(
+                f"--target {url}: give an http:// or https:// URL with a host; nothing was sent"
+            )
+        if is_loopback_host(host):
+            continue
+        if not allow_remote:
+            raise TargetRefused(
+                f"--target {url}: {host} is beyond loopback; to send it traffic, add "
+                f"{ALLOW_REMOTE_OPTION} (rate capped at {REMOTE_MAX_RATE:g}/s); nothing was sent"
+            )
+        if host not in remote:
+            remote.append(host)
+    return remote
+
+
+def remote_load_bounds(rate: float | None, concurrency: int) -> tuple[float, int]:
+    """A load's rate (flows started per second; ``None``: closed loop, as fast as answers come)
+    and concurrency, bounded for a target beyond loopback."""
+    return min(rate or REMOTE_MAX_RATE, REMOTE_MAX_RATE), min(concurrency, REMOTE_MAX_CONCURRENCY)
+
+
+def remote_traffic_line(command: str, urls: Sequence[str], remote: Sequence[str]) -> str:
+    """The line a command prints before it sends anything beyond loopback: where, and how much."""
+    return (
+        f"{command}: sending traffic beyond loopback to {', '.join(remote)} "
+        f"({', '.join(urls)}), at most {REMOTE_MAX_RATE:g} per second"
+    )

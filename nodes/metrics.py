@@ -71,7 +71,20 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 PREFIX = "notes"
 OTHER = "other"
 """The label value of anything outside the node's own lists."""
-MODERN_METHODS = frozenset({"server/discover", "tools/list", "tools/call"})
+MODERN_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+    }
+)
+"""The methods a node serves, each its own label value (a fixed, small set)."""
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Store call latency buckets (seconds): a healthy loopback script takes well under a
 millisecond; the top buckets catch WAIT timeouts and the 5 s stream timeout."""

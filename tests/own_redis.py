@@ -86,6 +86,7 @@ def own_redis(
     *extra: str,
     unix_socket: Path | bool = False,
     port: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[OwnRedis]:
     """Start a server (``extra``: more ``redis-server`` arguments, e.g. ``--maxmemory 2mb``),
     wait for PING, yield it; kill it by pid on exit. Its data folder goes under ``directory``,
@@ -93,7 +94,7 @@ def own_redis(
     removed on exit. ``unix_socket``: also listen on a Unix domain socket (mode 700), at that
     path, or (True) in a short temporary folder removed on exit. ``port``: the port to take
     instead of a free one; with the same ``directory`` (and ``unix_socket``) it restarts a
-    stopped server on its data."""
+    stopped server on its data. ``env``: the server's environment (default: the test's)."""
     require_redis_server()
     port = free_port() if port is None else port
     if directory is None:
@@ -120,7 +121,7 @@ def own_redis(
         unix_path = unix_socket
     if unix_path is not None:
         args += ["--unixsocket", str(unix_path), "--unixsocketperm", "700"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         deadline = time.monotonic() + 10
         while True:

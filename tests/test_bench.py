@@ -163,6 +163,7 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     assert side["flows"] == 200
     assert side["simulate"]["completed"] > 0
     assert side["deterministic"]["completed"] > 0
+    assert side["swarm"]["workers_2"]["flows"] == side["swarm"]["workers_1"]["flows"] > 0
     assert side["per_core_ratio"] > 0
     assert steady["flows"] == 200
     assert 0 < steady["completed"] <= 200

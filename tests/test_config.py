@@ -261,3 +261,12 @@ def test_a_quota_or_header_bound_out_of_range_is_refused_by_name(
 ) -> None:
     with pytest.raises(ConfigError, match=line.split(" ")[0]):
         load_settings(write(tmp_path, config_text(key_file, line + "\n")))
+
+
+def test_no_configuration_file_can_turn_on_the_conformance_fixtures(
+    tmp_path: Path, key_file: Path
+) -> None:
+    # Only `serve --demo --conformance-fixtures` serves them: a production node never does.
+    assert not load_settings(write(tmp_path, config_text(key_file))).node.conformance_fixtures
+    with pytest.raises(ConfigError, match="conformance_fixtures"):
+        load_settings(write(tmp_path, config_text(key_file, "conformance_fixtures = true")))

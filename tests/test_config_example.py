@@ -1,5 +1,4 @@
-"""The README's Configuration example is a config that loads (nodes/serving/settings.py points at
-it)."""
+"""The configuration reference's example (docs/reference/configuration.md) loads."""
 
 from __future__ import annotations
 
@@ -12,22 +11,20 @@ import pytest
 
 from nodes.serving.settings import load_settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "configuration.md"
 TOKEN = "a-test-token-that-is-not-a-secret"
 TOKEN_HASH = hashlib.sha256(TOKEN.encode()).hexdigest()
 
 
 def readme_example() -> str:
-    """The one fenced ``toml`` block of the README's "Configuration" section."""
-    text = README.read_text(encoding="utf-8")
-    section = re.search(r"^## Configuration\n(.*?)^## ", text, re.S | re.M)
-    assert section is not None, "README lost its Configuration section"
-    blocks = re.findall(r"^```toml\n(.*?)^```", section.group(1), re.S | re.M)
+    """The one fenced ``toml`` block of the configuration reference."""
+    text = PAGE.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```toml\n(.*?)^```", text, re.S | re.M)
     assert len(blocks) == 1, blocks
     return str(blocks[0])
 
 
-def test_the_readme_configuration_example_loads(
+def test_the_documented_configuration_example_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     example = readme_example()
@@ -37,7 +34,7 @@ def test_the_readme_configuration_example_loads(
     # Only the two placeholders change: the key file's path and the token's hash.
     example, files = re.subn(r"file:/etc/notes-cluster/k2\.key", f"file:{key_file}", example)
     example, hashes = re.subn(r'"<sha256 hex of the token:.*?>"', f'"{TOKEN_HASH}"', example)
-    assert (files, hashes) == (1, 1), "the README example's placeholders changed"
+    assert (files, hashes) == (1, 1), "the example's placeholders changed"
     path = tmp_path / "cluster.toml"
     path.write_text(example, encoding="utf-8")
 

@@ -37,9 +37,14 @@ SERVE_FILES = (
 commands import their libraries when they run, each behind ``require_extra``; that serve loads
 none of them is checked on a real process (tests/test_import_direction.py)."""
 
-EMBEDDED_STORES = ("store/embedded.py", "store/simulation/memory_transport.py")
-"""The embedded stores (fakeredis: on a port, or in-process) are the ``sim`` extra's: ``serve``
-without ``--redis`` asks for it by name."""
+EMBEDDED_STORES = (
+    "store/embedded.py",
+    "store/simulation/memory_transport.py",
+    "store/simulation/lean_redis.py",
+    "store/simulation/lean_server.py",
+)
+"""The embedded stores (fakeredis: on a port, or in-process; the lean store's Lua VM) are the
+``sim`` extra's: ``serve`` without ``--redis`` asks for it by name."""
 
 
 def _name(requirement: str) -> str:

@@ -407,7 +407,7 @@ async def test_delete_without_form_elicitation_gets_400_missing_capability(
 
 
 async def test_an_unknown_method_gets_404_method_not_found(served: Served) -> None:
-    rpc_error(await post(served, message("resources/list")), 404, -32601)
+    rpc_error(await post(served, message("resources/subscribe")), 404, -32601)
 
 
 # --- 500 -32603 --------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_bad_arguments_are_a_usage_error_exit_2() -> None:
     remote = [*cli, "conformance", "--target", "http://192.0.2.1/mcp"]
     out = subprocess.run(remote, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert out.returncode == 2
-    assert "only loopback" in out.stderr
+    assert "beyond loopback" in out.stderr
 
 
 async def test_the_command_exits_0_when_no_check_fails_and_1_on_a_failure(

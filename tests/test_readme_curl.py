@@ -1,4 +1,5 @@
-"""The README's curl walkthrough, run exactly as written against `notes-cluster serve --demo`."""
+"""The docs' curl walkthrough (docs/how-to/demo-and-curl.md), run exactly as written against
+`notes-cluster serve --demo`."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-README_PORT = 8700
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "demo-and-curl.md"
+PAGE_PORT = 8700
 
 
 def _walkthrough() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     m = re.search(r"<!-- curl-walkthrough -->\n```sh\n(.*?)```", text, re.S)
-    assert m is not None, "README lost its curl walkthrough block"
+    assert m is not None, f"{PAGE} lost its curl walkthrough block"
     return m.group(1)
 
 
@@ -75,12 +76,12 @@ def demo_cluster() -> Iterator[int]:
 
 
 @pytest.mark.slow
-def test_the_readme_curl_walkthrough_deletes_once_and_replays_the_outcome(
+def test_the_curl_walkthrough_deletes_once_and_replays_the_outcome(
     demo_cluster: int,
 ) -> None:
     script = _walkthrough()
     for i in range(3):
-        script = script.replace(str(README_PORT + i), str(demo_cluster + i))
+        script = script.replace(str(PAGE_PORT + i), str(demo_cluster + i))
     done = subprocess.run(
         ["bash", "-c", script],
         capture_output=True,

@@ -1,4 +1,4 @@
-"""The README's load walkthroughs run as written and end with a verdict: VALID.
+"""The docs' load walkthroughs (docs/how-to/loadgen.md) run as written and end with VALID.
 
 The ``loadgen`` walkthrough (``<!-- loadgen-walkthrough -->``: ``serve --demo ... &``, then
 ``loadgen`` against its two nodes, then ``kill %1``) and the one for several ``loadgen``
@@ -29,8 +29,8 @@ from tests.own_redis import free_port, own_redis
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-README_REDIS = "redis://127.0.0.1:6379/0"
+PAGE = ROOT / "docs" / "how-to" / "loadgen.md"
+PAGE_REDIS = "redis://127.0.0.1:6379/0"
 WALKTHROUGH_TIMEOUT_S = 600
 """The whole script, both walkthroughs: far above their minute or two, far below a stuck run
 waiting out the default 300 s state TTL plus 60 s grace twice."""
@@ -38,9 +38,9 @@ waiting out the default 300 s state TTL plus 60 s grace twice."""
 
 def block(marker: str) -> str:
     """The fenced ``sh`` block right after ``<!-- marker -->``."""
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     found = re.search(rf"<!-- {re.escape(marker)} -->\n```sh\n(.*?)^```", text, re.S | re.M)
-    assert found is not None, f"README lost its {marker} block"
+    assert found is not None, f"{PAGE} lost its {marker} block"
     return found.group(1)
 
 
@@ -67,10 +67,10 @@ def test_the_loadgen_walkthrough_gives_the_nodes_a_short_ttl_and_ends_by_stoppin
 
 def test_both_load_walkthroughs_end_with_a_valid_verdict(tmp_path: Path) -> None:
     first = block("loadgen-walkthrough").strip().splitlines()
-    stop = first.pop()  # kill %1: after the second walkthrough, as the README says
+    stop = first.pop()  # kill %1: after the second walkthrough, as the page says
     script = "\n".join([*first, block("loadgen-processes-walkthrough"), stop, "wait %1"])
     with own_redis(tmp_path) as server:
-        script = script.replace(README_REDIS, f"redis://127.0.0.1:{server.port}/0")
+        script = script.replace(PAGE_REDIS, f"redis://127.0.0.1:{server.port}/0")
         base = _two_free_ports()  # serve puts node i on --port + i
         script = script.replace("8700", str(base)).replace("8701", str(base + 1))
         bin_dir = str(Path(sys.executable).parent)  # where pip put notes-cluster

@@ -354,6 +354,36 @@ def _deterministic(side: dict[str, Any] | None) -> list[str]:
         f"Deterministic over today's: × {side['per_core_ratio']} per core, "
         f"× {side['wall_ratio']} wall.",
         "",
+        *_swarm(side.get("swarm")),
+    ]
+
+
+def _swarm(swarm: dict[str, Any] | None) -> list[str]:
+    """The swarm's scaling from one worker process to two, and the cores on paper."""
+    if not swarm:
+        return []
+    rows = [
+        [str(w), str(swarm[f"workers_{w}"]["flows"]), f"{swarm[f'workers_{w}']['wall_s']:g}",
+         f"{swarm[f'workers_{w}']['flows_per_wall_s']:g}"]
+        for w in (1, 2)
+    ]  # fmt: skip
+    paper = [
+        [c, f"{v['flows_per_s']:g}", f"{v['million_flows_min']:g}",
+         f"{v['flows_per_s_linear']:g}", f"{v['million_flows_min_linear']:g}"]
+        for c, v in swarm["paper"].items()
+    ]  # fmt: skip
+    return [
+        f"Swarm of {swarm['seeds']} seeds × {swarm['flows_per_seed']} flows: × "
+        f"{swarm['scaling_1_to_2']} from one worker process to two (load average "
+        f"{swarm['load_average'][0]}).",
+        "",
+        *_table(["workers", "flows", "wall s", "flows/s"], rows),
+        "",
+        f"On paper: per-core rate × cores, at the measured efficiency ({swarm['efficiency']}) "
+        "and linear:",
+        "",
+        *_table(["cores", "flows/s", "a million, min", "linear flows/s", "linear, min"], paper),
+        "",
     ]
 
 

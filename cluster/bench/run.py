@@ -427,8 +427,17 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
 def _deterministic(options: BenchOptions, plan: BenchPlan, log: Log) -> dict[str, Any]:
     """Deterministic simulation against today's, side by side (``cluster.deterministic.bench``);
     on the embedded store, whatever store the rest of the bench ran on."""
-    from cluster.deterministic.bench import FULL_FLOWS, QUICK_FLOWS, side_by_side
+    from cluster.deterministic.bench import (
+        FULL_FLOWS,
+        QUICK_FLOWS,
+        SWARM_FLOWS,
+        SWARM_SEEDS,
+        side_by_side,
+        swarm_scaling,
+    )
 
     log("deterministic simulation against simulate (embedded store, one process):")
     flows = min(plan.steady_flows, QUICK_FLOWS if options.quick else FULL_FLOWS)
-    return side_by_side(flows, options.seed, log)
+    out = side_by_side(flows, options.seed, log)
+    out["swarm"] = swarm_scaling(SWARM_SEEDS, min(SWARM_FLOWS, flows), options.seed, log)
+    return out

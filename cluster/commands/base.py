@@ -27,7 +27,6 @@ from cluster.exit_codes import (
 from cluster.run_commands import (
     RUN_DIR_META,
 )
-from nodes.loopback import is_loopback_host
 
 if TYPE_CHECKING:
     from loadgen.runner import FlowSample
@@ -44,8 +43,9 @@ SERVING_META = "notes_cluster.serving"
 redis-cluster): SIGTERM or SIGHUP then exits 0 (Ctrl-C 130)."""
 
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib"),
+    "sim": ("fakeredis", "lupa", "httpx", "rich", "hdrh", "matplotlib", "yaml"),
     "bench": ("mcp", "mcp_types"),
+    "swarm": ("distributed",),
 }
 """Optional dependency groups (pyproject.toml) -> the modules they provide."""
 
@@ -241,15 +241,35 @@ def with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T])
         return work(lambda _: progress.advance(task))
 
 
-def loopback_targets(targets: tuple[str, ...]) -> list[str]:
-    """``--target`` values (repeated or comma-separated) as URLs; loopback ones only."""
-    from urllib.parse import urlsplit
+ALLOW_REMOTE_HELP = (
+    "Let --target name a host beyond loopback (a staging server): without it such a URL is "
+    "refused before anything is sent. With it a line says where the traffic goes, and the "
+    "rate is capped (nodes.loopback.REMOTE_MAX_RATE)."
+)
 
-    urls = [u.strip() for t in targets for u in t.split(",") if u.strip()]
-    for url in urls:
-        if not is_loopback_host(urlsplit(url).hostname or ""):
-            raise click.UsageError(f"--target {url}: only loopback addresses may be loaded")
-    return urls
+
+class TargetRefusedError(click.ClickException):
+    """A ``--target`` that may not be sent to (``nodes.loopback.remote_hosts``): one line, exit 2,
+    nothing sent."""
+
+    exit_code = EXIT_USAGE
+
+
+def checked_targets(
+    command: str, targets: tuple[str, ...], allow_remote: bool
+) -> tuple[list[str], list[str]]:
+    """``--target`` values as URLs and the hosts among them beyond loopback (refused unless
+    ``--allow-remote``; when allowed, the line saying where the traffic goes is printed)."""
+    from nodes.loopback import TargetRefused, remote_hosts, remote_traffic_line, target_urls
+
+    urls = target_urls(targets)
+    try:
+        remote = remote_hosts(urls, allow_remote=allow_remote)
+    except TargetRefused as exc:
+        raise TargetRefusedError(str(exc)) from None
+    if remote:
+        click.echo(remote_traffic_line(command, urls, remote), err=True)
+    return urls, remote
 
 
 def token_options(tokens: tuple[str, ...]) -> dict[str, str]:

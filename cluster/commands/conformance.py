@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from cluster.commands.base import (
-    loopback_targets,
+    ALLOW_REMOTE_HELP,
+    checked_targets,
     require_extra,
     run_until_stopped,
 )
@@ -52,8 +53,13 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
     "--target",
     "targets",
     multiple=True,
-    required=True,
     help="An instance's endpoint URL (repeat, or comma-separate, for several instances).",
+)
+@click.option(
+    "--traceability",
+    is_flag=True,
+    help="Print which spec sentence each check tests (the pack's traceability file, in the "
+    "official suite's SEP format) and exit.",
 )
 @click.option("--tool", default=None, help="The confirm-before-act tool (default: notes_delete).")
 @click.option("--arguments", default=None, help="Its arguments, JSON; {fresh} is replaced.")
@@ -75,8 +81,14 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
 @click.option("--expiry-margin", default=1.0, show_default=True, type=click.FloatRange(0.1, 60))
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print checks.json instead of the table.")
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help=ALLOW_REMOTE_HELP + " Beyond loopback the scenarios run one at a time.",
+)
 def conformance(
     targets: tuple[str, ...],
+    traceability: bool,
     tool: str | None,
     arguments: str | None,
     create_tool: str | None,
@@ -92,17 +104,26 @@ def conformance(
     expiry_margin: float,
     out_dir: Path | None,
     as_json: bool,
+    allow_remote: bool,
 ) -> None:
     """``notes-cluster conformance``."""
     import json
     from dataclasses import replace
 
+    if traceability:
+        require_extra("sim", only=("yaml",))
+        from loadgen.mrtr_pack.traceability import text
+
+        click.echo(text(), nl=False)
+        return
+    if not targets:
+        raise click.UsageError("give --target URL (or --traceability)")
     require_extra("sim", only=("httpx",))
     from cluster.mrtr_conformance import demo_contract, run_conformance
     from loadgen.mrtr_pack.case import Contract, fill
     from loadgen.mrtr_pack.checks import failed, markdown
 
-    urls = loopback_targets(targets)
+    urls, remote = checked_targets("conformance", targets, allow_remote)
     if tool is None:
         if arguments is not None:
             raise click.UsageError("--arguments needs --tool")
@@ -131,9 +152,11 @@ def conformance(
         except ValueError as exc:
             option = "--" + name.replace("_", "-")
             raise click.UsageError(f"{option}: not a JSON object ({exc})") from None
-    checks = run_until_stopped(lambda: run_conformance(urls, contract, out_dir))
+    checks = run_until_stopped(
+        lambda: run_conformance(urls, contract, out_dir, one_at_a_time=bool(remote))
+    )
     if as_json:
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
     else:
-        click.echo(markdown(checks, urls))
+        click.echo(markdown(checks, urls, requirements=False))
     sys.exit(EXIT_INVALID if failed(checks) else EXIT_VALID)

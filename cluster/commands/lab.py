@@ -169,7 +169,8 @@ def failover_experiment(
     "conformance-table",
     help="The conformance pack against our 3-node demo cluster and the Python and TypeScript "
     "SDK references (as their docs show, and with what their authors must add), check by "
-    "check: the README's table. Needs a real Redis (keys under a prefix of the run's own, "
+    "check: the table of docs/explanation/sdk-references.md. Needs a real Redis (keys under a "
+    "prefix of the run's own, "
     "deleted afterwards); the TypeScript columns need Node 22 (NOTES_CLUSTER_NODE).",
 )
 @click.option("--redis", "redis_url", required=True, help="redis:// URL the targets share.")

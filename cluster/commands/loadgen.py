@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from cluster.commands.base import (
+    ALLOW_REMOTE_HELP,
     REDIS_URL,
-    loopback_targets,
+    checked_targets,
     require_extra,
     require_store,
     run_until_stopped,
@@ -129,6 +130,7 @@ Example (the nodes and loadgen share the state key):
     "share the store: own flow ids and history indices; check them together with "
     "`notes-cluster check --redis URL DIR1 DIR2 ...`.",
 )
+@click.option("--allow-remote", is_flag=True, help=ALLOW_REMOTE_HELP)
 def loadgen(
     targets: tuple[str, ...],
     redis_url: str | None,
@@ -150,6 +152,7 @@ def loadgen(
     process_id: int,
     wait_ready: float,
     replay_grace: float | None,
+    allow_remote: bool,
 ) -> None:
     """``notes-cluster loadgen``."""
     import os
@@ -164,7 +167,13 @@ def loadgen(
     from nodes.serving.load_fixture import load_tokens
     from nodes.serving.settings import STATE_KEY_ENV, ConfigError, settings_for
 
-    urls = loopback_targets(targets)
+    urls, remote = checked_targets("loadgen", targets, allow_remote)
+    if remote:
+        from nodes.loopback import remote_load_bounds
+
+        rate, concurrency = remote_load_bounds(rate, concurrency)
+        # --foreign reads its load options from the context: it gets the bounds too.
+        click.get_current_context().params.update(rate=rate, concurrency=concurrency)
     if foreign:
         _loadgen_foreign(urls, tokens, state_ttl, redis_url, config_path, demo)
     if config_path is None and not (demo and os.environ.get(STATE_KEY_ENV)):

@@ -191,6 +191,13 @@ SIGTERM, SIGHUP or Ctrl-C stops every node (node processes drain first) and exit
     "as PRINCIPAL (e.g. alice), for tools that send no token, such as the MCP conformance "
     "suite. A wrong token is still refused.",
 )
+@click.option(
+    "--conformance-fixtures",
+    is_flag=True,
+    help="With --demo: also serve the official MCP conformance suite's fixture tools, "
+    "resources and prompts (test_*, test://...), for `npx @modelcontextprotocol/conformance "
+    "server --requirements 2026-07-28`. Never in production: refused with --config.",
+)
 @ops_options
 def serve(
     nodes: int,
@@ -204,6 +211,7 @@ def serve(
     processes: bool,
     wait_replicas: str | None,
     demo_anonymous: str | None,
+    conformance_fixtures: bool,
     log_level: str,
     log_json: bool,
     metrics_port: int | None,
@@ -215,7 +223,12 @@ def serve(
     from cluster.serve import serve_cluster
     from nodes.logging_setup import configure_logging
     from nodes.serving.operator import OperatorOptions
-    from nodes.serving.settings import ConfigError, settings_for, with_demo_anonymous
+    from nodes.serving.settings import (
+        ConfigError,
+        settings_for,
+        with_conformance_fixtures,
+        with_demo_anonymous,
+    )
 
     if not is_loopback_host(host):
         raise click.UsageError("--host must be a loopback address (127.0.0.0/8 or ::1)")
@@ -229,6 +242,7 @@ def serve(
     try:
         settings = settings_for(config_path, demo, state_ttl, replay_grace)
         settings = with_demo_anonymous(settings, demo_anonymous, host)
+        settings = with_conformance_fixtures(settings, conformance_fixtures, config_path is None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if waits is not None:

@@ -48,8 +48,10 @@ SIMULATE_EXAMPLES = """
 \b
 Examples:
   notes-cluster simulate                        3 in-process nodes, embedded store
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000
-  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --faults nodes,redis,client
+  notes-cluster simulate --redis redis://127.0.0.1:6379/0 --flows 2000   keys of its own only
+  notes-cluster simulate --faults nodes,client   faults on the embedded store
+  redis-server --port 6390 --save '' --daemonize yes   Redis faults: a Redis of the run's own
+  notes-cluster simulate --redis redis://127.0.0.1:6390/0 --faults nodes,redis,client
 """
 
 
@@ -116,14 +118,15 @@ Examples:
     show_default=True,
     type=click.IntRange(1, 64),
     help="Load processes, each with its own in-process nodes and --concurrency flows at once, "
-    "against one real Redis (--redis); their histories are checked together.",
+    "against one real Redis (--redis); their histories are checked together. With "
+    "--deterministic: the processes its seeds run on (--seeds, --for).",
 )
 @click.option(
     "--deterministic",
     is_flag=True,
     help="Run the whole simulation in one trio run under virtual time on an in-process store, "
-    "every choice drawn from --seed: the seed replays bit for bit (README: Deterministic "
-    "simulation).",
+    "every choice drawn from --seed: the seed replays bit for bit "
+    "(docs/how-to/deterministic.md).",
 )
 @click.option(
     "--check-determinism",
@@ -147,6 +150,31 @@ Examples:
     default=None,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Run a deterministic run folder again (its seed and settings) into --out.",
+)
+@click.option(
+    "--seeds",
+    "seed_count",
+    default=None,
+    type=click.IntRange(1),
+    help="With --deterministic: run this many seeds (--seed, --seed + 1, ...) on --workers "
+    "processes (or --dask); a passing seed leaves a line in seeds.json, a failing one its "
+    "folder and a shrunk case with its replay command. Default: --workers seeds.",
+)
+@click.option(
+    "--dask",
+    "dask_address",
+    default=None,
+    metavar="tcp://HOST:8786",
+    help="With --deterministic: run the seeds on the Dask cluster whose scheduler is there "
+    "(pip install 'notes-cluster[swarm]'; docs/how-to/swarms.md).",
+)
+@click.option(
+    "--for",
+    "search_for",
+    default=None,
+    metavar="DURATION",
+    help="With --deterministic: search: keep drawing seeds until DURATION (90s, 10m, 2h) is "
+    "up; the fastest failing seeds of each invariant shrunk, distinct failures in failures.md.",
 )
 def simulate_cmd(
     nodes: int,
@@ -172,11 +200,15 @@ def simulate_cmd(
     buggify: bool,
     swarm: bool,
     replay_dir: Path | None,
+    seed_count: int | None,
+    dask_address: str | None,
+    search_for: str | None,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
 
-    if deterministic or check_determinism or buggify or swarm or replay_dir:
+    many = seed_count is not None or dask_address is not None or search_for is not None
+    if deterministic or check_determinism or buggify or swarm or replay_dir or many:
         from cluster.deterministic.command import simulate_deterministic_cmd
 
         require_extra("sim")

@@ -19,10 +19,8 @@ from typing import Any, NoReturn
 
 import click
 
+from cluster.deterministic import HASH_SEED
 from loadgen.run.folder import RunFolder
-
-HASH_SEED = "0"
-"""``PYTHONHASHSEED`` of every deterministic run."""
 
 
 def ensure_hash_seed() -> None:
@@ -66,10 +64,18 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     workers: int = params["workers"]
     buggify: bool = params["buggify"] or params["swarm"]
     skew = True
-    if workers > 1 and (replay_dir is not None or params["check_determinism"]):
+    many = (
+        workers > 1
+        or params.get("seed_count") is not None
+        or params.get("dask_address") is not None
+        or params.get("search_for") is not None
+    )
+    if many and (replay_dir is not None or params["check_determinism"]):
         raise click.UsageError(
-            "--workers runs several seeds; --replay and --check-determinism take one run"
+            "--workers, --seeds, --dask and --for run several seeds; --replay and "
+            "--check-determinism take one run"
         )
+    search_s = None if params.get("search_for") is None else parse_duration(params["search_for"])
     if replay_dir is not None:
         if params["check_determinism"] or params["swarm"]:
             raise click.UsageError(
@@ -111,8 +117,16 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     ensure_hash_seed()
     run_dir = claim_run_dir(params["out_dir"], params["replace"], "%Y%m%d-%H%M%S")
     options = replace(options, run_dir=run_dir)
-    if workers > 1:
-        _seeds(options, workers, buggify=buggify, swarmed=params["swarm"])
+    if many:
+        _seeds(
+            options,
+            workers,
+            buggify=buggify,
+            swarmed=params["swarm"],
+            count=params.get("seed_count"),
+            dask=params.get("dask_address"),
+            search_s=search_s,
+        )
     if params["swarm"]:
         options = swarm(options)
     s = options.settings
@@ -183,27 +197,97 @@ def _logs_in(run_dir: Path, *, nodes: bool) -> Iterator[None]:
         handler.close()
 
 
-def _seeds(options: Any, workers: int, *, buggify: bool, swarmed: bool) -> NoReturn:
-    """``--workers N``: N seeds in N processes, one merged verdict (exit code)."""
-    from cluster.deterministic.swarm import run_seeds
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``2h`` -> seconds; a usage error for anything else."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    body, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        seconds = float(body) * units[unit]
+    except ValueError:
+        raise click.UsageError(f"--for {text!r}: a duration such as 90s, 10m or 2h") from None
+    if seconds <= 0:
+        raise click.UsageError(f"--for {text!r}: a duration above zero")
+    return seconds
+
+
+def _seeds(
+    options: Any,
+    workers: int,
+    *,
+    buggify: bool,
+    swarmed: bool,
+    count: int | None,
+    dask: str | None,
+    search_s: float | None,
+) -> NoReturn:
+    """Several seeds on a process pool of ``workers`` (or the Dask cluster at ``dask``): a
+    fixed number, or a search for ``search_s`` seconds; one merged verdict (exit code)."""
+    from cluster.deterministic.fleet import dask_executor, local_executor
+    from cluster.deterministic.search import SwarmPlan, run_swarm
     from cluster.exit_codes import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
     from loadgen.run.folder import mark_complete
 
     s = options.settings
-    _say(
-        f"deterministic: seeds {s.seed}..{s.seed + workers - 1} in {workers} processes, "
-        f"{s.flows} flows each; run folder {options.run_dir}"
+    seeds = count if count is not None else max(workers, 1)
+    if dask is not None:
+        try:
+            executor, close = dask_executor(dask)
+        except ImportError as exc:
+            raise click.UsageError(str(exc)) from None
+        except OSError as exc:
+            raise click.UsageError(f"--dask {dask}: cannot reach the scheduler ({exc})") from None
+        where = f"the Dask cluster at {dask}"
+        in_flight = max(2 * _dask_threads(executor), 2)
+    else:
+        executor = local_executor(workers)
+        close = executor.shutdown
+        where = f"{workers} processes"
+        in_flight = workers + 1
+    what = (
+        f"a search of {search_s:g} s from seed {s.seed}"
+        if search_s is not None
+        else f"seeds {s.seed}..{s.seed + seeds - 1}"
     )
-    verdict, runs = run_seeds(options, workers, buggify=buggify, swarmed=swarmed)
-    for r in runs:
-        _say(
-            f"seed {r.seed}: {r.verdict.upper()}, {r.flows} flows in {r.wall_s:.1f} s, "
-            f"history sha256 {r.history_sha256} ({r.run_dir})"
-        )
-    flows = sum(r.flows for r in runs)
-    _say(f"merged verdict: {verdict.upper()} ({flows} flows, {workers} seeds)")
+    _say(f"deterministic: {what} on {where}, {s.flows} flows each; run folder {options.run_dir}")
+    plan = SwarmPlan(
+        options,
+        buggify,
+        swarmed,
+        seeds=seeds,
+        for_s=search_s,
+        in_flight=in_flight,
+        shrink_each=3 if search_s is not None else None,
+    )
+    try:
+        report = run_swarm(plan, executor, Path(options.run_dir), _say)
+    finally:
+        close()
+    if search_s is None and len(report.outcomes) <= 64:
+        for r in report.outcomes:
+            _say(
+                f"seed {r.seed}: {r.verdict.upper()}, {r.flows} flows in {r.cpu_s:.1f} CPU s, "
+                f"history sha256 {r.history_sha256}"
+            )
+    for f in report.failures:
+        _say(f"failure: {f.invariant}: {f.shape}; seeds {', '.join(map(str, f.seeds))}")
+        for replay in f.replays:
+            _say(f"  replay: {replay}")
+    _say(
+        f"merged verdict: {report.verdict.upper()} ({report.flows} flows, "
+        f"{len(report.outcomes)} seeds)"
+    )
     mark_complete(options.run_dir)
-    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(verdict, EXIT_UNKNOWN))
+    sys.exit({"valid": EXIT_VALID, "invalid": EXIT_INVALID}.get(report.verdict, EXIT_UNKNOWN))
+
+
+def _dask_threads(executor: Any) -> int:
+    """The threads of every worker of the Dask cluster behind ``executor``."""
+    client = getattr(executor, "_client", None)
+    try:
+        workers = client.scheduler_info()["workers"] if client is not None else {}
+        return sum(int(w.get("nthreads", 1)) for w in workers.values()) or 1
+    except (KeyError, TypeError, AttributeError, OSError):
+        return 1
 
 
 def _flows(s: Any) -> str:

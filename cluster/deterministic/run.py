@@ -12,6 +12,7 @@ two runs of one seed may differ in).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -54,7 +55,8 @@ from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
 from store.api import NoteStoreAPI
 from store.simulation.buggify import Buggify, buggify_on
-from store.simulation.memory_transport import serve_memory_store
+from store.simulation.lean_server import LeanServer
+from store.simulation.memory_transport import MemoryServer, serve_memory_store
 
 MACHINE_FIELDS = (
     ("deterministic", "wall_s"),
@@ -73,6 +75,26 @@ def comparable(results: dict[str, Any]) -> dict[str, Any]:
         if isinstance(out.get(block), dict):
             out[block].pop(name, None)
     return out
+
+
+STORES = ("lean", "fakeredis")
+"""The in-process stores a deterministic run can use: the lean store (the production scripts
+over plain data, ``store.simulation.lean_redis``; the default) or fakeredis (the reference it is
+held to). Both give a seed the same history bytes (``tests/test_lean_store.py``)."""
+
+DEFAULT_STORE = "lean"
+
+
+def store_server(store: str | Any) -> Any:
+    """The server a run uses: a new one of the kind ``store`` names, or ``store`` itself (a
+    test's server, recording its commands)."""
+    if not isinstance(store, str):
+        return store
+    if store == "lean":
+        return LeanServer()
+    if store == "fakeredis":
+        return MemoryServer()
+    raise DeterministicUsageError(f"--store {store!r}: one of {', '.join(STORES)}")
 
 
 PREFIX = "nc"
@@ -239,9 +261,11 @@ async def simulate_deterministic(
     clocks: NodeClocks | None = None,
     points: Buggify | None = None,
     transport_hook: Callable[[Transport], Transport] | None = None,
+    store: str | Any = DEFAULT_STORE,
 ) -> DeterministicSimulation:
     """The run (see the module docstring); call it inside ``run_deterministic``. ``clocks``:
-    the nodes' own clocks (``cluster.deterministic.clocks``); None: the Redis clock."""
+    the nodes' own clocks (``cluster.deterministic.clocks``); None: the Redis clock. ``store``:
+    see ``store_server``."""
     refuse_nondeterministic(options)
     settings = options.settings
     if settings.tag == "run":  # simulate's default draws a fresh tag; this one is the seed's
@@ -261,7 +285,7 @@ async def simulate_deterministic(
             encoding="utf-8",
         )
     plan = Plan(options.settings, options.exercise, keep_history=options.keep_history)
-    with serve_memory_store() as url:
+    with serve_memory_store(server=store_server(store)) as url:
         async with open_deterministic_target(
             options.nodes_spec(), options.settings, url, clocks, transport_hook
         ) as target:
@@ -306,21 +330,41 @@ def run_deterministic(
     node_offsets_ms: tuple[int, ...] | None = None,
     buggify: bool = False,
     transport_hook: Callable[[Transport], Transport] | None = None,
+    store: str | Any = DEFAULT_STORE,
 ) -> DeterministicSimulation:
     """One deterministic run in its own ``trio.run`` (this thread). The nodes' clocks are
     skewed from the seed (``skew``), or by ``node_offsets_ms`` when given; ``buggify`` turns
     the fault points of node and store code on (``store.simulation.buggify``), seeded by the seed;
-    ``transport_hook`` wraps the load's transport (a test's planted nondeterminism)."""
+    ``transport_hook`` wraps the load's transport (a test's planted nondeterminism); ``store``
+    picks the in-process store (``store_server``)."""
     refuse_nondeterministic(options)
     clock = mock_clock()
     seed = options.settings.seed
     clocks = NodeClocks(seed, offsets_ms=node_offsets_ms) if skew or node_offsets_ms else None
     faults = Buggify(seed) if buggify else None
-    with deterministic_world(seed, clock), buggify_on(faults) if faults else nullcontext():
+    with (
+        deterministic_world(seed, clock),
+        buggify_on(faults) if faults else nullcontext(),
+        _frozen_heap(),
+    ):
         return run_stoppable(
-            partial(simulate_deterministic, options, on_flow, clocks, faults, transport_hook),
+            partial(
+                simulate_deterministic, options, on_flow, clocks, faults, transport_hook, store
+            ),
             clock=clock,
         )
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Every object alive before the run out of the collector's way for its length
+    (``gc.freeze``: a full collection then scans only what the run made; about a tenth of a
+    run's CPU); back in the oldest generation after it."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOptions:

@@ -1,25 +1,19 @@
-"""Swarm testing (``--swarm``) and several seeds at once (``--workers N``) for deterministic runs.
+"""Swarm testing (``--swarm``) for deterministic runs: the seed picks the run's shape too.
 
 Layer: cluster. ``swarm`` lets the seed also pick the run's shape: how many nodes, the race
 kinds' weights, the fault mix, the state TTL; the fault points are on. The choices go into the
 run header and the run folder (``deterministic.json``), so ``--replay`` runs the same shape.
-``run_seeds`` runs N seeds (``seed`` .. ``seed + N - 1``) as N independent deterministic runs in
-N processes, each in a folder of its own (``seed-<N>``), and merges their verdicts into one:
-invalid when any run is, valid when every run is, else unknown.
+Many seeds at once (``--workers``, ``--seeds``, ``--dask``, ``--for``): ``search`` and
+``fleet``.
 """
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
 from cluster.deterministic.world import stream
 from cluster.faults import FaultKind
 from cluster.targets.simulate import SimulateOptions
-from loadgen.run.folder import RunFolder
 
 SWARM_NODES = (2, 3, 4, 5)
 SWARM_WEIGHT_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -50,67 +44,3 @@ def describe(options: SimulateOptions) -> str:
         f"swarm: {options.nodes} nodes, state TTL {options.state_ttl_s:g} s, faults {faults}; "
         f"weights {weights}"
     )
-
-
-@dataclass(frozen=True)
-class SeedRun:
-    """One seed's outcome, as its process reports it."""
-
-    seed: int
-    verdict: str
-    history_sha256: str
-    flows: int
-    wall_s: float
-    run_dir: str
-
-    def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
-
-
-def _one(job: tuple[SimulateOptions, bool, bool]) -> SeedRun:
-    from cluster.deterministic.run import run_deterministic
-
-    options, buggify, swarmed = job
-    if swarmed:
-        options = swarm(options)
-    sim = run_deterministic(options, buggify=buggify)
-    return SeedRun(
-        options.settings.seed,
-        sim.result.status,
-        sim.history_sha256,
-        sim.stats.tally.completed,
-        sim.wall_s,
-        str(options.run_dir),
-    )
-
-
-def merged_verdict(runs: list[SeedRun]) -> str:
-    """Invalid when any run is, valid when every run is, else unknown."""
-    verdicts = {r.verdict for r in runs}
-    if "invalid" in verdicts:
-        return "invalid"
-    return "valid" if verdicts == {"valid"} else "unknown"
-
-
-def run_seeds(
-    options: SimulateOptions, workers: int, *, buggify: bool, swarmed: bool
-) -> tuple[str, list[SeedRun]]:
-    """``workers`` seeds from ``options.settings.seed`` on, one process each (fresh
-    interpreters, the parent's environment: its hash seed); the merged verdict and each run.
-    ``options.run_dir`` gets a ``seed-<N>`` folder per seed and a ``seeds.json``."""
-    assert options.run_dir is not None
-    jobs = []
-    for k in range(workers):
-        seed = options.settings.seed + k
-        folder = options.run_dir / f"seed-{seed}"
-        folder.mkdir(parents=True, exist_ok=True)
-        each = replace(options, run_dir=folder, settings=replace(options.settings, seed=seed))
-        jobs.append((each, buggify, swarmed))
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        runs = pool.map(_one, jobs)
-    verdict = merged_verdict(runs)
-    summary = {"verdict": verdict, "runs": [r.to_json() for r in runs]}
-    RunFolder(Path(options.run_dir)).seeds_file.write_text(
-        json.dumps(summary, indent=2) + "\n", encoding="utf-8"
-    )
-    return verdict, runs

@@ -1,9 +1,9 @@
 """``notes-cluster bench-servers``: the HTTP servers side by side, in one run.
 
-Layer: cluster (the lab). The figures behind the README's "Choosing the HTTP server": the
-same wrk client as the bench's HTTP points (``wrk``: ``wrk_flow.lua``, one keep-alive
-connection per thread, pinned off the servers' core) drives, in alternating rounds of short
-slots (in turn first, then last ...), one process per server and app
+Layer: cluster (the lab). The figures behind docs/explanation/design-decisions.md ("The
+HTTP server"): the same wrk client as the bench's HTTP points (``wrk``: ``wrk_flow.lua``, one
+keep-alive connection per thread, pinned off the servers' core) drives, in alternating rounds of
+short slots (in turn first, then last ...), one process per server and app
 (``cluster.lab.server_variants``):
 
 - the fixed-replies app (the HTTP server alone) on uvicorn with httptools and uvloop, granian,

@@ -1,7 +1,7 @@
 """The sequential model of one confirmation state: the legal replies to each answer under it.
 
 Layer: loadgen.check. Pure module: no I/O, and deliberately no node code. It is an independent
-statement of what the protocol promises (design §1 and §4, the README's model section), in the
+statement of what the protocol promises (design §1 and §4, docs/explanation/model.md), in the
 manner of porcupine's ``Model{Init, Step}``: ``INIT`` is a state nobody answered yet, ``step``
 gives, for one answer and what the journal says of its note at that point, every legal reply
 with the state it leaves behind and the journal entry it implies. ``loadgen.check.model_search``

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from loadgen.mrtr_pack.traceability import requirement_of
+
 CheckStatus = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED"]
 
 SPEC_MRTR = {
@@ -28,7 +30,7 @@ SPEC_ELICITATION = {
 """Form-mode answers: accept, decline, cancel."""
 EXACTLY_ONCE = {"id": "notes-cluster-exactly-once"}
 """This project's invariants (its design, section 1): exactly-once mutation, no lost answer,
-correct expiry (no URL: the README's "The model" section states them)."""
+correct expiry (no URL: docs/explanation/model.md states them)."""
 
 
 @dataclass
@@ -77,8 +79,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(checks: Sequence[Check], targets: Sequence[str]) -> str:
-    """A table of the run: one row per check, status and what was seen."""
+def markdown(checks: Sequence[Check], targets: Sequence[str], *, requirements: bool = True) -> str:
+    """A table of the run: one row per check, the spec requirement it tests (``checks.md``;
+    the console leaves that long column out and names where to read it), status and what was
+    seen."""
     counts = {s: sum(c.status == s for c in checks) for s in ("SUCCESS", "FAILURE", "WARNING")}
     lines = [
         "# MRTR exactly-once conformance",
@@ -88,12 +92,20 @@ def markdown(checks: Sequence[Check], targets: Sequence[str]) -> str:
         f"{counts['SUCCESS']} SUCCESS, {counts['FAILURE']} FAILURE, {counts['WARNING']} WARNING, "
         f"{len(checks) - sum(counts.values())} SKIPPED",
         "",
-        "| Check | Status | Seen |",
-        "|---|---|---|",
     ]
+    if requirements:
+        lines += ["| Check | Requirement | Status | Seen |", "|---|---|---|---|"]
+    else:
+        lines += [
+            "The requirement each check tests: `notes-cluster conformance --traceability`.",
+            "",
+            "| Check | Status | Seen |",
+            "|---|---|---|",
+        ]
     for c in checks:
         seen = c.error_message or str(c.details.get("summary", ""))
-        lines.append(f"| `{c.id}` {_cell(c.name)} | {c.status} | {_cell(seen)} |")
+        need = f" {_cell(requirement_of(c.id))} |" if requirements else ""
+        lines.append(f"| `{c.id}` {_cell(c.name)} |{need} {c.status} | {_cell(seen)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -53,8 +53,10 @@ async def run_pack(
     *,
     run_number: int | None = None,
     scenarios: Sequence[Scenario] = SCENARIOS,
+    parallel: int = PARALLEL,
 ) -> list[Check]:
-    """Every check against the instances at ``urls`` (control first, its verdict included)."""
+    """Every check against the instances at ``urls`` (control first, its verdict included),
+    ``parallel`` scenarios at a time (1: one after another, the expiry waits included)."""
     if not urls:
         raise ValueError("at least one target URL")
     number = secrets.randbelow(10**7) if run_number is None else run_number
@@ -62,10 +64,10 @@ async def run_pack(
     base = Baseline()
     first = await _run_one(CONTROL, 0, number, contract, wire, base)
     checks: list[Check | None] = [None] * len(scenarios)
-    turns = trio.CapacityLimiter(PARALLEL)
+    turns = trio.CapacityLimiter(parallel)
 
     async def one(i: int) -> None:
-        if scenarios[i].waits:
+        if scenarios[i].waits and parallel > 1:
             checks[i] = await _run_one(scenarios[i], i + 1, number, contract, wire, base)
             return
         async with turns:

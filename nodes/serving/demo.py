@@ -1,11 +1,12 @@
 """The demo fixture behind ``notes-cluster serve --demo`` and the default simulation.
 
-Layer: nodes (serving). Everything here is a clearly named DEMO value: the tokens are published in
-the README and the state key is generated per process, so nothing here is a secret worth keeping.
+Layer: nodes (serving). Everything here is a clearly named DEMO value: the tokens are published
+in the documentation and the state key is generated per process, so nothing here is a secret
+worth keeping.
 
-    alice  (token alice-demo-token)  file:///Users/alice/Documents/Notes, .../Archive, file:///Shared/Team
-    bob    (token bob-demo-token)    file:///Users/bob/Notes, file:///Shared/Team
-    file:///Users/alice/Documents/Notes-evil exists and nobody is authorized for it.
+alice (token alice-demo-token) file:///Users/alice/Documents/Notes, .../Archive,
+file:///Shared/Team bob (token bob-demo-token) file:///Users/bob/Notes, file:///Shared/Team
+file:///Users/alice/Documents/Notes-evil exists and nobody is authorized for it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ DEMO_TOKENS: dict[str, str] = {
     "alice-demo-token": "alice",
     "bob-demo-token": "bob",
 }
-"""Demo bearer tokens (published in the README). Real deployments list only token hashes."""
+"""Demo bearer tokens (published in the documentation). Real deployments list only token hashes."""
 
 
 @dataclass(frozen=True)

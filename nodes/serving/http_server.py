@@ -1,9 +1,9 @@
 """Serving node processes: uvicorn with httptools and uvloop, header timeout and SIGTERM drain.
 
-Layer: nodes (serving). The ASGI server of every node process (``serve --processes``, the bench's
-HTTP points, ``notes-cluster node``), chosen by a side-by-side benchmark (``notes-cluster
-bench-servers``; README, "Choosing the HTTP server"): on the same client, c=8, one worker, it
-spent less than half of granian's CPU per two-request flow.
+Layer: nodes (serving). The ASGI server of every node process (``serve --processes``, the
+bench's HTTP points, ``notes-cluster node``), chosen by a side-by-side benchmark
+(``notes-cluster bench-servers``; docs/explanation/design-decisions.md): on the same client,
+c=8, one worker, it spent less than half of granian's CPU per two-request flow.
 
 What uvicorn lacks is added here, small and local:
 - header and body timeouts (``ServerTimeouts``): uvicorn bounds only the idle time between

@@ -23,7 +23,13 @@ from nodes.serving.durability import parse_wait_replicas
 from nodes.serving.http_server import bind_socket, run_server, server_config
 from nodes.serving.lifeline import terminate_self, watch_lifeline
 from nodes.serving.operator import DEFAULT_METRICS_HOST, OperatorOptions, bind_metrics
-from nodes.serving.settings import ClusterSettings, ConfigError, settings_for, with_demo_anonymous
+from nodes.serving.settings import (
+    ClusterSettings,
+    ConfigError,
+    settings_for,
+    with_conformance_fixtures,
+    with_demo_anonymous,
+)
 from store.notes import DEFAULT_PREFIX
 
 TIMEOUTS = ("headers", "body", "idle", "drain")
@@ -53,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default=DEFAULT_LEVEL, choices=LEVELS)
     p.add_argument("--log-json", action="store_true")
     p.add_argument("--demo-anonymous", default=None, metavar="PRINCIPAL")
+    p.add_argument("--conformance-fixtures", action="store_true")
     p.add_argument("--max-header-bytes", type=int, default=None)
     for name in TIMEOUTS:
         p.add_argument(f"--{name}-timeout", type=float, default=None, help="seconds")
@@ -81,6 +88,7 @@ def settings_from_args(a: argparse.Namespace) -> ClusterSettings:
     settings = replace(settings, timeouts=_timeouts(a, settings.timeouts))
     try:
         settings = with_demo_anonymous(settings, a.demo_anonymous, a.host)
+        settings = with_conformance_fixtures(settings, a.conformance_fixtures, a.config is None)
     except ConfigError as exc:
         sys.exit(f"node: {exc}")
     if a.max_header_bytes is not None:

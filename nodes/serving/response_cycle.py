@@ -1,13 +1,13 @@
 """One request's ASGI cycle on a node process's HTTP connection (the HTTP exchange's
 own cost).
 
-Layer: nodes (serving). The node server (``nodes.serving.http_server``) runs on uvicorn's httptools
-protocol; this class takes the place of uvicorn's ``RequestResponseCycle``, the object behind a
-request's ``receive`` and ``send``. It keeps that cycle's contract message for message (the ASGI
-HTTP messages, ``100 Continue``, HEAD, 204 and 304 without a body, chunked encoding when no length
-is declared, the Content-Length checks, ``Connection: close``, a 500 when the app fails before its
-response starts, a closed connection when it fails after, flow control) and is cheaper per
-request:
+Layer: nodes (serving). The node server (``nodes.serving.http_server``) runs on uvicorn's
+httptools protocol; this class takes the place of uvicorn's ``RequestResponseCycle``, the object
+behind a request's ``receive`` and ``send``. It keeps that cycle's contract message for message
+(the ASGI HTTP messages, ``100 Continue``, HEAD, 204 and 304 without a body, chunked encoding
+when no length is declared, the Content-Length checks, ``Connection: close``, a 500 when the app
+fails before its response starts, a closed connection when it fails after, flow control) and is
+cheaper per request:
 
 - a response that is not chunked leaves in one ``write``: its head is held until its first body
   message (or its end, for HEAD, 204 and 304) and goes out with it (uvicorn writes head and body
@@ -19,10 +19,10 @@ request:
 - each header name is checked against the token rule once (a bounded set of names seen valid),
   each value on every response (one regular-expression search).
 
-Measured with ``python -m cluster.lab.instructions``.
-The protocol class (``nodes.serving.http_server._TimedHttpToolsProtocol``) builds the cycle, feeds
-it the body and starts its task; ``tests/test_node_server_internals.py`` and
-``tests/test_response_cycle.py`` hold it to the contract.
+Measured with ``python -m cluster.lab.instructions`` (docs/explanation/design-decisions.md, "The
+request cycle"). The protocol class (``nodes.serving.http_server._TimedHttpToolsProtocol``)
+builds the cycle, feeds it the body and starts its task; ``tests/test_node_server_internals.py``
+and ``tests/test_response_cycle.py`` hold it to the contract.
 """
 
 from __future__ import annotations

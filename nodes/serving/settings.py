@@ -1,8 +1,9 @@
 """Cluster configuration: the documented TOML file, and the demo fixture as the same settings.
 
-Layer: nodes (serving). Reads files and environment; hands the node a plain ``NodeConfig``. Secrets
-are never inline: tokens are listed as sha256 hashes and state keys are read from the environment or
-from files. The format, with an example of every key, is the README's "Configuration" section
+Layer: nodes (serving). Reads files and environment; hands the node a plain ``NodeConfig``.
+Secrets are never inline: tokens are listed as sha256 hashes and state keys are read from the
+environment or from files. The format is documented by the models below
+(``docs/reference/configuration.md`` is generated from them) with an example of every key
 (``tests/test_config_example.py`` loads that example, so it stays true).
 """
 
@@ -59,71 +60,204 @@ class ConfigError(ValueError):
 
 
 class _Principal(BaseModel):
+    """``[principals.NAME]``: one principal's token hashes and grants."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    token_sha256: list[str] = Field(min_length=1)
-    grants: list[str] = Field(min_length=1)
+    token_sha256: list[str] = Field(
+        min_length=1,
+        description="sha256 hex digests of the principal's bearer tokens (never the tokens).",
+    )
+    grants: list[str] = Field(
+        min_length=1,
+        description="Roots the principal may use: any configured workspace inside one of them.",
+    )
 
 
 class _Timeouts(BaseModel):
+    """``[timeouts]``: seconds a connection may take, phase by phase."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    headers: float = Field(default=DEFAULT_HEADERS_TIMEOUT_S, gt=0, le=3600)
-    body: float = Field(default=DEFAULT_BODY_TIMEOUT_S, gt=0, le=3600)
-    idle: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0, le=3600)
-    drain: float = Field(default=DEFAULT_DRAIN_TIMEOUT_S, gt=0, le=3600)
+    headers: float = Field(
+        default=DEFAULT_HEADERS_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="A request's header block, from the connection's start; then closed.",
+    )
+    body: float = Field(
+        default=DEFAULT_BODY_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="A request's whole body once its headers arrived; then 408 and closed.",
+    )
+    idle: float = Field(
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="A keep-alive connection between requests.",
+    )
+    drain: float = Field(
+        default=DEFAULT_DRAIN_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="On SIGTERM: how long in-flight requests may take to finish.",
+    )
 
 
 class _Legacy(BaseModel):
     """``[legacy]``: the fields of ``LegacyCaps``, each a positive integer."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    sessions_per_principal: int = Field(default=LegacyCaps.sessions_per_principal, gt=0)
-    client_text_max_chars: int = Field(default=LegacyCaps.client_text_max_chars, gt=0)
-    request_id_max_chars: int = Field(default=LegacyCaps.request_id_max_chars, gt=0)
-    inbox_max_entries: int = Field(default=LegacyCaps.inbox_max_entries, gt=0)
-    answer_max_bytes: int = Field(default=LegacyCaps.answer_max_bytes, gt=0)
-    roots_max: int = Field(default=LegacyCaps.roots_max, gt=0)
-    pending_calls_per_session: int = Field(default=LegacyCaps.pending_calls_per_session, gt=0)
-    pending_calls_per_node: int = Field(default=LegacyCaps.pending_calls_per_node, gt=0)
+    sessions_per_principal: int = Field(
+        default=LegacyCaps.sessions_per_principal,
+        gt=0,
+        description="Sessions a principal may hold; past it, its oldest session ends.",
+    )
+    client_text_max_chars: int = Field(
+        default=LegacyCaps.client_text_max_chars,
+        gt=0,
+        description="clientInfo name and version are cut to this many characters.",
+    )
+    request_id_max_chars: int = Field(
+        default=LegacyCaps.request_id_max_chars,
+        gt=0,
+        description="Longest string request id a notifications/cancelled may name.",
+    )
+    inbox_max_entries: int = Field(
+        default=LegacyCaps.inbox_max_entries,
+        gt=0,
+        description="A session's answer inbox is trimmed to about this many entries.",
+    )
+    answer_max_bytes: int = Field(
+        default=LegacyCaps.answer_max_bytes,
+        gt=0,
+        description="Largest answer a client may POST; past it 400, and the call ends isError.",
+    )
+    roots_max: int = Field(
+        default=LegacyCaps.roots_max,
+        gt=0,
+        description="Roots of a roots/list answer kept; further ones are dropped.",
+    )
+    pending_calls_per_session: int = Field(
+        default=LegacyCaps.pending_calls_per_session,
+        gt=0,
+        description="Open calls per session, counted over all nodes; past it -32600.",
+    )
+    pending_calls_per_node: int = Field(
+        default=LegacyCaps.pending_calls_per_node,
+        gt=0,
+        description="Open legacy calls per node; past it a retryable -32603.",
+    )
 
 
 class _File(BaseModel):
+    """The configuration file's top level."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
-    server_name: str = Field(min_length=1, max_length=200)
-    state_ttl_seconds: float = Field(default=DEFAULT_STATE_TTL_MS / 1000, gt=0, le=86_400)
-    replay_grace_seconds: float = Field(default=REPLAY_GRACE_MS / 1000, ge=0, le=86_400)
-    allowed_origins: list[str] = Field(default_factory=list)
-    state_keys: dict[str, str]
-    workspaces: dict[str, str] = Field(min_length=1)
-    principals: dict[str, _Principal] = Field(min_length=1)
-    archives: dict[str, str] = Field(default_factory=dict)
-    public_url: str | None = Field(default=None, min_length=1, max_length=2048)
-    # A body must fit in one request (nodes.http's 1 MiB), with room for the envelope.
-    max_note_body_bytes: int = Field(default=DEFAULT_MAX_NOTE_BODY_BYTES, ge=1, le=524_288)
-    max_notes_per_workspace: int = Field(
-        default=DEFAULT_MAX_NOTES_PER_WORKSPACE, ge=1, le=1_000_000
+    server_name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="The audience every node of the cluster shares (states are bound to it).",
     )
-    list_page_size: int = Field(default=DEFAULT_LIST_PAGE_SIZE, ge=1, le=MAX_LIST_PAGE_SIZE)
+    state_ttl_seconds: float = Field(
+        default=DEFAULT_STATE_TTL_MS / 1000,
+        gt=0,
+        le=86_400,
+        description="How long a confirmation's requestState stays valid (on the Redis clock).",
+    )
+    replay_grace_seconds: float = Field(
+        default=REPLAY_GRACE_MS / 1000,
+        ge=0,
+        le=86_400,
+        description="How long a replay entry outlives its state's expiry.",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser origins allowed to POST to /mcp (others 403; a node's own "
+        "loopback origin needs no entry).",
+    )
+    state_keys: dict[str, str] = Field(
+        description="The sealing key ring: `active` names the key that seals; every key "
+        "(`env:NAME` or `file:PATH`, base64 of 32 bytes) still opens states.",
+    )
+    workspaces: dict[str, str] = Field(
+        min_length=1,
+        description="Workspace URI -> tenant (one Redis hash tag per tenant).",
+    )
+    principals: dict[str, _Principal] = Field(
+        min_length=1, description="One table per principal (see [principals.NAME])."
+    )
+    archives: dict[str, str] = Field(
+        default_factory=dict,
+        description="Workspace URI -> its archive workspace (notes_archive).",
+    )
+    public_url: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2048,
+        description="Base URL of notes_setup links (default: the address each node bound).",
+    )
+    # A body must fit in one request (nodes.http's 1 MiB), with room for the envelope.
+    max_note_body_bytes: int = Field(
+        default=DEFAULT_MAX_NOTE_BODY_BYTES,
+        ge=1,
+        le=524_288,
+        description="Largest note body, in UTF-8 bytes.",
+    )
+    max_notes_per_workspace: int = Field(
+        default=DEFAULT_MAX_NOTES_PER_WORKSPACE,
+        ge=1,
+        le=1_000_000,
+        description="Creates and moves into a full workspace are refused.",
+    )
+    list_page_size: int = Field(
+        default=DEFAULT_LIST_PAGE_SIZE,
+        ge=1,
+        le=MAX_LIST_PAGE_SIZE,
+        description="Notes per notes_list page, then nextCursor.",
+    )
     idempotency_window_seconds: float = Field(
-        default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000, ge=1, le=7 * 86_400
+        default=DEFAULT_IDEMPOTENCY_WINDOW_MS / 1000,
+        ge=1,
+        le=7 * 86_400,
+        description="How long a write's idempotency key is remembered.",
     )
     max_notes_per_principal: int = Field(
-        default=DEFAULT_MAX_NOTES_PER_PRINCIPAL, ge=1, le=10_000_000
+        default=DEFAULT_MAX_NOTES_PER_PRINCIPAL,
+        ge=1,
+        le=10_000_000,
+        description="Notes one principal may own per tenant.",
     )
     # At least one largest note; at most 64 GiB.
     max_bytes_per_principal: int = Field(
-        default=DEFAULT_MAX_BYTES_PER_PRINCIPAL, ge=1024, le=64 * 1024**3
+        default=DEFAULT_MAX_BYTES_PER_PRINCIPAL,
+        ge=1024,
+        le=64 * 1024**3,
+        description="Bytes (titles and bodies, UTF-8) one principal's notes may hold per tenant.",
     )
     max_share_of_shared_workspace: float = Field(
-        default=DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE, gt=0, le=1
+        default=DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE,
+        gt=0,
+        le=1,
+        description="Share of max_notes_per_workspace one principal may fill where several "
+        "principals' grants cover a workspace.",
     )
     max_header_bytes: int = Field(
         default=DEFAULT_MAX_HEADER_BYTES,
         ge=MAX_HEADER_BYTES_RANGE[0],
         le=MAX_HEADER_BYTES_RANGE[1],
+        description="Largest request header block; past it 431 and the connection closed.",
     )
-    wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = AUTO
-    legacy: _Legacy = Field(default_factory=_Legacy)
-    timeouts: _Timeouts = Field(default_factory=_Timeouts)
+    wait_replicas: Literal["auto"] | Annotated[int, Field(ge=0, le=16)] = Field(
+        default=AUTO,
+        description='Replicas every write waits for: "auto" (one where every master has a '
+        "replica, else none) or a number; 0 never waits.",
+    )
+    legacy: _Legacy = Field(
+        default_factory=_Legacy, description="Bounds of 2025-11-25 clients (see [legacy])."
+    )
+    timeouts: _Timeouts = Field(
+        default_factory=_Timeouts, description="Connection timeouts (see [timeouts])."
+    )
 
 
 @dataclass(frozen=True)
@@ -136,8 +270,8 @@ class ClusterSettings:
     replay_grace_ms: int = REPLAY_GRACE_MS
     wait_replicas: WaitReplicas = AUTO
     """Replicas every write must reach (``WAIT``) before a node answers; fewer in time is
-    "outcome unknown" (-32603). 0: asynchronous replication (see README, failover); ``"auto"``:
-    1 where every master has a replica, else 0 (``nodes.serving.durability``)."""
+    "outcome unknown" (-32603). 0: asynchronous replication (docs/explanation/durability.md);
+    ``"auto"``: 1 where every master has a replica, else 0 (``nodes.serving.durability``)."""
     timeouts: ServerTimeouts = field(default_factory=ServerTimeouts)
     """Header, body, idle and drain bounds of the serving path (``[timeouts]``)."""
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
@@ -258,6 +392,17 @@ def with_demo_anonymous(
         return replace(settings, tokens=settings.tokens.with_anonymous(principal))
     except ValueError:
         raise ConfigError(f"--demo-anonymous {principal}: not a principal of the demo") from None
+
+
+def with_conformance_fixtures(settings: ClusterSettings, on: bool, demo: bool) -> ClusterSettings:
+    """``settings`` whose nodes also serve the official conformance suite's fixtures
+    (``nodes.fixtures``) when ``on``: a demo option, refused with a configuration file, so a
+    production node never serves them."""
+    if not on:
+        return settings
+    if not demo:
+        raise ConfigError("--conformance-fixtures serves the demo only (with --demo)")
+    return replace(settings, node=replace(settings.node, conformance_fixtures=True))
 
 
 def settings_for(

@@ -87,6 +87,11 @@ class CallContext:
     """The client's idempotency key for this call (``nodes.idempotency``), if it sent one."""
     write_op_of: Callable[[], WriteOp] = WriteOp.fresh
     """Makes ``write_op`` (``nodes.idempotency.write_op`` for this call)."""
+    meta: Mapping[str, Any] | None = None
+    """The request's ``params._meta`` (``progressToken``, ``logLevel``, ...), if it had one."""
+    outbox: list[dict[str, Any]] | None = None
+    """Where a handler puts the request-scoped notifications (progress, log messages) sent
+    on the response stream before the result; None where the transport takes none."""
     _write_op: WriteOp | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -98,6 +103,15 @@ class CallContext:
             op = self.write_op_of()
             object.__setattr__(self, "_write_op", op)
         return op
+
+    def meta_value(self, key: str) -> object:
+        """``params._meta[key]`` of this request (None when absent)."""
+        return None if self.meta is None else self.meta.get(key)
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        """Send a notification on this request's response stream (dropped without one)."""
+        if self.outbox is not None:
+            self.outbox.append({"jsonrpc": "2.0", "method": method, "params": params})
 
     def authorize(self, raw_uri: str) -> Workspace:
         """The workspace, if this principal may use it (raises ScopeError otherwise)."""

@@ -32,7 +32,9 @@ from store.resp_client import RespRedis
 MEMORY_SCHEME = "memory"
 """``memory://NAME``: the ``MemoryServer`` registered under NAME in this process."""
 
-_SERVERS: dict[str, MemoryServer] = {}
+_SERVERS: dict[str, Any] = {}
+"""Served stores by name: a ``MemoryServer`` (fakeredis) or any object with its ``connect``
+and ``sync_client`` (the lean store, ``store.simulation.lean_server.LeanServer``)."""
 _names = itertools.count()
 
 
@@ -53,6 +55,10 @@ class MemoryServer:
         self.fake = FakeServer(server_type="redis", version=(8, 0))
         self.connections = itertools.count(1)
 
+    def connect(self) -> MemoryConnection:
+        """A new connection to this server."""
+        return MemoryConnection(self)
+
     def sync_client(self, *, decode_responses: bool = False) -> Any:
         """A redis-py style client of this server (the tooling's reads), no socket either."""
         from fakeredis import FakeRedis
@@ -60,7 +66,7 @@ class MemoryServer:
         return FakeRedis(server=self.fake, decode_responses=decode_responses)
 
 
-def memory_server(url: str) -> MemoryServer:
+def memory_server(url: str) -> Any:
     """The server a ``memory://NAME`` URL names; NotSent when none is registered."""
     name = url.split("://", 1)[1].strip("/")
     try:
@@ -70,12 +76,13 @@ def memory_server(url: str) -> MemoryServer:
 
 
 @contextmanager
-def serve_memory_store(name: str | None = None) -> Iterator[str]:
-    """Register a fresh in-process server for the block; yield its ``memory://`` URL."""
+def serve_memory_store(name: str | None = None, server: Any = None) -> Iterator[str]:
+    """Register ``server`` (default: a fresh fakeredis ``MemoryServer``) for the block; yield
+    its ``memory://`` URL."""
     name = name or f"s{next(_names)}"
     if name in _SERVERS:
         raise ValueError(f"an in-process store named {name!r} is already served")
-    _SERVERS[name] = MemoryServer()
+    _SERVERS[name] = MemoryServer() if server is None else server
     try:
         yield f"{MEMORY_SCHEME}://{name}"
     finally:
@@ -161,6 +168,6 @@ class MemoryRedis(RespRedis):
             raise NotSent("the client is closed")
         self._connections = [c for c in self._connections if c.alive]
         if not self._connections:
-            conn: Any = MemoryConnection.open(self.url)
+            conn: Any = memory_server(self.url).connect()
             self._connections.append(conn)
         return self._connections[0]

@@ -1,5 +1,5 @@
 """``notes-cluster conformance-table``: the pack against our cluster and both SDK references,
-check by check, as the README publishes it.
+check by check, as docs/explanation/sdk-references.md publishes it.
 
 Layer: cluster (the lab). Starts each target in turn on the given Redis (keys under a
 prefix of the run's own, deleted afterwards): three of our HTTP nodes (the demo fixture), the

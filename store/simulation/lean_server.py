@@ -1,0 +1,185 @@
+"""The lean store (``store.simulation.lean_redis``) behind a ``memory://`` URL: the store's client
+talks to it with no socket and no RESP round trip, the check reads it through a small redis-py-
+shaped facade.
+
+Layer: store. ``LeanServer`` is registered like ``store.simulation.memory_transport``'s
+fakeredis server (``serve_memory_store(server=LeanServer)``); ``LeanConnection`` has the
+interface of ``store.redis_conn``'s connections: the command bytes ``pack`` made are parsed
+(hiredis), run whole inside the caller's task between two checkpoints (a "send" and a "reply",
+as the fakeredis transport does, so trio interleaves calls exactly as there), and the replies
+handed over in the form ``RespCore`` gives them. ``recording`` keeps every request and its
+replies' RESP bytes (the differential test replays them on fakeredis and a real Redis).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import anyio.lowlevel
+import hiredis
+
+from store.redis_errors import ConnectionLost, NotSent, UnknownOutcome
+from store.resp import ReplyError
+from store.simulation.lean_redis import Error, LeanRedis, decoded, encode
+
+Recorded = tuple[int, float, list[list[bytes]], list[bytes]]
+"""One request: connection number, the store's clock then (seconds), its commands (arguments),
+each reply's RESP bytes."""
+
+
+class LeanServer:
+    """One lean store that memory connections talk to."""
+
+    def __init__(self) -> None:
+        self.redis = LeanRedis()
+        self.connections = itertools.count(1)
+        self.recording: list[Recorded] | None = None
+
+    def connect(self) -> LeanConnection:
+        """A new connection to this store."""
+        return LeanConnection(self)
+
+    def sync_client(self, *, decode_responses: bool = False) -> LeanSyncClient:
+        """The check's reads (``store.journal``, ``loadgen.run.pipeline``), no socket."""
+        return LeanSyncClient(self.redis, decode_responses=decode_responses)
+
+
+_READER = hiredis.Reader()
+"""One parser for every request of this process: a request is parsed whole before the next
+(no checkpoint in between), and a bad one resets it."""
+
+
+def _parse(data: bytes) -> list[bytes]:
+    _READER.feed(data)
+    args = _READER.gets()
+    if not isinstance(args, list) or _READER.gets() is not False:
+        _READER.__init__()  # type: ignore[misc]
+        raise ConnectionLost("lean store: a request is not one RESP command")
+    return args
+
+
+class LeanConnection:
+    """One connection to a ``LeanServer`` (see the module docstring)."""
+
+    def __init__(self, server: LeanServer) -> None:
+        self.server = server
+        self.number = next(server.connections)
+        self.alive = True
+
+    pending = 0
+    """Calls written and not yet answered: none between two calls, each runs whole."""
+
+    async def request(
+        self, commands: tuple[bytes, ...], deadline: float | None = None
+    ) -> list[Any]:
+        """Run ``commands`` (together, in order) and return their replies."""
+        del deadline
+        if not self.alive:
+            raise NotSent("connection closed")
+        await anyio.lowlevel.checkpoint()  # the send
+        if not self.alive:
+            raise NotSent("connection closed")
+        redis = self.server.redis
+        parsed = [_parse(c) for c in commands]
+        raw = [redis.command(args) for args in parsed]
+        recording = self.server.recording
+        if recording is not None:
+            replies_bytes = [encode(r) for r in raw]
+            recording.append((self.number, redis.clock(), parsed, replies_bytes))
+        replies = [decoded(r, ReplyError) for r in raw]
+        await anyio.lowlevel.checkpoint()  # the reply
+        return replies
+
+    def close(self, error: UnknownOutcome, first: object = None) -> None:
+        """Close the connection (nothing waits on it between calls)."""
+        del error, first
+        self.alive = False
+
+
+class _Pipeline:
+    """``client.pipeline(transaction=False)``: the calls queued, run on ``execute``."""
+
+    def __init__(self, client: LeanSyncClient) -> None:
+        self._client = client
+        self._queued: list[tuple[str, tuple[Any, ...]]] = []
+
+    def hget(self, key: str, field: str) -> None:
+        self._queued.append(("hget", (key, field)))
+
+    def pttl(self, key: str) -> None:
+        self._queued.append(("pttl", (key,)))
+
+    def execute(self) -> list[Any]:
+        out = [getattr(self._client, name)(*args) for name, args in self._queued]
+        self._queued.clear()
+        return out
+
+
+def _b(value: str | bytes | int) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+class LeanSyncClient:
+    """The redis-py calls the check makes, answered as redis-py answers them: ``scan_iter``,
+    ``xrange``, ``hget``, ``hmget``, ``get``, ``pttl``, ``time``, ``delete``, ``pipeline``."""
+
+    def __init__(self, redis: LeanRedis, *, decode_responses: bool) -> None:
+        self._redis = redis
+        self._decode = decode_responses
+
+    def _run(self, *args: str | bytes | int) -> Any:
+        reply = self._redis.command([_b(a) for a in args])
+        if isinstance(reply, Error):
+            raise RuntimeError(reply.text)
+        return reply
+
+    def _out(self, value: Any) -> Any:
+        if self._decode and isinstance(value, bytes):
+            return value.decode("utf-8")
+        if isinstance(value, list):
+            return [self._out(v) for v in value]
+        return value
+
+    def scan_iter(self, match: str | bytes = "*", count: int | None = None) -> Iterator[Any]:
+        del count
+        _, keys = self._run("SCAN", "0", "MATCH", match)
+        return iter(self._out(keys))
+
+    def xrange(
+        self, name: str, min: str = "-", max: str = "+", count: int | None = None
+    ) -> list[tuple[Any, dict[Any, Any]]]:
+        extra: tuple[str | int, ...] = () if count is None else ("COUNT", count)
+        entries = self._run("XRANGE", name, min, max, *extra)
+        out = []
+        for entry_id, fields in entries:
+            flat = self._out(fields)
+            out.append((self._out(entry_id), dict(zip(flat[::2], flat[1::2], strict=True))))
+        return out
+
+    def hget(self, key: str, field: str) -> Any:
+        return self._out(self._run("HGET", key, field))
+
+    def hmget(self, key: str, fields: Sequence[str]) -> Any:
+        return self._out(self._run("HMGET", key, *fields))
+
+    def get(self, key: str) -> Any:
+        return self._out(self._run("GET", key))
+
+    def pttl(self, key: str) -> int:
+        return int(self._run("PTTL", key))
+
+    def time(self) -> tuple[int, int]:
+        sec, usec = self._run("TIME")
+        return int(sec), int(usec)
+
+    def delete(self, *keys: str) -> int:
+        return int(self._run("DEL", *keys)) if keys else 0
+
+    def pipeline(self, transaction: bool = True) -> _Pipeline:
+        del transaction
+        return _Pipeline(self)
+
+    def close(self) -> None:
+        """Nothing to close (no socket)."""
