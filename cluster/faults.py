@@ -22,6 +22,9 @@ Kinds (each selectable):
   (``cluster.reply_dropping_proxy``, ``mode="close"``; not on a Redis Cluster, whose clients
   follow the cluster's own node addresses past any proxy). Through the proxy a window that lost
   no reply in its planned length stays open until it loses one (or the run ends).
+- ``reshard`` (a Redis Cluster only): a busy tenant's slot is moved to another master and back
+  (``cluster.reshard``: ``CLUSTER SETSLOT`` and ``MIGRATE``), held migrating a moment each way,
+  so the tenant's writes meet TRYAGAIN (and ASK) and the nodes re-send them.
 - ``stall``: Redis holds every script past the nodes' client timeout, then runs it:
   ``CLIENT PAUSE <ms> WRITE`` on a real Redis (every master of a cluster), the same hold at the
   store seam on the embedded store. The nodes' Redis timeout is cut to
@@ -46,12 +49,26 @@ import trio
 
 from cluster.local import LocalCluster
 from cluster.reply_dropping_proxy import SCRIPT_COMMANDS, ReplyDroppingProxy
+from cluster.reshard import reshard_tenant
 from cluster.store_faults import StoreFaults
 from cluster.stores import needs_real_redis
 from loadgen.transport import NodeDown, Reply, Transport
+from store.client_factory import is_cluster
 
-FaultKind = Literal["nodes", "redis", "client", "lost-reply", "stall"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("nodes", "redis", "client", "lost-reply", "stall")
+RESHARD_NEEDS = (
+    "--faults reshard needs a Redis Cluster (--redis redis://HOST:PORT of one of its nodes): "
+    "it moves the busy tenants' slots between masters"
+)
+
+FaultKind = Literal["nodes", "redis", "client", "lost-reply", "stall", "reshard"]
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "nodes",
+    "redis",
+    "client",
+    "lost-reply",
+    "stall",
+    "reshard",
+)
 SHORT_TIMEOUT_KINDS = frozenset({"redis", "stall"})
 """Kinds under which the nodes' Redis timeout is ``FAULT_STREAM_TIMEOUT_S``."""
 
@@ -85,7 +102,7 @@ LOST_REPLY_S = (0.3, 1.0)
 LOST_REPLY_P = (0.1, 0.4)
 """A lost-reply window's length and the probability that a Redis reply in it is lost."""
 
-KIND_GAP_S: dict[str, tuple[float, float]] = {"stall": (2.0, 4.0)}
+KIND_GAP_S: dict[str, tuple[float, float]] = {"stall": (2.0, 4.0), "reshard": (0.5, 1.5)}
 """Quiet time after a fault of these kinds, where it differs from ``GAP_S``: a stall holds
 every write of the run, so it comes less often (with the ``redis`` kind's pauses beside it,
 Redis would otherwise be paused most of the time and flows could barely start)."""
@@ -96,6 +113,13 @@ LOST_REPLY_MAX = 1_000_000
 STALL_MS = (600, 1200)
 """A stall's length: past the fault-run Redis timeout (0.25 s), so node calls give up while
 their scripts wait to run."""
+
+RESHARD_AWAY_S = (0.3, 1.0)
+"""How long a busy tenant's slot stays on the other master before it is moved back."""
+
+RESHARD_HOLD_MS = (50, 300)
+"""How long the slot stays migrating before its keys move (each way): the tenant's writes are
+refused with TRYAGAIN meanwhile and the nodes re-send them (``store.refusals``)."""
 
 RESTART_TIMEOUT_S = 15.0
 """How long bringing a stopped node back may take (its store may be paused meanwhile)."""
@@ -174,6 +198,10 @@ def _draw(kind: FaultKind, rng: random.Random, t: float, nodes: int) -> PlannedF
         return PlannedFault(t, kind, "drop_redis_replies", rng.uniform(*LOST_REPLY_S), p=p)
     if kind == "stall":
         return PlannedFault(t, kind, "stall", rng.randint(*STALL_MS) / 1000)
+    if kind == "reshard":  # node: which tenant; p: how long the slot is held migrating
+        hold = rng.randint(*RESHARD_HOLD_MS) / 1000
+        away = rng.uniform(*RESHARD_AWAY_S)
+        return PlannedFault(t, kind, "move_slot", away, rng.randrange(1 << 30), p=hold)
     action = rng.choice(REDIS_ACTIONS)
     if action == "kill":
         return PlannedFault(t, kind, action, 0.0)
@@ -361,6 +389,8 @@ class FaultInjector:
     """The in-process nodes' store seam (embedded store: ``lost-reply``, ``stall``)."""
     proxy: ReplyDroppingProxy | None = None
     """The proxy between the nodes and a real Redis (``lost-reply``)."""
+    tenants: Sequence[str] = ()
+    """The load's tenants: ``reshard`` moves their slots."""
     records: list[FaultRecord] = field(default_factory=list)
     _t0: float = 0.0
 
@@ -391,6 +421,8 @@ class FaultInjector:
                 await self._lost_reply(fault)
             elif fault.kind == "stall":
                 await self._stall(fault, rng)
+            elif fault.kind == "reshard":
+                await self._reshard(fault)
             else:
                 await self._redis(fault, rng)
 
@@ -531,6 +563,21 @@ class FaultInjector:
             label = "latency" if mode == "ALL" else "pause_write"
             self._record("redis", label, f"CLIENT PAUSE {ms} {mode} on {where}", start)
 
+    async def _reshard(self, fault: PlannedFault) -> None:
+        tenant = self.tenants[fault.node % len(self.tenants)]
+        start = (time.monotonic(), time.time())
+        details = [f"tenant {tenant}'s slot: the move did not complete"]
+        try:
+            await reshard_tenant(
+                self.cluster.redis_url,
+                tenant,
+                away_s=fault.duration_s,
+                hold_s=fault.p,
+                done=details.append,
+            )
+        finally:
+            self._record("reshard", "move_slot", details[-1], start)
+
     async def _custom(self, fault: CustomFault) -> None:
         await self._until(fault.at_s)
         start = (time.monotonic(), time.time())
@@ -552,12 +599,18 @@ async def open_injector(
     custom: Sequence[CustomFault] = (),
     store_faults: StoreFaults | None = None,
     proxy: ReplyDroppingProxy | None = None,
+    tenants: Sequence[str] = (),
 ) -> FaultInjector:
     """An injector for ``kinds`` on ``cluster`` (``redis`` faults target the nodes' connections,
     named ``client_name_prefix-*``), its schedule drawn from ``seed``. ``lost-reply`` needs the
     nodes' store seam (embedded store) or the proxy they reach Redis through; ``stall`` the
     seam, or a real Redis to pause."""
     check_kinds(kinds, embedded=cluster.embedded)
+    if "reshard" in kinds:
+        if cluster.embedded or not await is_cluster(cluster.redis_url):
+            raise FaultUsageError(RESHARD_NEEDS)
+        if not tenants:
+            raise FaultUsageError("--faults reshard moves the load's tenants' slots: name them")
     if "lost-reply" in kinds and store_faults is None and proxy is None:
         raise FaultUsageError("lost-reply needs the store seam or a reply-dropping proxy")
     control = None
@@ -574,4 +627,5 @@ async def open_injector(
         seed,
         store_faults=store_faults if cluster.embedded else None,
         proxy=proxy,
+        tenants=tuple(tenants),
     )

@@ -10,6 +10,7 @@ process mode every child gets the same key ring through its environment (base64 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import socket
 import sys
@@ -32,7 +33,7 @@ from nodes.protocol import Node
 from nodes.serving.durability import resolve_wait_replicas
 from nodes.serving.operator import OperatorOptions, bind_metrics, with_operator_endpoints
 from nodes.serving.settings import STATE_KEY_ENV, ClusterSettings
-from store.client_factory import open_note_client, open_redis
+from store.client_factory import blocking_client, open_note_client
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
@@ -84,9 +85,15 @@ async def _serve_http_node(
     task_status: anyio.abc.TaskStatus[str],
 ) -> None:
     async with (
-        open_redis(redis_url, embedded=embedded) as client,
-        open_note_client(redis_url, embedded=embedded, shared=client) as notes_client,
+        open_note_client(redis_url, embedded=embedded) as notes_client,
+        contextlib.AsyncExitStack() as stack,
     ):
+        # The legacy sessions on the same client; their blocking reads on a connection of
+        # their own.
+        block_ms = (legacy_limits or LegacyLimits()).inbox_block_ms
+        blocking = blocking_client(notes_client, block_ms)
+        if blocking is not None:
+            await stack.enter_async_context(blocking)
         store = NoteStore(
             notes_client,
             prefix=prefix,
@@ -96,7 +103,7 @@ async def _serve_http_node(
         metrics = None if ops.metrics_port is None else NodeMetrics()
         served = store if metrics is None else metered(store, metrics)
         node = Node(replace(settings.node, node_id=node_id), served)
-        sessions = SessionStore(client, prefix=prefix)
+        sessions = SessionStore(notes_client, prefix=prefix, blocking=blocking)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
             with with_operator_endpoints(
                 node, store.check_ready, metrics, ops, legacy

@@ -68,6 +68,11 @@ def needs_real_redis(
         return "--wait-replicas needs a real Redis (--redis): no WAIT embedded"
     if workers > 1:
         return "--workers needs a real Redis (--redis): the embedded store lives in one process"
+    if "reshard" in faults:
+        return (
+            "--faults reshard needs a Redis Cluster (--redis redis://HOST:PORT of one of its "
+            "nodes): it moves the busy tenants' slots between masters"
+        )
     if "redis" in faults:
         return (
             "--faults redis needs a real Redis (--redis redis://HOST:PORT): the embedded store "

@@ -48,6 +48,15 @@ DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE = 0.5
 one principal's notes may fill: one principal alone cannot fill a shared workspace for the
 others."""
 
+DEFAULT_MAX_WRITES_PER_PRINCIPAL = 100_000
+"""Most writes (create, update, move, decline, archive; updates count, deletes do not) one
+principal may make in one tenant per idempotency window. Every write leaves a record (an
+operation record, about 360 bytes of Redis memory and no body, or a replay entry) that lives
+one window at most, so this bounds what a principal makes Redis hold in records, whatever it
+writes: at most twice this many (this window's and the last one's), about 123 MB at the default
+(615 bytes of ``used_memory`` per keyed update, measured). Notes and their bytes are bounded by
+the quotas above; the journal by its length (``store.notes.JOURNAL_MAXLEN`` per tenant)."""
+
 DEFAULT_LIST_PAGE_SIZE = 100
 """Notes per ``notes_list`` page; the rest follow through ``nextCursor``."""
 
@@ -133,6 +142,9 @@ class NodeConfig:
     max_share_of_shared_workspace: float = DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE
     """Share (0..1] of ``max_notes_per_workspace`` one principal may own in a shared workspace
     (create, move, archive)."""
+    max_writes_per_principal: int = DEFAULT_MAX_WRITES_PER_PRINCIPAL
+    """Most writes (create, update, move) one principal may make per tenant per
+    ``idempotency_window_ms``: bounds the operation records it makes Redis hold."""
     legacy: LegacyCaps = field(default_factory=LegacyCaps)
     """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""
     conformance_fixtures: bool = False
@@ -153,4 +165,7 @@ class NodeConfig:
             notes=self.max_notes_per_principal,
             bytes=self.max_bytes_per_principal,
             workspace_notes=self.share_of(workspace_uri),
+            writes=self.max_writes_per_principal,
+            window_ms=self.idempotency_window_ms,
+            reachable_by=self.scope.principals_of(workspace_uri),
         )

@@ -126,6 +126,48 @@ def idempotency_key_reused() -> JsonRpcError:
     )
 
 
+REFUSAL_REASONS: dict[str, str] = {
+    "resharding": "the note's slot is being moved between Redis Cluster masters",
+    "cluster_down": "the Redis Cluster is failing over",
+    "read_only": "the node's Redis is a replica now (a failover), so it takes no writes",
+    "loading": "the node's Redis is loading its data after a restart",
+    "master_down": "the node's Redis lost its master",
+    "busy": "the node's Redis is busy with a long script",
+    "no_replicas": "the node's Redis has too few replicas to take writes",
+}
+"""Why a store refused a request until its deadline (``store.refusals``), for people."""
+
+
+def store_refused(reason: str, *, maybe_ran: bool) -> JsonRpcError:
+    """-32603 for a request the store refused until its deadline without running it (a
+    resharding, a failover, a demoted or loading Redis): retryable, with the reason. With
+    ``maybe_ran`` an earlier try lost its reply, so the outcome is unknown and the message says
+    so, as ``outcome_unknown`` does."""
+    why = REFUSAL_REASONS.get(reason, reason)
+    if maybe_ran:
+        message = (
+            f"Store unavailable ({why}): the outcome is unknown; retry the same request with "
+            f"the same _meta[{IDEMPOTENCY_KEY_META!r}] to get its recorded result"
+        )
+    else:
+        message = f"Store unavailable ({why}): nothing was changed; retry shortly"
+    return JsonRpcError(
+        INTERNAL_ERROR,
+        message,
+        {"retryable": True, "reason": f"store_{reason}", "outcomeUnknown": maybe_ran},
+    )
+
+
+def internal_error() -> JsonRpcError:
+    """-32603 for a failure the node did not expect: the outcome is unknown to it too."""
+    return JsonRpcError(
+        INTERNAL_ERROR,
+        "Internal error: the outcome is unknown; retry with the same "
+        f"_meta[{IDEMPOTENCY_KEY_META!r}] to get the recorded result",
+        {"retryable": True, "reason": "internal_error"},
+    )
+
+
 def store_full() -> JsonRpcError:
     """-32603: the store is out of memory and refused the request; nothing was written."""
     return JsonRpcError(

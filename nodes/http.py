@@ -62,6 +62,12 @@ DEFAULT_MAX_BODY_BYTES = 1_048_576
 """One JSON-RPC message per POST; our largest legitimate one (a 64 KiB note body) is far below."""
 DEFAULT_MAX_JSON_DEPTH = 64
 """Our messages nest about ten deep; the cap bounds the depth walk for hostile bodies."""
+DRAIN_MAX_BYTES = 16 * 1_048_576
+"""A refused body (413) up to this size is read and dropped before the answer goes out. A client
+sends its whole body before it reads, and a server that closes while it still sends makes its
+TCP stack reset the connection, often dropping the answer unread; reading the rest keeps the
+connection (and its answer) whole, within the body timeout. A body declared or grown past this
+is answered at once, with ``Connection: close``."""
 DEFAULT_BODY_TIMEOUT_S = 10.0
 """Longest wait for a request's whole body once its headers arrived. A 1 MiB body crosses a
 slow link in well under that; a client that promises a body and goes silent (slow loris) is
@@ -204,6 +210,7 @@ _UNSUPPORTED_MEDIA = _http_error(
     415, "Unsupported Media Type: Content-Type must be application/json"
 )
 _TOO_LARGE = _http_error(413, "Payload Too Large")
+_TOO_LARGE_CLOSE = _http_error(413, "Payload Too Large", (b"connection", b"close"))
 _BODY_TIMEOUT = _http_error(
     408, "Request Timeout: the body did not arrive in time", (b"connection", b"close")
 )
@@ -554,22 +561,24 @@ class StreamableHTTPApp:
     ) -> bytes:
         """The whole body, refused with 413 from Content-Length up front or while counting
         (``limit``: at most the node's ``max_body_bytes``), and with 408 (connection closed)
-        when it takes longer than the body timeout."""
+        when it takes longer than the body timeout. A refused body is read to its end first
+        (up to ``DRAIN_MAX_BYTES``), so the client finds its 413 on an open connection."""
         limit = self.max_body_bytes if limit is None else min(limit, self.max_body_bytes)
+        refused = False
         # Bounded before int(): a thousand-digit Content-Length is simply too large.
         if declared is not None and declared.isdecimal():
-            too_large = len(declared) > 18 or int(declared) > limit
-            if too_large:
-                raise _Rejected(_TOO_LARGE)
-        if self.body_timeout_s is None:  # the server enforces it (nodes.serving.http_server)
-            return await self._receive_body(receive, limit)
+            if len(declared) > 18 or int(declared) > DRAIN_MAX_BYTES:
+                raise _Rejected(_TOO_LARGE_CLOSE)
+            refused = int(declared) > limit
+        if self.body_timeout_s is None:  # no deadline asked of the app
+            return await self._receive_body(receive, limit, refused)
         try:
             with anyio.fail_after(self.body_timeout_s):
-                return await self._receive_body(receive, limit)
+                return await self._receive_body(receive, limit, refused)
         except TimeoutError:
             raise _Rejected(_BODY_TIMEOUT) from None
 
-    async def _receive_body(self, receive: Receive, limit: int) -> bytes:
+    async def _receive_body(self, receive: Receive, limit: int, refused: bool) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -579,9 +588,14 @@ class StreamableHTTPApp:
             chunk: bytes = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise _Rejected(_TOO_LARGE)
-            chunks.append(chunk)
+                refused = True
+                if size > DRAIN_MAX_BYTES:
+                    raise _Rejected(_TOO_LARGE_CLOSE)
+            if not refused:
+                chunks.append(chunk)
             if not message.get("more_body", False):
+                if refused:
+                    raise _Rejected(_TOO_LARGE)
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _decode(self, body: bytes) -> object:

@@ -3,10 +3,13 @@
 Layer: node, protocol core. Pure module: no I/O. MCP has no idempotency key (SEP-3182 was
 closed), so this is an extension. A client sends a key it made up (a UUID, say) with a write
 (``notes_create``, ``notes_update``, ``notes_move``) and sends the same key when it retries that
-write, on any node. The key names one operation of one principal: this module turns it into the
-store's operation id (a digest of principal and key, so no principal can reach another's
-records) and a digest of the tool and its arguments, which the store records atomically with the
-write for ``window_ms`` (``NodeConfig.idempotency_window_ms``). The write tools
+write, on any node. The key names one operation of one principal **in one tenant**: this
+module turns it into the store's operation id (a digest of principal and key, so no principal
+can reach another's records), and the record lives under the tenant of the workspace written
+(every key of a tenant shares one Redis Cluster slot), so the same key sent by the same
+principal for a workspace of another tenant names another operation. It also makes a digest of
+the tool and its arguments, which the store records atomically with the write for
+``window_ms`` (``NodeConfig.idempotency_window_ms``). The write tools
 (``nodes.tools.idempotent``) then answer a retry with the recorded result, marked as a replay,
 and refuse the key with other arguments or another tool (``errors.idempotency_key_reused``).
 """

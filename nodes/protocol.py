@@ -23,7 +23,7 @@ from nodes.prompts import MAX_COMPLETIONS, NotesPrompts
 from nodes.resources import TEMPLATES_TTL_MS, NoteResources, not_found
 from nodes.tools import DEFAULT_TOOLS
 from nodes.tools.base import CallContext, NodeCounters, Tool
-from store.api import NoteStoreAPI, StoreFull, StoreUnavailable
+from store.api import NoteStoreAPI, StoreFull, StoreRefused, StoreUnavailable
 from store.fast_init import slot_init
 
 log = logging.getLogger("nodes.protocol")
@@ -48,6 +48,22 @@ DEFAULT_PROMPTS: tuple[PromptProvider, ...] = (NotesPrompts(),)
 NOTIFICATIONS = object()
 """The key under which a handler's result carries the request-scoped notifications to send
 before it (popped by ``Node.handle``; never JSON, so never from a client)."""
+
+
+_TRACED: set[type[BaseException]] = set()
+"""Kinds of unexpected error logged with a traceback already: later ones log one line each."""
+
+
+def _log_unexpected(message: dict[str, Any], exc: Exception) -> None:
+    """Log an unexpected error of a request: its traceback the first time its kind is seen,
+    one line after that (a failing store must not write a traceback per request)."""
+    kind = type(exc)
+    if kind in _TRACED:
+        log.error("unexpected error (%s): %s: %s", _what(message), kind.__name__, exc)
+        return
+    if len(_TRACED) < 256:
+        _TRACED.add(kind)
+    log.error("unexpected error (%s)", _what(message), exc_info=exc)
 
 
 @slot_init  # a cheaper __init__: built on every request
@@ -268,9 +284,17 @@ class Node:
         except StoreFull as exc:
             log.warning("store full, request refused (%s): %s", _what(message), exc)
             return self._error(request_id, errors.store_full())
+        except StoreRefused as exc:
+            log.warning("store refused (%s): %s", _what(message), exc)
+            return self._error(
+                request_id, errors.store_refused(exc.reason, maybe_ran=exc.maybe_ran)
+            )
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): %s", _what(message), exc)
             return self._error(request_id, errors.outcome_unknown_error())
+        except Exception as exc:  # a bug or an error of an unforeseen kind: never id null
+            _log_unexpected(message, exc)
+            return self._error(request_id, errors.internal_error())
         notifications = result.pop(NOTIFICATIONS, ())  # type: ignore[call-overload]
         meta = result.setdefault("_meta", {})
         meta[META_SERVER_INFO] = self.server_info

@@ -306,6 +306,21 @@ class Scope:
         out these instead of building one per request. Bounded by the configuration."""
         return {uri: Workspace(uri=uri, tenant=tenant) for uri, tenant in self.workspaces.items()}
 
+    def principals_of(self, uri: str) -> tuple[str, ...]:
+        """The principals granted the configured workspace ``uri`` (canonical), sorted."""
+        found = self._principals.get(uri)
+        return () if found is None else found
+
+    @cached_property
+    def _principals(self) -> Mapping[str, tuple[str, ...]]:
+        """Workspace URI -> the principals granted it, made once (bounded by the config)."""
+        return {
+            uri: tuple(
+                p for p, roots in self.grants.items() if any(contains(r, uri) for r in roots)
+            )
+            for uri in self.workspaces
+        }
+
     def workspaces_for(self, principal: str) -> tuple[Workspace, ...]:
         """Every configured workspace within one of `principal`'s roots, sorted by URI."""
         roots = self.grants.get(principal, ())

@@ -25,7 +25,7 @@ ConfirmStatus = Literal[
     "changed",
     "full",
 ]
-QuotaName = Literal["notes", "bytes", "share"]
+QuotaName = Literal["notes", "bytes", "share", "writes"]
 """Which per-principal quota refused a write: notes owned in the tenant, bytes those notes hold,
 or notes owned in one shared workspace (a principal's share of it)."""
 
@@ -42,6 +42,17 @@ class Quota:
     """UTF-8 bytes (titles plus bodies) one principal's notes may hold in the tenant."""
     workspace_notes: int = 0
     """Notes one principal may own in the target workspace (its share of a shared workspace)."""
+    writes: int = 0
+    """Writes (create, update, move) one principal may make in the tenant per ``window_ms``,
+    updates included: every write leaves an operation record living at most one window, so a
+    principal holds at most twice this many records (``scripts/op_record.lua``)."""
+    window_ms: int = 0
+    """The window of ``writes`` (the idempotency window: an operation record's longest life)."""
+    reachable_by: tuple[str, ...] = ()
+    """The principals granted the target workspace: a move by another principal than the
+    note's owner is refused (``unreachable``) when the owner is not among them, since the owner
+    could then neither list nor delete a note that still counts against their quota. Empty: no
+    check."""
 
 
 NO_QUOTA = Quota()
@@ -165,6 +176,10 @@ class Confirmation:
     max_owner_notes: int = 0
     """For ``move``: most notes the note's owner may own in the target (0: no limit); status
     ``full`` with ``quota == "share"`` otherwise."""
+    max_writes: int = 0
+    """Most writes the principal may make per ``window_ms`` (``Quota.writes``): a decline and
+    an accepted move count; status ``full`` with ``quota == "writes"`` past it."""
+    window_ms: int = 0
 
 
 @slot_init
@@ -232,6 +247,28 @@ class StoreFull(StoreUnavailable):
     refuses a script at its first write, so nothing was written: a caller that only knows
     ``StoreUnavailable`` still answers safely ("outcome unknown"), one that knows this can say
     more."""
+
+
+class StoreRefused(StoreUnavailable):
+    """Redis kept refusing the call until its deadline with a reply that says the command did
+    not run (a slot being migrated, a cluster failing over, a replica, a server loading:
+    ``store.refusals``). ``reason`` names which; ``maybe_ran`` is True when an earlier try of
+    the same call lost its reply, so the call as a whole may still have taken effect."""
+
+    def __init__(self, message: str, reason: str, *, maybe_ran: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.maybe_ran = maybe_ran
+
+
+class LookalikeTitle(Exception):
+    """A create, edit or move was refused because the workspace holds a different title that
+    looks like the note's (the same UTS #39 skeleton, ``store.skeletons``): ``existing`` is
+    that title. Nothing was written."""
+
+    def __init__(self, existing: str) -> None:
+        super().__init__(f"a title that looks like this one is in the workspace: {existing!r}")
+        self.existing = existing
 
 
 class IdempotencyConflict(Exception):

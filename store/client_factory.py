@@ -1,11 +1,11 @@
 """Opening Redis clients for the nodes and checking the server is fit for a replay store.
 
-Layer: store. Knows the store's own client (``store.resp_client``: the note stores, by default),
-coredis (the legacy sessions; the note stores when chosen, ``CLIENT_ENV``), redis-py (the
-tooling, sync) and Redis server settings; nothing of MCP. A ``redis://HOST:PORT`` URL that
-points at a Redis Cluster node (``INFO cluster`` says ``cluster_enabled:1``) is opened as a
-cluster, with no other flag; a ``unix://`` URL never is (a cluster's slot map names TCP
-addresses).
+Layer: store. Knows the store's own client (``store.resp_client``: the note stores and the
+legacy sessions, by default), coredis (both, when ``CLIENT_ENV`` chooses it; the bench and the
+tests' inspection of Redis), redis-py (the tooling, sync) and Redis server settings; nothing
+of MCP. A ``redis://HOST:PORT`` URL that points at a Redis Cluster node (``INFO cluster`` says
+``cluster_enabled:1``) is opened as a cluster, with no other flag; a ``unix://`` URL never is
+(a cluster's slot map names TCP addresses).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -24,6 +25,7 @@ import redis
 import redis.cluster
 from coredis.connection import TCPLocation
 
+from store.resp import ReplyError
 from store.resp_client import RespRedis
 from store.resp_cluster import RespCluster
 
@@ -61,17 +63,19 @@ def cluster_retry_policy() -> coredis.retry.RetryPolicy:
 
 
 RESEND_PAUSE_S = 0.01
-"""Pause before the store sends a command again after a lost reply (as coredis' own policy did)."""
+"""Pause before the store sends a command again after a lost reply: a re-send at once would
+most likely meet the same dropped connection or restarting server."""
 
 CLUSTER_RESEND_PAUSE_S = 0.1
 """The same on a Redis Cluster, where a lost reply often means a master is failing over."""
 
 
 def report_lost_reply(client: NoteClient, exc: Exception) -> None:
-    """Tell a cluster client's slot map about a lost reply (``exc``): enough of them refresh
-    it. coredis' retry policy did this before each re-send; with none, the store must, or the
-    client keeps sending to a dead master after a failover. Nothing to do on one Redis, nor on
-    the store's own cluster client (``RespCluster`` reads its map again after any failed call)."""
+    """Tell a coredis cluster client's slot map about a lost reply (``exc``): enough of them
+    refresh it. With no retry policy of its own (``no_resend_policy``), nothing else does, and
+    the client would keep sending to a dead master after a failover. Nothing to do on one Redis,
+    nor on the store's own cluster client (``RespCluster`` reads its map again after any failed
+    call)."""
     if isinstance(client, coredis.RedisCluster):
         client.connection_pool.cluster_layout.report_errors(None, exc)
 
@@ -92,9 +96,9 @@ NoteClient: TypeAlias = "StoreClient | RespRedis | RespCluster"
 
 CLIENT_ENV = "NOTES_CLUSTER_REDIS_CLIENT"
 """Which client a note store uses: ``resp`` (the default: the store's own, ``store.resp_client``;
-on a Redis Cluster its slot-routing ``RespCluster``) or ``coredis``. The legacy sessions
-(``store.sessions``) stay on coredis either way: their blocking ``XREAD`` would hold one of
-the own client's few multiplexed connections, and every call queued behind it."""
+on a Redis Cluster its slot-routing ``RespCluster``) or ``coredis``. A node's legacy sessions
+(``store.sessions``) use the same client; on the store's own, their blocking ``XREAD`` goes on
+a connection of its own (``blocking_client``), or every call would queue behind it."""
 
 CLIENT_KINDS = ("resp", "coredis")
 DEFAULT_CLIENT_KIND = "resp"
@@ -229,18 +233,30 @@ def _cluster_enabled(info: dict[str, Any]) -> bool:
 
 
 async def is_cluster(url: str) -> bool:
-    """True when the server at ``url`` is a Redis Cluster node (``INFO cluster``). A server that
-    refuses INFO (the embedded store has no such command) is taken as a plain Redis; so is a
-    ``unix://`` URL, unasked (a cluster's slot map names TCP addresses, never a socket's path)."""
+    """True when the server at ``url`` is a Redis Cluster node (``INFO cluster``, asked on the
+    store's own client). A server that refuses INFO (the embedded store has no such command) is
+    taken as a plain Redis; so is a ``unix://`` URL, unasked (a cluster's slot map names TCP
+    addresses, never a socket's path)."""
     if urlsplit(url).scheme == "unix":
         return False
-    client = redis_client(_without_db(url), max_connections=1)
-    async with client:
+    async with RespRedis.from_url(_without_db(url), max_connections=1) as probe:
         try:
-            info: dict[str, Any] = dict(await client.info("cluster"))
-        except coredis.exceptions.ResponseError:
+            info: dict[str, Any] = await probe.info("cluster")
+        except ReplyError:
             return False
     return _cluster_enabled(info)
+
+
+def blocking_client(client: NoteClient, block_ms: int) -> RespRedis | None:
+    """A client of one connection to ``client``'s Redis for blocking reads of up to
+    ``block_ms`` (the legacy sessions' ``XREAD BLOCK``: ``store.sessions``), so that no call
+    queues behind one on ``client``'s multiplexed connections; None where none is needed (a
+    cluster's inboxes are polled, coredis has a pool). Enter it before use."""
+    if type(client) is not RespRedis:
+        return None
+    # The same name: a fault injector that finds the node's connections finds this one too.
+    endpoint = replace(client.endpoint, timeout_s=client.endpoint.timeout_s + block_ms / 1000)
+    return RespRedis(endpoint, max_connections=1)
 
 
 async def _policy(client: coredis.Redis[str]) -> str:

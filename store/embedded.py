@@ -1,7 +1,7 @@
 """The embedded store: a fakeredis server (with Lua) on a free loopback port, in-process.
 
 Layer: store. The default when no Redis URL is given, so ``notes-cluster simulate`` needs no
-server. It speaks real RESP over TCP, so the nodes use the same coredis client and the same Lua
+server. It speaks real RESP over TCP, so the nodes use the same Redis client and the same Lua
 scripts as against a real Redis. It never evicts keys, so the replay store is sound on it.
 """
 

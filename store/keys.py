@@ -8,6 +8,8 @@ script and pipeline touches exactly one slot and a cluster spreads tenants over 
     <prefix>:{t:<tenant>}:note:<noteId>    hash    id title body workspace version created/updated
     <prefix>:{t:<tenant>}:ws:<sha>         set     note ids in one workspace
     <prefix>:{t:<tenant>}:title:<sha>      set     ids of one (workspace, title): the title index
+    <prefix>:{t:<tenant>}:skel:<sha>       hash    titles of one (workspace, UTS #39 skeleton), each
+                                                   with its count of notes: the lookalike index
     <prefix>:{t:<tenant>}:replay:<nonce>   hash    answer digest and recorded outcome of one state
     <prefix>:{t:<tenant>}:journal          stream  every mutation, for the checker
     <prefix>:{t:<tenant>}:setup:<nonce>    string  who completed one setup link (expires)
@@ -16,6 +18,7 @@ script and pipeline touches exactly one slot and a cluster spreads tenants over 
     <prefix>:{t:<tenant>}:usage            hash    per principal: n:<p> notes owned, b:<p> bytes
                                                    (title + body, UTF-8) those notes hold
     <prefix>:{t:<tenant>}:wsusage:<sha>    hash    per principal: notes owned in one workspace
+    <prefix>:{t:<tenant>}:writes           hash    per principal: writes made in its window
 
 A note's owner (field ``owner`` of its hash) is the principal that created it; the usage hashes
 count what each owner holds and are kept in step by the scripts that write notes (create, update,
@@ -28,6 +31,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+
+from store.skeletons import skeleton
 
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """Tenant names are plain tokens: they go inside a hash tag, where ``{`` or ``}`` would break it."""
@@ -94,6 +99,12 @@ class TenantKeys:
         """The title index entry for one (workspace, title) pair."""
         return f"{self.base}:title:{_digest_pair(workspace_uri, title)}"
 
+    def lookalikes(self, workspace_uri: str, title: str) -> str:
+        """The titles in one workspace whose UTS #39 skeleton is ``title``'s, each with how
+        many notes bear it (``store.skeletons``): the scripts refuse a title beside a different
+        one of the same skeleton, looking up this one key."""
+        return f"{self.base}:skel:{_digest_pair(workspace_uri, skeleton(title))}"
+
     def replay(self, nonce: str) -> str:
         """The replay entry of one confirmation (keyed by the sealed state's nonce)."""
         return f"{self.base}:replay:{nonce}"
@@ -110,6 +121,12 @@ class TenantKeys:
     def usage(self) -> str:
         """What each principal's notes hold in this tenant (``n:<p>`` notes, ``b:<p>`` bytes)."""
         return f"{self.base}:usage"
+
+    @property
+    def writes(self) -> str:
+        """The writes each principal made in its current window (``w:<p>``) and when that
+        window ends (``we:<p>``): the ``writes`` quota (``scripts/op_record.lua``)."""
+        return f"{self.base}:writes"
 
     def workspace_usage(self, workspace_uri: str) -> str:
         """How many notes of one workspace each principal owns (field: the principal)."""

@@ -1,9 +1,10 @@
 """The note store and replay store over Redis: an async API around the Lua scripts.
 
-Layer: store. Knows Redis (through the store's own client, ``store.resp_client``, or coredis on a
-Redis Cluster; both run on trio and asyncio) and the key layout; knows
-nothing of MCP, sealing or HTTP. The same scripts run unchanged on the embedded store (fakeredis
-over TCP), on a real Redis and on a Redis Cluster, because every script touches one tenant's slot.
+Layer: store. Knows Redis (through the store's own client, ``store.resp_client`` or on a Redis
+Cluster ``store.resp_cluster``; coredis when ``store.client_factory.CLIENT_ENV`` asks for it;
+each runs on trio and asyncio) and the key layout; knows nothing of MCP, sealing or HTTP. The
+same scripts run unchanged on the embedded store (fakeredis over TCP), on a real Redis and on a
+Redis Cluster, because every script touches one tenant's slot.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TypeVar, get_args
 
+import anyio
 import coredis
 import coredis.exceptions
 
@@ -23,6 +25,7 @@ from store.api import (
     ConfirmOutcome,
     ConfirmStatus,
     IdempotencyConflict,
+    LookalikeTitle,
     Note,
     NoteHead,
     Quota,
@@ -34,6 +37,7 @@ from store.api import (
     Snapshot,
     StoreFull,
     StoreOp,
+    StoreRefused,
     StoreUnavailable,
     WorkspaceFull,
     WriteOp,
@@ -43,6 +47,7 @@ from store.client_factory import before_resend, report_lost_reply
 from store.fault_points import buggify_delay
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
+from store.refusals import REFUSAL_WAIT_S, pause_s, refusal_deadline, refusal_reason
 from store.resp import ReplyError
 from store.resp_client import RespRedis
 from store.resp_cluster import RespCluster
@@ -88,7 +93,8 @@ RESENDS = 2
 before the call fails with StoreUnavailable (the client picks the connection; a dead one fails
 fast and costs one of these). Safe because every script is safe to run twice
 (``OP_RECORD_SCRIPTS``): the re-send returns what the first run did. The Redis client itself
-never re-sends (``store.client_factory.no_resend_policy``)."""
+never re-sends (the store's own never does; coredis is given
+``store.client_factory.no_resend_policy``)."""
 
 _LOST_REPLY: tuple[type[Exception], ...] = (
     coredis.exceptions.ConnectionError,
@@ -140,6 +146,7 @@ _QUOTA_STATUSES: dict[str, QuotaName] = {
     "quota_notes": "notes",
     "quota_bytes": "bytes",
     "quota_share": "share",
+    "quota_writes": "writes",
 }
 """How the scripts word a quota refusal, and the quota it names."""
 
@@ -169,8 +176,9 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
     if st not in _CONFIRM_STATUSES:
         raise StoreUnavailable(f"confirm: unexpected status {st!r}")
     confirm_status: ConfirmStatus = st  # type: ignore[assignment]
-    if st == "full" and rec == "share":
-        return ConfirmOutcome(confirm_status, None, None, int(now), quota="share")
+    if st == "full" and rec in ("share", "writes"):
+        quota: QuotaName = "share" if rec == "share" else "writes"
+        return ConfirmOutcome(confirm_status, None, None, int(now), quota=quota)
     if rec in ("", "declined"):
         return ConfirmOutcome(confirm_status, None, None, int(now))
     word, sep, note_id = rec.partition(":")
@@ -183,7 +191,12 @@ def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
 def _quota_exceeded(status: str, used: int, quota: Quota) -> QuotaExceeded:
     """The refusal a script's ``quota_*`` status and count amount to."""
     name = _QUOTA_STATUSES[status]
-    limit = {"notes": quota.notes, "bytes": quota.bytes, "share": quota.workspace_notes}[name]
+    limit = {
+        "notes": quota.notes,
+        "bytes": quota.bytes,
+        "share": quota.workspace_notes,
+        "writes": quota.writes,
+    }[name]
     return QuotaExceeded(name, used, limit)
 
 
@@ -191,7 +204,7 @@ def _script(name: str) -> str:
     """A script's source; the write scripts get the operation-record functions prepended."""
     scripts = resources.files("store").joinpath("scripts")
     source = scripts.joinpath(f"{name}.lua").read_text("utf-8")
-    if name in OP_RECORD_SCRIPTS:
+    if name in OP_RECORD_SCRIPTS or name == "confirm":  # confirm: for its charge_write
         return scripts.joinpath("op_record.lua").read_text("utf-8") + "\n" + source
     return source
 
@@ -215,6 +228,8 @@ def parse_write_reply(reply: list[Any]) -> tuple[str, NoteHead | None, int, bool
     st = str(status)
     if st == "conflict":
         raise IdempotencyConflict("the operation id was recorded for another operation")
+    if st == "lookalike":
+        raise LookalikeTitle(str(title))
     head = None
     if note_id:
         head = NoteHead(str(note_id), str(title), str(ws), int(version), int(created), int(updated))
@@ -261,6 +276,8 @@ class StoreStatistics:
     unavailable: int = 0
     resent: int = 0
     """Scripts sent again after a lost reply (``RESENDS``)."""
+    refused: int = 0
+    """Commands sent again after a refusal that says they did not run (``store.refusals``)."""
 
 
 class NoteStore:
@@ -275,8 +292,12 @@ class NoteStore:
         journal_maxlen: int = JOURNAL_MAXLEN,
         wait_replicas: int = 0,
         wait_timeout_ms: int = WAIT_TIMEOUT_MS,
+        refusal_wait_s: float = REFUSAL_WAIT_S,
     ) -> None:
         self.client = client
+        self.refusal_wait_s = refusal_wait_s
+        """How long a refused command (``store.refusals``) is re-sent when the request sets no
+        earlier deadline."""
         self.prefix = prefix
         self.replay_grace_ms = replay_grace_ms
         self.journal_maxlen = journal_maxlen
@@ -291,8 +312,9 @@ class NoteStore:
         self._maxlen_arg = str(journal_maxlen)
         self._stats = StoreStatistics()
         self._keys: dict[str, TenantKeys] = {}
-        # coredis' Script sends EVALSHA and loads the script on NOSCRIPT, so a restarted or
-        # failed-over Redis that forgot its script cache is handled transparently.
+        # A script goes by EVALSHA and, on NOSCRIPT (it did not run), once in full
+        # (``RespRedis.evalsha``): a restarted or failed-over Redis that forgot its script cache
+        # is handled transparently.
         self._scripts = {
             name: client.register_script(_script(name))
             for name in ("create", "update", "move", "read_notes", "confirm", "setup", "op_lookup")
@@ -317,7 +339,9 @@ class NoteStore:
     def statistics(self) -> StoreStatistics:
         """A copy of the counters."""
         s = self._stats
-        return StoreStatistics(dict(s.calls), dict(s.confirmations), s.unavailable, s.resent)
+        return StoreStatistics(
+            dict(s.calls), dict(s.confirmations), s.unavailable, s.resent, s.refused
+        )
 
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         """Run one script; after a lost reply, send it again (``RESENDS``), which every script
@@ -328,8 +352,8 @@ class NoteStore:
     async def _send(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         await buggify_delay("store.before_script")
         if self.wait_replicas > 0 and name in WRITE_SCRIPTS:
-            # coredis sends WAIT on the script's own connection right after its reply and
-            # raises ReplicationError when fewer replicas acknowledged.
+            # WAIT goes on the script's own connection right behind it; fewer replicas than
+            # asked is ReplicationError (``store.resp_client.ensure_replication``).
             with self.client.ensure_replication(self.wait_replicas, self.wait_timeout_ms):
                 reply: Any = await self._scripts[name](keys=keys, args=args)
         else:
@@ -349,8 +373,8 @@ class NoteStore:
     async def redis_time_ms(self) -> int:
         """The Redis server clock (TIME), in milliseconds since the epoch."""
         reply: Any = await self._query("time", lambda: self._time(keys=[], args=[]))
-        # Not client.time(): coredis' TIME callback divides the microseconds by 1000, so its
-        # datetime keeps whole seconds only. A script reads TIME raw, as every other script does.
+        # Read by a script, as every other script reads TIME: raw seconds and microseconds,
+        # whatever a client's own TIME helper would round them to (coredis' to whole seconds).
         sec, usec = reply
         return int(sec) * 1000 + int(usec) // 1000
 
@@ -389,6 +413,8 @@ class NoteStore:
                     k.op(op.op_id),
                     k.usage,
                     k.workspace_usage(workspace),
+                    k.writes,
+                    k.lookalikes(workspace, title),
                 ],
                 [
                     note_id,
@@ -406,6 +432,8 @@ class NoteStore:
                     quota.notes,
                     quota.bytes,
                     quota.workspace_notes,
+                    quota.writes,
+                    quota.window_ms,
                 ],
             )
             status, head, _, replayed = parse_write_reply(reply)
@@ -491,6 +519,9 @@ class NoteStore:
                 k.journal,
                 k.op(op.op_id),
                 k.usage,
+                k.writes,
+                k.lookalikes(note.workspace, note.title),
+                k.lookalikes(note.workspace, title),
             ],
             [
                 note.note_id,
@@ -505,6 +536,8 @@ class NoteStore:
                 _call_id(),
                 op.ttl_ms,
                 quota.bytes,
+                quota.writes,
+                quota.window_ms,
             ],
         )
         status, head, now, replayed = parse_write_reply(reply)
@@ -554,6 +587,9 @@ class NoteStore:
                     k.op(op.op_id),
                     k.workspace_usage(source),
                     k.workspace_usage(target),
+                    k.writes,
+                    k.lookalikes(source, note.title),
+                    k.lookalikes(target, note.title),
                 ],
                 [
                     note_id,
@@ -567,6 +603,9 @@ class NoteStore:
                     call,
                     op.ttl_ms,
                     quota.workspace_notes,
+                    quota.writes,
+                    quota.window_ms,
+                    "".join(f"\n{p}\n" for p in quota.reachable_by),
                 ],
             )
             status, head, now, replayed = parse_write_reply(reply)
@@ -624,20 +663,36 @@ class NoteStore:
         return await self._resending(what, command)
 
     async def _resending(self, what: str, command: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``command(*args)``, sent again after each lost reply up to ``RESENDS`` times; any
-        other failure, or the last lost reply, becomes the store's error (``_failed``)."""
-        for attempt in range(RESENDS + 1):
+        """``command(*args)``, sent again after each lost reply up to ``RESENDS`` times, and
+        after each refusal that says it did not run (``store.refusals``) with a growing pause
+        until the request's deadline (then ``StoreRefused``); any other failure, or the last
+        lost reply, becomes the store's error (``_failed``)."""
+        lost = refused = 0
+        until: float | None = None
+        while True:
             try:
                 return await command(*args)
             except _LOST_REPLY as exc:
-                if attempt == RESENDS:
+                if lost == RESENDS:
                     report_lost_reply(self.client, exc)
                     raise self._failed(exc, what) from exc
+                lost += 1
                 self._stats.resent += 1
                 await before_resend(self.client, exc)
             except Exception as exc:
-                raise self._failed(exc, what) from exc
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+                reason = refusal_reason(exc)
+                if reason is None:
+                    raise self._failed(exc, what) from exc
+                if until is None:
+                    until = refusal_deadline(self.refusal_wait_s)
+                pause = pause_s(refused)
+                if anyio.current_time() + pause >= until:
+                    self._stats.unavailable += 1
+                    message = f"{what}: refused until its deadline ({reason}): {exc}"
+                    raise StoreRefused(message, reason, maybe_ran=lost > 0) from exc
+                refused += 1
+                self._stats.refused += 1
+                await anyio.sleep(pause)
 
     async def confirm(self, c: Confirmation) -> ConfirmOutcome:
         """Decide one confirmation answer in one atomic script (see scripts/confirm.lua)."""
@@ -650,11 +705,15 @@ class NoteStore:
             k.journal,
         ]
         source_usage = k.workspace_usage(c.workspace)
+        lookalikes = k.lookalikes(c.workspace, c.title)
         if c.op == "move":
             keys += [k.workspace(c.target_workspace), k.title(c.target_workspace, c.title)]
             keys += [k.usage, source_usage, k.workspace_usage(c.target_workspace)]
+            keys += [lookalikes, k.lookalikes(c.target_workspace, c.title)]
         else:  # the target's keys are unused: the source's stand in for them
             keys += [keys[2], keys[3], k.usage, source_usage, source_usage]
+            keys += [lookalikes, lookalikes]
+        keys.append(k.writes)
         reply = await self._run(
             "confirm",
             keys,
@@ -678,6 +737,8 @@ class NoteStore:
                 c.max_notes,
                 _call_id(),
                 c.max_owner_notes,
+                c.max_writes,
+                c.window_ms,
             ],
         )
         out = parse_confirm_reply(reply)
@@ -722,6 +783,7 @@ class NoteStore:
         that restarted forgot them, and loading is what makes it ready again."""
         scripts = [*self._scripts.values(), self._time]
         try:
+            await self._check_writable()
             present = await self.client.script_exists([s.sha for s in scripts])
             for script, loaded in zip(scripts, present, strict=True):
                 if not loaded:
@@ -732,3 +794,34 @@ class NoteStore:
             ):
                 raise
             raise StoreUnavailable(f"ready: {type(exc).__name__}: {exc}") from exc
+
+    async def _check_writable(self) -> None:
+        """StoreRefused unless the Redis the writes go to is a master (``ROLE``): a failover
+        can leave a node on an address that is a replica now, which refuses every write. A
+        server without ``ROLE`` (the embedded store) has no replication: always a master."""
+        client = self.client
+        if isinstance(client, RespCluster):
+            servers = client.masters()
+        elif isinstance(client, RespRedis):
+            servers = [client]
+        else:  # coredis: its cluster client routes by the map it keeps; one Redis is asked
+            if isinstance(client, coredis.Redis):
+                try:
+                    info = await client.role()
+                except coredis.exceptions.UnknownCommandError:
+                    return
+                _refuse_unless_master(str(info.role), "the Redis")
+            return
+        for server in servers:
+            try:
+                role = await server.execute("ROLE")
+            except ReplyError as exc:
+                if "unknown command" in str(exc).lower():
+                    return
+                raise
+            _refuse_unless_master(str(role[0]), server.endpoint.where)
+
+
+def _refuse_unless_master(role: str, where: str) -> None:
+    if role != "master":
+        raise StoreRefused(f"ready: {where} is a {role}", "read_only", maybe_ran=False)

@@ -136,8 +136,14 @@ class AsyncioConnection(asyncio.Protocol):
         try:
             done = self.core.receive(data)
         except ProtocolError as exc:
+            # The calls answered in full before the fault get their replies; the rest fail.
+            self._deliver(exc.completed)
             self.close(ConnectionLost(f"protocol error: {exc}"))
             return
+        self._deliver(done)
+
+    @staticmethod
+    def _deliver(done: list[tuple[tuple[asyncio.Future[list[Any]], float], list[Any]]]) -> None:
         for (future, _), replies in done:
             if not future.done():
                 future.set_result(replies)
@@ -289,9 +295,13 @@ class AnyioConnection:
         try:
             while True:
                 data = await self._stream.receive(READ_SIZE)
-                for waiter, replies in self.core.receive(data):
-                    waiter.replies = replies
-                    waiter.event.set()
+                try:
+                    done = self.core.receive(data)
+                except ProtocolError as exc:
+                    # The calls answered in full before the fault get their replies first.
+                    _deliver(exc.completed)
+                    raise
+                _deliver(done)
         except anyio.EndOfStream:
             self.close(ConnectionLost("connection closed by the server"))
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
@@ -331,6 +341,8 @@ class AnyioConnection:
             await waiter.event.wait()
         if waiting.cancelled_caught and not waiter.event.is_set():
             self.close(ReplyTimeout(f"no reply within {self.timeout_s} s"), first=waiter)
+            if waiter.error is None:  # no longer pending here: it is failed all the same
+                waiter.error = ReplyTimeout(f"no reply within {self.timeout_s} s")
         if waiter.error is not None:
             raise waiter.error
         return waiter.replies
@@ -346,6 +358,12 @@ class AnyioConnection:
                 waiter.event.set()
         self._out.clear()
         self._scope.cancel()
+
+
+def _deliver(done: list[tuple[_Waiter, list[Any]]]) -> None:
+    for waiter, replies in done:
+        waiter.replies = replies
+        waiter.event.set()
 
 
 Connection = AsyncioConnection | AnyioConnection

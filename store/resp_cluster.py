@@ -34,8 +34,11 @@ from store.resp_client import (
 
 SLOTS = 16384
 MAX_REDIRECTS = 5
-"""Redirections one call follows (a resharding moves a slot once; more is a cluster in flux,
-answered like any unavailable store)."""
+"""Redirections one call follows (a resharding moves a slot once; more is a cluster in flux:
+the last redirection is raised, a refusal the store re-sends later, ``store.refusals``)."""
+
+_STALE_MAP_CODES = frozenset({"READONLY", "CLUSTERDOWN", "MASTERDOWN"})
+"""Refusals after which the slot map is read again: the master it names may be one no more."""
 
 T = TypeVar("T")
 Address = tuple[str, int]
@@ -181,6 +184,7 @@ class RespCluster:
             await self._refresh()
         address = self._slots[slot]
         asking = False
+        last: ReplyError | None = None
         for _ in range(MAX_REDIRECTS):
             if address is None:
                 raise NotSent(f"slot {slot} is not served by any master")
@@ -192,16 +196,22 @@ class RespCluster:
                     self._slots[moved] = address
                     self._stale = True  # the rest of the map may have moved too
                     asking = False
+                    last = exc
                     continue
                 if exc.code == "ASK":
                     _, address = _redirect(exc)
                     asking = True
+                    last = exc
                     continue
+                if exc.code in _STALE_MAP_CODES:
+                    self._stale = True  # a failover moved the slot: read the map again
                 raise
             except RedisClientError:
                 self._stale = True  # a failover may be under way: read the map again
                 raise
-        raise NotSent(f"slot {slot}: more than {MAX_REDIRECTS} redirections")
+        # The last redirection itself: it ran nothing, and says why (``store.refusals``).
+        assert last is not None
+        raise last
 
     async def evalsha(self, script: Script, keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """Run ``script`` on the master of its keys' slot (a keyless script: slot 0's)."""

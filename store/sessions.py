@@ -1,9 +1,9 @@
 """Legacy (2025-11-25) sessions in Redis: the session record, its inbox, its open requests.
 
-Layer: store. Knows Redis (coredis, backend-neutral through anyio) and this key layout; treats MCP
-payloads as opaque JSON text. A session belongs to a principal, not to a tenant, so its keys share
-a tenant-free hash tag of their own, ``{s:<sessionId>}``: every script below touches one Redis
-Cluster slot.
+Layer: store. Knows Redis (the store's own client, ``store.resp_client``, or coredis;
+backend-neutral through anyio) and this key layout; treats MCP payloads as opaque JSON text. A
+session belongs to a principal, not to a tenant, so its keys share a tenant-free hash tag of
+their own, ``{s:<sessionId>}``: every script below touches one Redis Cluster slot.
 
     <prefix>:{s:<sid>}:session    hash    principal version capabilities client roots
                                           roots_epoch roots_read_epoch created_ms initialized
@@ -38,7 +38,9 @@ again, and a lost reply is ``StoreUnavailable`` (the outcome is unknown, the cli
 Any node appends to a session's inbox; the nodes holding the SSE streams of its pending calls read
 it. The stream orders what the client sent, whichever node took it: a roots change the client saw
 acknowledged before it answered is read before the answer. Reading is multiplexed per node (see
-``read_inboxes``): no call holds a connection while it waits.
+``read_inboxes``): no call holds a connection while it waits. On the store's own client, whose
+few connections carry every call pipelined, a blocking ``XREAD`` goes on a client of its own
+(``blocking``: one connection), so nothing queues behind it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ import coredis.exceptions
 from store import randomness
 from store.api import StoreFull, StoreUnavailable
 from store.client_factory import before_resend, report_lost_reply
+from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
+from store.resp import ReplyError
+from store.resp_client import RespRedis
+from store.resp_cluster import RespCluster
 
 T = TypeVar("T")
 
@@ -319,12 +325,19 @@ def _entry(identifier: str, fields: dict[str, str]) -> InboxEntry | None:
 
 def _failure(what: str, exc: Exception) -> StoreUnavailable:
     """The store error for a failed Redis call: full (known outcome) or unavailable."""
-    if isinstance(exc, coredis.exceptions.ResponseError) and str(exc).startswith("OOM"):
+    refused = isinstance(exc, coredis.exceptions.ResponseError | ReplyError)
+    if refused and str(exc).startswith("OOM"):
         return SessionStoreFull(f"session {what}: Redis is full: {exc}")
     return StoreUnavailable(f"session {what}: {type(exc).__name__}: {exc}")
 
 
-_REDIS_FAILURES = (coredis.exceptions.RedisError, TimeoutError, OSError)
+_REDIS_FAILURES = (
+    coredis.exceptions.RedisError,
+    RedisClientError,
+    ReplyError,
+    TimeoutError,
+    OSError,
+)
 
 RESENDABLE = frozenset(
     {"create", "load", "set_fields", "deliver", "open_request", "end", "wake", "keep_call"}
@@ -332,16 +345,41 @@ RESENDABLE = frozenset(
 """The session scripts that are safe to run twice (see the module docstring): sent once more
 after a lost reply. The others are never re-sent."""
 
-_LOST_REPLY = (coredis.exceptions.ConnectionError, TimeoutError, OSError)
-"""A dropped connection or a timeout: the script may have run, its reply is lost."""
+_LOST_REPLY = (
+    coredis.exceptions.ConnectionError,
+    TimeoutError,
+    OSError,
+    ConnectionLost,
+    ReplyTimeout,
+    NotSent,
+)
+"""A dropped connection or a timeout: the script may have run, its reply is lost (``NotSent``:
+it did not run; sent again the same way)."""
+
+Entries = list[tuple[str, dict[str, str]]]
+"""A stream's entries as both clients' replies are read: id and fields."""
+
+OwnClient = RespRedis | RespCluster
 
 
-def _stream_entries(entries: Any, after: str) -> tuple[str, list[InboxEntry]]:
+def _own_entries(raw: Any) -> Entries:
+    """``[[id, [field, value, ...]], ...]`` (the store's own client: RESP as sent)."""
+    return [
+        (str(ident), {str(k): str(v) for k, v in zip(flat[::2], flat[1::2], strict=True)})
+        for ident, flat in raw or ()
+    ]
+
+
+def _coredis_entries(raw: Any) -> Entries:
+    return [
+        (str(e.identifier), {str(a): str(b) for a, b in e.field_values.items()}) for e in raw or ()
+    ]
+
+
+def _stream_entries(entries: Entries, after: str) -> tuple[str, list[InboxEntry]]:
     out: list[InboxEntry] = []
     position = after
-    for e in entries or ():
-        position = str(e.identifier)
-        fields = {str(a): str(b) for a, b in e.field_values.items()}
+    for position, fields in entries:
         entry = _entry(position, fields)
         if entry is not None:
             out.append(entry)
@@ -353,17 +391,24 @@ class SessionStore:
 
     def __init__(
         self,
-        client: coredis.Redis[str] | coredis.RedisCluster[str],
+        client: coredis.Redis[str] | coredis.RedisCluster[str] | OwnClient,
         *,
         prefix: str,
         idle_ttl_ms: int = SESSION_IDLE_TTL_MS,
         inbox_max_entries: int = INBOX_MAXLEN,
+        blocking: RespRedis | None = None,
     ) -> None:
+        """``blocking``: with the store's own client on one Redis, a client of one connection
+        for the blocking reads (without it they hold one of ``client``'s connections while
+        they wait)."""
         self.client = client
+        self.blocking = blocking
         self.prefix = prefix
         self.idle_ttl_ms = idle_ttl_ms
         self.inbox_max_entries = inbox_max_entries
-        self.clustered = isinstance(client, coredis.RedisCluster)
+        self.own = isinstance(client, RespRedis | RespCluster)
+        """The store's own client (else coredis)."""
+        self.clustered = isinstance(client, coredis.RedisCluster | RespCluster)
         """On a Redis Cluster one XREAD cannot span sessions (each has its own slot)."""
         self._scripts = {
             name: client.register_script(code)
@@ -422,6 +467,36 @@ class SessionStore:
             except _REDIS_FAILURES as exc:
                 raise _failure(name, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _own(self, key: str, *args: str | int) -> Awaitable[Any]:
+        """One command on the store's own client (on a cluster, to ``key``'s slot)."""
+        client = self.client
+        if isinstance(client, RespCluster):
+            return client.execute_on_key(key, *args)
+        return client.execute(*args)  # type: ignore[union-attr]
+
+    async def _xread(
+        self, streams: Mapping[str, str], count: int, block_ms: int | None
+    ) -> dict[str, Entries]:
+        """XREAD of ``streams`` (key -> read after), blocking up to ``block_ms`` when given:
+        each stream's entries (streams with none left out)."""
+        if not self.own:
+            client: Any = self.client
+            reply = await self._query(
+                "inbox", lambda: client.xread(dict(streams), count=count, block=block_ms)
+            )
+            return {str(k): _coredis_entries(v) for k, v in (reply or {}).items()}
+        head: list[str | int] = ["XREAD", "COUNT", count]
+        if block_ms is not None:
+            head += ["BLOCK", block_ms]
+        args = [*head, "STREAMS", *streams, *streams.values()]
+        first = next(iter(streams))
+        if block_ms is not None and self.blocking is not None and not self.clustered:
+            blocking = self.blocking
+            raw = await self._query("inbox", lambda: blocking.execute(*args))
+        else:
+            raw = await self._query("inbox", lambda: self._own(first, *args))
+        return {str(key): _own_entries(entries) for key, entries in raw or ()}
 
     async def create(
         self,
@@ -514,7 +589,10 @@ class SessionStore:
     async def end_call(self, session_id: str, call_id: str) -> None:
         """The call is no longer pending."""
         key = self.keys(session_id).calls
-        await self._query("end_call", lambda: self.client.zrem(key, [call_id]))
+        if self.own:
+            await self._query("end_call", lambda: self._own(key, "ZREM", key, call_id))
+        else:
+            await self._query("end_call", lambda: self.client.zrem(key, [call_id]))  # type: ignore[union-attr]
 
     async def open_request(self, session_id: str, request_id: str, ttl_ms: int) -> bool:
         """Accept answers to ``request_id`` for ``ttl_ms``; False if the session is gone."""
@@ -557,7 +635,12 @@ class SessionStore:
     async def inbox_position(self, session_id: str) -> str:
         """The id of the newest inbox entry ("0-0" if none): read after it to miss nothing new."""
         k = self.keys(session_id)
-        newest = await self._query("inbox", lambda: self.client.xrevrange(k.inbox, count=1))
+        if self.own:
+            raw = await self._query(
+                "inbox", lambda: self._own(k.inbox, "XREVRANGE", k.inbox, "+", "-", "COUNT", 1)
+            )
+            return str(raw[0][0]) if raw else "0-0"
+        newest = await self._query("inbox", lambda: self.client.xrevrange(k.inbox, count=1))  # type: ignore[union-attr]
         return str(newest[0].identifier) if newest else "0-0"
 
     async def read_inbox(
@@ -567,12 +650,8 @@ class SessionStore:
         after next time (``after`` itself when nothing came). Holds a connection while it
         blocks: nodes read through ``read_inboxes`` instead."""
         k = self.keys(session_id)
-        reply = await self._query(
-            "inbox",
-            lambda: self.client.xread({k.inbox: after}, count=count, block=max(1, block_ms)),
-        )
-        entries = next(iter((reply or {}).values()), ())
-        return _stream_entries(entries, after)
+        reply = await self._xread({k.inbox: after}, count, max(1, block_ms))
+        return _stream_entries(reply.get(k.inbox, []), after)
 
     async def wake(self, reader: str) -> None:
         """End the blocking read of ``reader`` (``read_inboxes`` with its wake position)."""
@@ -603,13 +682,12 @@ class SessionStore:
             wake_key = self.wake_key(wake[0])
             streams[wake_key] = wake[1]
         block = None if block_ms is None else max(1, block_ms)
-        reply = await self._query(
-            "inbox", lambda: self.client.xread(streams, count=count, block=block)
-        )
+        reply = await self._xread(streams, count, block)
         batch = InboxBatch(wake_position=None if wake is None else wake[1])
-        for key, entries in (reply or {}).items():
+        for key, entries in reply.items():
             if key == wake_key:
-                batch = InboxBatch(batch.sessions, str(entries[-1].identifier))
+                if entries:
+                    batch = InboxBatch(batch.sessions, entries[-1][0])
             elif key in by_key:
                 sid = by_key[key]
                 batch.sessions[sid] = _stream_entries(entries, after[sid])
@@ -622,14 +700,12 @@ class SessionStore:
         async def one(sid: str, pos: str) -> None:
             inbox = self.keys(sid).inbox
             try:
-                reply = await self._query(
-                    "inbox", lambda: self.client.xread({inbox: pos}, count=count)
-                )
+                reply = await self._xread({inbox: pos}, count, None)
             except StoreUnavailable as exc:
                 # Kept, not raised: raised in a task it would reach the caller as a group.
                 failures.append(exc)
                 return
-            entries = next(iter((reply or {}).values()), ())
+            entries = reply.get(inbox, [])
             if entries:
                 batch.sessions[sid] = _stream_entries(entries, pos)
 

@@ -276,9 +276,11 @@ async def deletions(store: NoteStore, note_id: str) -> int:
 
 
 def test_the_modern_core_and_http_shell_never_import_the_legacy_adapter() -> None:
+    """Every module of ``nodes`` but the adapter itself and the serving edge (``nodes.serving``,
+    the composition root that puts a node and its adapter together, as ``cluster`` did before
+    it moved) is held to it."""
     nodes = Path(__file__).resolve().parent.parent / "nodes"
     for path in nodes.rglob("*.py"):
-        # nodes/serving composes a served node: the modern core and, beside it, the adapter.
         if {"legacy", "serving"} & set(path.relative_to(nodes).parts):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

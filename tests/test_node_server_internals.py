@@ -1,36 +1,40 @@
-"""The node's uvicorn protocol (``nodes.serving.http_server``): one write per complete response, one
-deadline per connection, and the uvicorn internals both rely on.
+"""The node's uvicorn protocol (``nodes.serving.http_server``): the bounds it adds to uvicorn's own,
+and the contract with uvicorn that they rely on.
 
-Layer: tests. The protocol runs on a fake transport that records each write (a system call on a
-real one), on uvloop as in a node process; the deadline tests run an in-process server on
-loopback with short timeouts. The node's answers are a head and one body: they must leave in one
-write, while a streaming response's head and chunks still leave as they are sent. The header,
-body and idle bounds share one timer per connection: requests on a keep-alive connection arm
-none. Should a uvicorn upgrade change what the protocol hooks, the checks below fail instead of
-the cuts silently going away.
+Layer: tests. The protocol runs on a fake transport that records each write, on uvloop as in a
+node process; the deadline tests run an in-process server on loopback with short timeouts.
+What the protocol uses of uvicorn is checked by name (``hooks_missing``): a uvicorn without it
+makes a node serve on uvicorn's own protocol with a log line, which is tested here too, in a
+node process started as ``serve --processes`` starts one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
+import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from nodes.http import ServerTimeouts
-from nodes.serving.http_server import _TimedHttpToolsProtocol, server_config
-from nodes.serving.response_cycle import ResponseCycle
+from nodes.http import DEFAULT_MAX_HEADER_BYTES, ServerTimeouts
+from nodes.serving.http_server import (
+    NEEDED_HOOKS,
+    BoundedHttpToolsProtocol,
+    hooks_missing,
+    server_config,
+)
 from tests.own_redis import free_port
 
 App = Callable[[Any, Any, Any], Awaitable[None]]
@@ -104,11 +108,11 @@ class CountingLoop:
 
 def connection(
     app: App, timeouts: ServerTimeouts | None = None
-) -> tuple[_TimedHttpToolsProtocol, FakeTransport, CountingLoop]:
+) -> tuple[BoundedHttpToolsProtocol, FakeTransport, CountingLoop]:
     """The node's protocol on a fake transport (call from inside a running loop)."""
     config = server_config(app, host="127.0.0.1", port=0, timeouts=timeouts or ServerTimeouts())
     loop = CountingLoop(asyncio.get_running_loop())
-    protocol = _TimedHttpToolsProtocol(config, ServerState(), {}, _loop=loop)  # type: ignore[arg-type]
+    protocol = BoundedHttpToolsProtocol(config, ServerState(), {}, loop)  # type: ignore[arg-type]
     transport = FakeTransport()
     protocol.connection_made(transport)
     return protocol, transport, loop
@@ -131,7 +135,7 @@ def split(response: bytes) -> tuple[bytes, bytes]:
     return head, body
 
 
-# --- one write per complete response ----------------------------------------------------------
+# --- one write per response ---------------------------------------------------------------------
 
 
 def test_a_complete_response_leaves_in_one_write() -> None:
@@ -144,223 +148,60 @@ def test_a_complete_response_leaves_in_one_write() -> None:
             assert len(transport.writes) == before + 1, transport.writes[before:]
             head, body = split(transport.writes[-1])
             assert head.startswith(b"HTTP/1.1 200 OK\r\n")
-            assert b"content-length: %d" % len(BODY) in head
             assert body == BODY
         assert not transport.closed
 
     run(scenario)
 
 
-def test_an_answered_request_is_freed_without_the_cyclic_collector() -> None:
-    """A request's cycle (its signal, message dicts, held head) goes the moment its task ends:
-    a reference cycle per request (a held head and the cycle holding each other, as they once
-    did, or the cycle keeping the protocol's callback) leaves a few tens of objects per request
-    to the cyclic collector."""
+def test_a_stream_s_head_and_chunks_leave_as_they_are_sent() -> None:
+    step = asyncio.Event()
 
-    async def scenario() -> None:
-        protocol, transport, _ = connection(answer)
-        gc.collect()
-        gc.disable()
-        try:
-            protocol.data_received(GET)
-            await settle()
-            first = weakref.ref(protocol.cycle)
-            protocol.data_received(GET)  # the next request replaces the protocol's own reference
-            await settle()
-            assert len(transport.writes) == 2
-            assert first() is None, gc.get_referrers(first())
-        finally:
-            gc.enable()
-
-    run(scenario)
-
-
-def test_a_streaming_response_sends_its_head_and_each_chunk_as_they_come() -> None:
-    """The legacy adapter's SSE: a head without a length, then chunks with pauses between."""
-    steps = [asyncio.Event() for _ in range(3)]
-
-    async def sse(scope: Any, receive: Any, send: Any) -> None:
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
         await receive()
-        headers = [(b"content-type", b"text/event-stream")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await steps[0].wait()
-        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
-        await steps[1].wait()
-        await send({"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True})
-        await steps[2].wait()
-        await send({"type": "http.response.body", "body": b"data: 3\n\n", "more_body": False})
-
-    async def scenario() -> None:
-        protocol, transport, _ = connection(sse)
-        protocol.data_received(GET)
-        await settle()
-        assert len(transport.writes) == 1, "the head is not held"
-        assert b"transfer-encoding: chunked" in transport.writes[0]
-        for i, step in enumerate(steps, 1):
-            step.set()
-            await settle()
-            assert len(transport.writes) == 1 + i, f"chunk {i} is not held"
-            assert b"data: %d\n\n" % i in transport.writes[-1]
-        assert transport.writes[-1].endswith(b"0\r\n\r\n")
-
-    run(scenario)
-
-
-def test_a_declared_length_sent_in_chunks_has_its_head_go_with_the_first() -> None:
-    second = asyncio.Event()
-
-    async def two_chunks(scope: Any, receive: Any, send: Any) -> None:
-        await receive()
-        headers = [(b"content-length", b"6")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"abc", "more_body": True})
-        await second.wait()
-        await send({"type": "http.response.body", "body": b"def"})
-
-    async def scenario() -> None:
-        protocol, transport, _ = connection(two_chunks)
-        protocol.data_received(GET)
-        await settle()
-        assert len(transport.writes) == 1
-        assert split(transport.writes[0])[1] == b"abc"
-        second.set()
-        await settle()
-        assert transport.writes[1:] == [b"def"]
-
-    run(scenario)
-
-
-def test_a_head_response_with_a_length_is_sent_when_it_completes() -> None:
-    async def scenario() -> None:
-        protocol, transport, _ = connection(answer)
-        protocol.data_received(b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\n")
-        await settle()
-        assert len(transport.writes) == 1
-        head, body = split(transport.writes[0])
-        assert b"content-length: %d" % len(BODY) in head
-        assert body == b""
-        protocol.data_received(GET)  # the connection carries on
-        await settle()
-        assert split(transport.writes[-1])[1] == BODY
-
-    run(scenario)
-
-
-@pytest.mark.parametrize("status", [202, 204, 304])
-def test_an_empty_answer_leaves_in_one_write(status: int) -> None:
-    async def empty(scope: Any, receive: Any, send: Any) -> None:
-        await receive()
-        headers = [] if status != 202 else [(b"content-length", b"0")]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"one", "more_body": True})
+        await step.wait()
         await send({"type": "http.response.body", "body": b""})
 
     async def scenario() -> None:
-        protocol, transport, _ = connection(empty)
+        protocol, transport, _ = connection(stream)
         protocol.data_received(GET)
         await settle()
-        assert len(transport.writes) == 1
-        head, body = split(transport.writes[0])
-        assert head.startswith(b"HTTP/1.1 %d " % status)
-        assert b"transfer-encoding" not in head
-        assert body == b""
+        assert transport.writes[0].endswith(b"transfer-encoding: chunked\r\n\r\n")
+        assert transport.writes[1] == b"3\r\none\r\n"
+        step.set()
+        await settle()
+        assert transport.writes[-1] == b"0\r\n\r\n"
 
     run(scenario)
 
 
-def test_100_continue_is_not_held() -> None:
-    async def scenario() -> None:
-        protocol, transport, _ = connection(answer)
-        protocol.data_received(
-            b"POST / HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\n\r\n"
-        )
-        await settle()
-        assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
-        protocol.data_received(b"{}")
-        await settle()
-        assert len(transport.writes) == 2
-        assert split(transport.writes[1])[1] == BODY
-
-    run(scenario)
-
-
-def test_a_body_longer_than_declared_still_gets_the_head_and_a_closed_connection() -> None:
-    """uvicorn's Content-Length check raises before the body's write: the held head leaves
-    when the connection is closed, as it had left before."""
-
-    async def too_long(scope: Any, receive: Any, send: Any) -> None:
+def test_a_head_response_and_an_app_that_fails_after_its_head_still_send_the_head() -> None:
+    async def head_only(scope: Any, receive: Any, send: Any) -> None:
         await receive()
-        headers = [(b"content-length", b"1")]
+        headers = [(b"content-length", b"10")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"too long"})
+        if scope["method"] == "HEAD":
+            await send({"type": "http.response.body", "body": b""})
+            return
+        raise RuntimeError("failed after its head")
 
     async def scenario() -> None:
-        protocol, transport, _ = connection(too_long)
+        protocol, transport, _ = connection(head_only)
+        protocol.data_received(b"HEAD / HTTP/1.1\r\nhost: x\r\n\r\n")
+        await settle()
+        assert transport.writes[-1].startswith(b"HTTP/1.1 200 OK\r\n")
+        assert not transport.closed
         protocol.data_received(GET)
         await settle()
+        assert transport.writes[-1].startswith(b"HTTP/1.1 200 OK\r\n")  # written on close
         assert transport.closed
-        assert len(transport.writes) == 1
-        assert split(transport.writes[0]) == (
-            b"HTTP/1.1 200 OK\r\ncontent-length: 1",
-            b"",
-        )
 
     run(scenario)
 
 
-def test_a_body_of_any_bytes_like_type_goes_with_its_head() -> None:
-    async def view(scope: Any, receive: Any, send: Any) -> None:
-        await receive()
-        headers = [(b"content-length", str(len(BODY)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": memoryview(BODY)})
-
-    async def scenario() -> None:
-        protocol, transport, _ = connection(view)
-        protocol.data_received(GET)
-        await settle()
-        assert len(transport.writes) == 1
-        assert split(transport.writes[0])[1] == BODY
-
-    run(scenario)
-
-
-def test_a_large_body_goes_with_its_head_in_one_writelines() -> None:
-    large = b"x" * 200_000
-
-    async def big(scope: Any, receive: Any, send: Any) -> None:
-        await receive()
-        headers = [(b"content-length", str(len(large)).encode())]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": large})
-
-    async def scenario() -> None:
-        protocol, transport, _ = connection(big)
-        protocol.data_received(GET)
-        await settle()
-        assert len(transport.writes) == 1
-        assert split(transport.writes[0])[1] == large
-
-    run(scenario)
-
-
-# --- one timer per connection -----------------------------------------------------------------
-
-
-def test_keep_alive_requests_arm_no_timer_each() -> None:
-    """Header, body and idle bounds: one timer for the connection (uvicorn's own keep-alive
-    timer is never armed), moved at most once here (the idle bound is shorter)."""
-
-    async def scenario() -> None:
-        protocol, transport, loop = connection(answer)
-        for _ in range(20):
-            protocol.data_received(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
-            await settle()
-            assert protocol.timeout_keep_alive_task is None
-        assert len(transport.writes) == 20
-        assert loop.timers <= 2, loop.timers
-        protocol.connection_lost(None)
-
-    run(scenario)
+# --- the idle bound after an early answer -------------------------------------------------------
 
 
 def test_a_request_answered_before_its_body_came_is_idle_once_the_body_is_in() -> None:
@@ -387,43 +228,68 @@ def test_a_request_answered_before_its_body_came_is_idle_once_the_body_is_in() -
     run(scenario)
 
 
-# --- the uvicorn internals the protocol relies on ---------------------------------------------
+# --- the contract with uvicorn ------------------------------------------------------------------
 
 
-def test_the_uvicorn_internals_hooked_are_there() -> None:
-    """What ``_TimedHttpToolsProtocol`` uses of uvicorn: if an upgrade renames any of it, this
-    fails rather than the node's requests silently going back to uvicorn's cycle."""
-    for name in (
-        "on_response_complete",
-        "_unset_keepalive_if_required",
-        "_should_upgrade",
-        "on_headers_complete",
-        "on_message_begin",
-        "on_url",
-        "on_header",
-    ):
-        assert callable(getattr(HttpToolsProtocol, name)), name
-    assert issubclass(_TimedHttpToolsProtocol, HttpToolsProtocol)
+def test_the_installed_uvicorn_has_every_hook_the_protocol_needs() -> None:
+    assert hooks_missing() == []
+    assert issubclass(BoundedHttpToolsProtocol, HttpToolsProtocol)
+    config = server_config(answer, host="127.0.0.1", port=0, timeouts=ServerTimeouts())
+    assert config.http is BoundedHttpToolsProtocol
 
-    async def scenario() -> None:
-        protocol, _, _ = connection(answer)
-        assert isinstance(protocol.pipeline, type(protocol.pipeline))
-        assert isinstance(protocol.tasks, set)
-        assert hasattr(protocol.server_state, "total_requests")
-        protocol.data_received(b"POST /a%20b?x=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
-        cycle = protocol.cycle
-        assert isinstance(cycle, ResponseCycle), "the node's requests run on its own cycle"
-        assert cycle.on_response == protocol.on_response_complete
-        assert len(protocol.tasks) == 1
-        scope = cycle.scope
-        assert (scope["method"], scope["path"], scope["raw_path"]) == ("POST", "/a b", b"/a%20b")
-        assert scope["query_string"] == b"x=1"
-        assert scope["headers"] == [(b"host", b"x"), (b"content-length", b"0")]
-        await settle()
-        assert protocol.server_state.total_requests == 1
-        assert not protocol.tasks
 
-    run(scenario)
+def test_a_missing_hook_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    stores_no_pipeline = {**NEEDED_HOOKS, HttpToolsProtocol.on_body: ("pipeline",)}
+    assert hooks_missing(stores_no_pipeline) == ["HttpToolsProtocol.on_body: pipeline"]
+    monkeypatch.delattr(HttpToolsProtocol, "on_body")
+    assert hooks_missing() == ["HttpToolsProtocol.on_body"]
+
+
+def test_without_a_hook_the_config_falls_back_to_uvicorn_s_protocol_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delattr(HttpToolsProtocol, "on_body")
+    with caplog.at_level(logging.WARNING, logger="nodes.serving.http_server"):
+        config = server_config(answer, host="127.0.0.1", port=0, timeouts=ServerTimeouts())
+    assert config.http == "httptools"
+    assert "HttpToolsProtocol.on_body" in caplog.text
+    assert "serving on uvicorn's own protocol" in caplog.text
+
+
+FALLBACK_NODE = """
+import sys
+from uvicorn.supervisors import multiprocess
+del multiprocess.Process.server  # as uvicorn 0.50 and older: a hook the node needs is absent
+from nodes.serving.process import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_node_process_without_a_hook_serves_on_stock_uvicorn_and_logs_it(
+    embedded_url: str,
+) -> None:
+    args = ["--redis", embedded_url, "--embedded", "--prefix", "nctfallback"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FALLBACK_NODE, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()))  # type: ignore[union-attr]
+        reader.start()
+        reader.join(STEP_S * 3)
+        assert line, "the node process printed no URL in time"
+        assert line[0], "the node process exited before it was ready"
+        base = line[0].decode().strip().removesuffix("/mcp")
+        assert httpx.get(f"{base}/healthz", timeout=STEP_S).status_code == 200
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=STEP_S * 3)
+    text = err.decode()
+    assert "lacks what the node's HTTP protocol needs (Process.server)" in text, text
+    assert proc.returncode == 0, text
 
 
 def test_pipelined_requests_are_answered_in_order() -> None:
@@ -441,9 +307,42 @@ def test_pipelined_requests_are_answered_in_order() -> None:
         requests = (b"GET /%d HTTP/1.1\r\nhost: x\r\n\r\n" % i for i in range(3))
         protocol.data_received(b"".join(requests))
         await settle()
-        bodies = [split(w)[1] for w in transport.writes]
+        data = b"".join(transport.writes)
+        bodies = [split(part)[1] for part in data.split(b"HTTP/1.1 ")[1:]]
         assert bodies == [b"/0", b"/1", b"/2"]
         assert protocol.server_state.total_requests == 3
+
+    run(scenario)
+
+
+def test_a_refused_header_block_waits_for_the_answers_parsed_before_it() -> None:
+    """Pipelined: a request, then a block past the bound. The first is answered, then the 431,
+    then the close; nothing after the refused block is parsed or run."""
+    release = asyncio.Event()
+    paths: list[str] = []
+
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        paths.append(scope["path"])
+        await receive()
+        await release.wait()
+        headers = [(b"content-length", str(len(BODY)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": BODY})
+
+    async def scenario() -> None:
+        protocol, transport, _ = connection(slow)
+        big = b"GET /big HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * DEFAULT_MAX_HEADER_BYTES
+        protocol.data_received(GET + big + b"\r\n\r\n" + GET)
+        await settle()
+        assert transport.writes == []
+        assert not transport.closed
+        release.set()
+        await settle()
+        data = b"".join(transport.writes)
+        assert data.startswith(b"HTTP/1.1 200 "), data[:200]
+        assert data.index(BODY) < data.index(b"HTTP/1.1 431 "), data[:400]
+        assert transport.closed
+        assert paths == ["/"]
 
     run(scenario)
 

@@ -19,18 +19,21 @@ import trio
 from confusable_homoglyphs import categories
 
 from nodes.protocol import Node
-from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT
+from nodes.results import META_ERROR
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_TENANT
 from nodes.tools.text_rules import (
     _character_problem,
     normalize_title,
     title_problem,
     walked_title_problem,
 )
+from store.keys import TenantKeys
 from store.notes import NoteStore
 from store.sessions import SessionStore
 from tests.conftest import raw
 from tests.harness import call_tool, make_nodes, result
 from tests.test_legacy import LIMITS, STEP_S, Cluster, initialize, post, start_nodes
+from tests.test_principal_quotas import confirm
 
 WS = {"workspaceUri": ALICE_NOTES}
 
@@ -205,3 +208,148 @@ async def test_the_legacy_adapter_refuses_the_same_titles(cluster: Cluster) -> N
         assert answer["result"]["isError"] is True, answer
         assert said in answer["result"]["content"][0]["text"], answer
     assert await titles_in(cluster.store) == before
+
+
+# -- compatibility letters and punctuation lookalikes are folded ---------------------------------
+
+FOLDED = {
+    # class: (title as sent, title as stored)
+    "math bold letters": ("\U0001d413\U0001d40f\U0001d412 report", "TPS report"),
+    "math italic letters": ("\U0001d447\U0001d443\U0001d446 report", "TPS report"),
+    "math digits": ("Q\U0001d7d1 plan", "Q3 plan"),
+    "fullwidth letters": ("\uff34\uff30\uff33 report", "TPS report"),
+    "fullwidth digits and punctuation": ("Q\uff13\uff01", "Q3!"),
+    "ligature fi": ("\ufb01le list", "file list"),
+    "ligature ffl": ("wa\ufb04e recipe", "waffle recipe"),
+    "Roman numeral twelve": ("Chapter \u216b", "Chapter XII"),
+    "small Roman numeral four": ("part \u2173", "part iv"),
+    "hyphen U+2010": ("e\u2010mail", "e-mail"),
+    "non-breaking hyphen U+2011": ("e\u2011mail", "e-mail"),
+    "minus sign U+2212": ("a\u2212b", "a-b"),
+    "one dot leader U+2024": ("v1\u20242", "v1.2"),
+    "division slash U+2215": ("Q1\u2215Q2", "Q1/Q2"),
+    "modifier apostrophe U+02BC": ("Bob\u02bcs notes", "Bob's notes"),
+    "right single quotation U+2019": ("Bob\u2019s notes", "Bob's notes"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FOLDED))
+async def test_compatibility_letters_and_punctuation_lookalikes_are_folded(
+    node: Node, store: NoteStore, kind: str
+) -> None:
+    sent, stored = FOLDED[kind]
+    out = result(await call_tool(node, "notes_create", {**WS, "title": sent}))
+    assert out["isError"] is False, out
+    assert out["structuredContent"]["title"] == stored
+    assert await titles_in(store) == [stored]
+    # The plain twin is the same title now: found by either spelling.
+    found = (await store.find(DEMO_TENANT, ALICE_NOTES, stored)).notes
+    assert [n.note_id for n in found] == [out["structuredContent"]["noteId"]]
+
+
+def test_superscripts_fractions_and_hangul_jamo_are_kept_as_typed() -> None:
+    assert normalize_title("m\u00b2 \u00bd") == "m\u00b2 \u00bd"
+    assert normalize_title("\u3131\u314f") == "\u3131\u314f"
+
+
+# -- joiners and tags only inside RGI emoji sequences --------------------------------------------
+
+ENGLAND = "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"
+HIDDEN_TAGS = "\U0001f3f4" + "".join(chr(0xE0000 + ord(c)) for c in "pwned") + "\U000e007f"
+
+
+@pytest.mark.parametrize(
+    ("title", "said"),
+    [
+        ("\U0001f436\u200d\U0001f431 friends", "U+200D ZERO WIDTH JOINER"),  # dog ZWJ cat
+        ("\U0001f4dd\u200d\U0001f4dd notes", "U+200D ZERO WIDTH JOINER"),
+        ("TPS\u200d report", "U+200D ZERO WIDTH JOINER"),
+        (f"{HIDDEN_TAGS} flag", "U+E0070 TAG LATIN SMALL LETTER P"),
+        ("\U0001f3f4\U000e0075\U000e0073\U000e0074\U000e0078\U000e007f texas", "U+E0075"),
+        ("TPS \U000e0068\U000e0069 report", "U+E0068 TAG LATIN SMALL LETTER H"),
+    ],
+    ids=["dog-cat", "memo-memo", "letters", "hidden text", "not RGI: Texas", "bare tags"],
+)
+def test_joiners_and_tags_outside_rgi_emoji_sequences_are_refused(title: str, said: str) -> None:
+    problem = title_problem(title)
+    assert problem is not None
+    assert said in problem, problem
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "\U0001f469\u200d\U0001f4bb at work",  # woman technologist
+        "\U0001f468\U0001f3fd\u200d\U0001f373 recipes",  # man cook, skin tone
+        "\U0001f3f3\ufe0f\u200d\U0001f308 parade",  # rainbow flag
+        "\U0001f469\u200d\u2764\ufe0f\u200d\U0001f468 us",  # couple with heart
+        f"{ENGLAND} squad",
+        "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f trip",  # Scotland
+    ],
+    ids=["technologist", "cook with skin tone", "rainbow flag", "couple", "England", "Scotland"],
+)
+def test_rgi_zwj_sequences_and_subdivision_flags_pass(title: str) -> None:
+    assert title_problem(title) is None
+
+
+# -- lookalikes within a workspace: UTS #39 skeletons, from a stored index ------------------------
+
+SKELETON_TWINS = [
+    ("Plan 1", "Plan l"),  # digit one, small L
+    ("Il report", "ll report"),  # capital I, small L
+    ("modern art", "rnodern art"),  # m, r n
+    ("Minutes 2026", "Minutes 2O26"),  # zero, capital O
+    ("a-b", "a\u2013b"),  # hyphen-minus, en dash
+]
+
+
+@pytest.mark.parametrize(("first", "second"), SKELETON_TWINS)
+async def test_a_title_that_looks_like_another_in_the_workspace_is_refused(
+    node: Node, store: NoteStore, first: str, second: str
+) -> None:
+    created = result(await call_tool(node, "notes_create", {**WS, "title": first}))
+    assert created["isError"] is False, created
+    twin = await call_tool(node, "notes_create", {**WS, "title": second})
+    assert refusal(twin) == (
+        f"The workspace already holds a note titled {first!r}, which looks like this title "
+        "(the same Unicode UTS #39 skeleton); use that title or one that looks different"
+    )
+    assert result(twin)["_meta"][META_ERROR]["existingTitle"] == first
+    assert await titles_in(store) == [first]
+    # The same title again is no lookalike, and another workspace is not this one.
+    again = result(await call_tool(node, "notes_create", {**WS, "title": first}))
+    assert again["isError"] is False
+    elsewhere = {"workspaceUri": ALICE_ARCHIVE, "title": second}
+    assert result(await call_tool(node, "notes_create", elsewhere))["isError"] is False
+
+
+async def test_the_lookalike_index_follows_edits_moves_and_deletes(
+    node: Node, store: NoteStore
+) -> None:
+    keys = TenantKeys(store.prefix, DEMO_TENANT)
+    one = result(await call_tool(node, "notes_create", {**WS, "title": "Plan 1"}))
+    note = one["structuredContent"]["noteId"]
+    index = keys.lookalikes(ALICE_NOTES, "Plan 1")
+    assert index == keys.lookalikes(ALICE_NOTES, "Plan l")  # one key per skeleton: no scan
+    assert await raw(store).hgetall(index) == {"Plan 1": "1"}
+    # Renaming to a lookalike of another note is refused; renaming away frees the skeleton.
+    other = result(await call_tool(node, "notes_create", {**WS, "title": "Other"}))
+    rename = {**WS, "noteId": other["structuredContent"]["noteId"], "title": "Plan l"}
+    assert "looks like this title" in refusal(await call_tool(node, "notes_update", rename))
+    away = await call_tool(node, "notes_update", {**WS, "noteId": note, "title": "Budget"})
+    assert result(away)["isError"] is False
+    assert await raw(store).hgetall(index) == {}
+    assert result(await call_tool(node, "notes_update", rename))["isError"] is False
+    assert await raw(store).hgetall(index) == {"Plan l": "1"}
+    # A move into a workspace holding a lookalike is refused; out of it, the index follows.
+    there = {"workspaceUri": ALICE_ARCHIVE, "title": "Plan 1"}
+    assert result(await call_tool(node, "notes_create", there))["isError"] is False
+    move = {**WS, "noteId": rename["noteId"], "targetWorkspaceUri": ALICE_ARCHIVE}
+    assert "looks like this title" in refusal(await call_tool(node, "notes_move", move))
+    # A delete frees the skeleton: the lookalike may be created then.
+    done = await confirm(node, "notes_delete", ALICE_NOTES, "Plan l", rename["noteId"], "alice")
+    assert result(done)["structuredContent"]["deleted"] is True
+    assert await raw(store).hgetall(index) == {}
+    assert (
+        result(await call_tool(node, "notes_create", {**WS, "title": "Plan 1"}))["isError"] is False
+    )

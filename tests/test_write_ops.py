@@ -49,8 +49,9 @@ async def test_a_create_run_twice_with_one_operation_writes_one_note_and_answers
 ) -> None:
     k = store.keys(T)
     keys = [k.note("n" + "1" * 16), k.workspace(WS), k.title(WS, "A"), k.journal, k.op("r" * 20)]
-    keys += [k.usage, k.workspace_usage(WS)]
-    args = ["n" + "1" * 16, "A", "body", WS, "alice", 1000, 0, 0, "r" * 20, "", "call1", 60_000]
+    keys += [k.usage, k.workspace_usage(WS), k.writes, k.lookalikes(WS, "A")]
+    args: list[str | int] = ["n" + "1" * 16, "A", "body", WS, "alice", 1000, 0, 0, "r" * 20]
+    args += ["", "call1", 60_000]
     args += [1, 100, 1]  # alice's quotas: one note, 100 bytes, one note in WS
     first, second = await run_twice(store, "create", keys, args)
     assert first[0] == "created"
@@ -163,6 +164,8 @@ async def test_a_confirmation_run_twice_by_one_call_is_executed_twice_and_delete
         k.usage,
         k.workspace_usage(WS),
         k.workspace_usage(WS),
+        k.lookalikes(WS, "Gone"),
+        k.lookalikes(WS, "Gone"),
     ]
     args: list[Any] = ["accept", "d1", c.exp_ms, 1000, note.note_id, 1, WS, "alice", c.nonce]
     args += ["delete", "", 1000, "notes_delete", 0, 0, "call1", 0]

@@ -85,7 +85,7 @@ def node(
 
     from nodes.logging_setup import configure_logging
     from nodes.serving import app as node_app
-    from nodes.serving.http_server import run_server, server_config
+    from nodes.serving.http_server import hooks_missing, run_server, server_config
     from nodes.serving.settings import ConfigError, load_settings
 
     configure_logging(log_level.upper(), json_lines=log_json)
@@ -100,7 +100,7 @@ def node(
     os.environ[node_app.CONFIG_ENV] = str(config_path.resolve())
     os.environ[node_app.REDIS_ENV] = redis_url
     os.environ.setdefault(node_app.PUBLIC_URL_ENV, f"http://{host}:{port}")
-    os.environ[node_app.SERVER_TIMES_BODIES_ENV] = "1"
+    os.environ[node_app.SERVER_TIMES_BODIES_ENV] = "0" if hooks_missing() else "1"
     os.environ[node_app.LOG_LEVEL_ENV] = log_level.upper()
     os.environ[node_app.LOG_JSON_ENV] = "1" if log_json else "0"
     config = server_config(

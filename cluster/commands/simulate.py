@@ -91,7 +91,8 @@ Examples:
     "redis (CLIENT KILL, CLIENT PAUSE, latency: a real Redis only), client (replies lost), "
     "lost-reply (Redis runs a command, its reply is lost: the store seam, or a proxy before a "
     "single Redis), stall (scripts held past the nodes' Redis timeout: CLIENT PAUSE WRITE, or "
-    "the store seam).",
+    "the store seam), reshard (a busy tenant's slot moved to another master and back with "
+    "CLUSTER SETSLOT and MIGRATE: a Redis Cluster only).",
 )
 @click.option(
     "--fault-seed", default=None, type=int, help="Seed of the fault schedule (default: --seed)."

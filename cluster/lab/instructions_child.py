@@ -60,6 +60,11 @@ META = {
 
 CALLGRIND_CONTROL_TIMEOUT_S = 60.0
 
+HTTP_ENV = "NODE_HTTP"
+"""``stock``: the node's requests go through uvicorn's own httptools protocol and request cycle
+instead of the node server's (``node_config``), the one difference between two sides of the
+same tree (``stock=TREE|NODE_HTTP=stock``)."""
+
 DISCONNECT_AFTER_S = 30.0
 """An app that asks for more of a request than its one body gets a disconnect after this.
 (The parent bounds the whole process; a request that hangs ends there.)"""
@@ -341,13 +346,16 @@ def node_config(job: Job) -> Any:
         ops=ops,
         server_times_bodies=True,
     )
-    return server_config(
+    config = server_config(
         NodeApp(settings, options),
         host=HOST,
         port=PORT,
         timeouts=settings.timeouts,
         max_header_bytes=settings.max_header_bytes,
     )
+    if os.environ.get(HTTP_ENV) == "stock":
+        config.http = "httptools"  # uvicorn's HttpToolsProtocol, read by config.load()
+    return config
 
 
 async def measure(call: Exchange, job: Job) -> int:

@@ -82,7 +82,8 @@ class Nodes:
     redis_url: str | None = None
     state_ttl_s: float = 2.0
     faults: frozenset[FaultKind] = frozenset()
-    """Fault kinds of the run (``cluster.faults``): nodes, redis, client, lost-reply, stall."""
+    """Fault kinds of the run (``cluster.faults``): nodes, redis, client, lost-reply, stall,
+    reshard."""
     fault_seed: int | None = None
     """Seed of the fault schedule; None: the run's seed."""
     custom_faults: tuple[CustomFault, ...] = ()
@@ -345,6 +346,7 @@ async def open_in_process_target(
                         custom=spec.custom_faults,
                         store_faults=nemeses.seam,
                         proxy=nemeses.proxy,
+                        tenants=tuple(tenant_names(run.tenants)),
                     )
                 store = StoreAccess(
                     cluster.redis_url,

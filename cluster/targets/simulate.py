@@ -32,7 +32,7 @@ class SimulateOptions:
     keep_keys: bool = False
     faults: frozenset[FaultKind] = frozenset()
     """Fault kinds injected during the run (``cluster.faults``): nodes, redis, client,
-    lost-reply, stall."""
+    lost-reply, stall, reshard."""
     injected: frozenset[FaultKind] | None = None
     """Only these of ``faults`` are injected, the nodes configured for all of them (a shrunk
     deterministic case); None: all."""

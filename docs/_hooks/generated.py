@@ -3,7 +3,7 @@
 A page asks for a generated block with an HTML comment on a line of its own:
 
     <!-- generated: config-reference -->              every key of the configuration file,
-                                                      from the settings model (nodes.serving.settings)
+                                                      from nodes.serving.settings' models
     <!-- generated: bench-results PATH -->            a benchmark results file (bench.json),
                                                       PATH relative to the repository's root
 
@@ -95,7 +95,7 @@ def _table(model: Any, prefix: str = "") -> list[str]:
 
 
 def config_reference() -> str:
-    """Every key of the configuration file, table by table, from ``nodes.serving.settings``'s models."""
+    """Every key of the configuration file, table by table, from the settings' models."""
     from nodes.serving import settings as config
 
     out = ["## Top level", "", *_table(config._File)]

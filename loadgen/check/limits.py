@@ -46,7 +46,7 @@ PAUSE_AFTERMATH_MS = 3_000
 connections that timed out reconnect; on a loaded two-core machine unknown outcomes were seen
 up to 2.6 s after a ``CLIENT PAUSE WRITE`` ended."""
 
-BOUNDED_KINDS = frozenset({"nodes", "redis", "client", "lost-reply", "stall"})
+BOUNDED_KINDS = frozenset({"nodes", "redis", "client", "lost-reply", "stall", "reshard"})
 """Fault kinds whose effect ends with their window (plus ``AFTERMATH_MS``). Any other kind (a
 Redis Cluster failover, ``cluster.lab.failover``) changes the store for the rest of the
 run (a promoted master without a replica answers every ``WAIT`` late), so it explains unknown

@@ -50,7 +50,7 @@ from nodes.legacy.stream import EventStream
 from nodes.protocol import Node, PreparedCall
 from nodes.sealing import StateRejected
 from store import randomness
-from store.api import StoreFull, StoreUnavailable
+from store.api import StoreFull, StoreRefused, StoreUnavailable
 from store.sessions import SessionRecord, SessionStore, new_request_id
 
 log = logging.getLogger("nodes.legacy")
@@ -467,6 +467,8 @@ def store_unavailable_error(exc: StoreUnavailable) -> errors.JsonRpcError:
     session store's ``StoreFull``: nothing was written) or unavailable (outcome unknown)."""
     if isinstance(exc, StoreFull):
         return errors.store_full()
+    if isinstance(exc, StoreRefused):
+        return errors.store_refused(exc.reason, maybe_ran=exc.maybe_ran)
     return errors.outcome_unknown_error()
 
 

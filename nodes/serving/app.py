@@ -35,7 +35,7 @@ from nodes.protocol import Node
 from nodes.serving.durability import resolve_wait_replicas
 from nodes.serving.operator import OperatorEndpoints, OperatorOptions, with_operator_endpoints
 from nodes.serving.settings import ClusterSettings, load_settings
-from store.client_factory import open_note_client, open_redis
+from store.client_factory import blocking_client, open_note_client
 from store.notes import DEFAULT_PREFIX, NoteStore
 from store.sessions import SessionStore
 
@@ -48,7 +48,8 @@ PUBLIC_URL_ENV = "NOTES_CLUSTER_PUBLIC_URL"
 LOG_LEVEL_ENV = "NOTES_CLUSTER_LOG_LEVEL"
 LOG_JSON_ENV = "NOTES_CLUSTER_LOG_JSON"
 SERVER_TIMES_BODIES_ENV = "NOTES_CLUSTER_SERVER_TIMES_BODIES"
-"""Set to 1 by ``notes-cluster node``, whose server bounds body reads itself."""
+"""Set to 1 by ``notes-cluster node`` when its server bounds body reads itself (unless it fell
+back to uvicorn's own protocol: ``nodes.serving.http_server.hooks_missing``)."""
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -65,7 +66,8 @@ class NodeOptions:
     ops: OperatorOptions = field(default_factory=OperatorOptions)
     """Metrics (their own port) of this node."""
     server_times_bodies: bool = False
-    """The ASGI server bounds each body's arrival (``nodes.serving.http_server`` does, far cheaper);
+    """The ASGI server bounds each body's arrival (``nodes.serving.http_server`` does: a cancel
+    scope per request in the app costs a fifth more of the node's instructions per flow);
     when False the app does, with a deadline of its own around the read (any other server)."""
     server_routes_metrics_port: bool = False
     """The ASGI server hands every connection on the metrics port to ``NodeApp.serve_metrics``
@@ -142,13 +144,15 @@ class NodeApp:
     async def _start(self) -> None:
         o, s = self.options, self.settings
         stack = self._stack
-        client = await stack.enter_async_context(
-            open_redis(o.redis_url, embedded=o.embedded, client_name=o.node_id)
-        )
-        # The hot path's own client (store.resp_client); coredis keeps the legacy sessions.
+        # The store's own client (store.resp_client) for the notes and the legacy sessions,
+        # whose blocking reads get a connection of their own.
         notes_client = await stack.enter_async_context(
-            open_note_client(o.redis_url, embedded=o.embedded, client_name=o.node_id, shared=client)
+            open_note_client(o.redis_url, embedded=o.embedded, client_name=o.node_id)
         )
+        limits = o.legacy_limits or LegacyLimits()
+        blocking = blocking_client(notes_client, limits.inbox_block_ms)
+        if blocking is not None:
+            await stack.enter_async_context(blocking)
         store = NoteStore(
             notes_client,
             prefix=o.prefix,
@@ -161,7 +165,7 @@ class NodeApp:
         if config.public_url is None and o.public_url is not None:
             config = replace(config, public_url=o.public_url)
         node = Node(config, served)
-        sessions = SessionStore(client, prefix=o.prefix)
+        sessions = SessionStore(notes_client, prefix=o.prefix, blocking=blocking)
         legacy = await stack.enter_async_context(
             open_legacy_adapter(node, sessions, o.legacy_limits)
         )

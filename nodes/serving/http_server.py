@@ -1,49 +1,60 @@
-"""Serving node processes: uvicorn with httptools and uvloop, header timeout and SIGTERM drain.
+"""Serving node processes: uvicorn with httptools and uvloop, header bounds and SIGTERM drain.
 
-Layer: nodes (serving). The ASGI server of every node process (``serve --processes``, the
-bench's HTTP points, ``notes-cluster node``), chosen by a side-by-side benchmark
-(``notes-cluster bench-servers``; docs/explanation/design-decisions.md): on the same client,
-c=8, one worker, it spent less than half of granian's CPU per two-request flow.
+Layer: nodes (serving). The ASGI server of every node process (``serve --processes``,
+``notes-cluster node``): stock uvicorn, its own protocol and request cycle, with what uvicorn
+lacks added by a small subclass of its httptools protocol that overrides only the parser's and
+the transport's callbacks (each calling uvicorn's own) and reads only attributes without a
+leading underscore:
 
-What uvicorn lacks is added here, small and local:
-- header and body timeouts (``ServerTimeouts``): uvicorn bounds only the idle time between
-  requests, so a client that opens a connection and sends half a header block, or headers that
-  promise a body it never sends, would hold it for ever; ``_TimedHttpToolsProtocol`` closes it;
-- a header size bound (``max_header_bytes``): uvicorn's ``h11_max_incomplete_event_size``
-  applies to h11 only, and httptools buffers a header of any length (four connections sending
-  an unfinished 50 MB header grew a node from 84 to 281 MB); past the bound the protocol
-  answers 431 and closes, whether the block is unfinished or complete;
+- a header timeout (``ServerTimeouts.headers_s``): uvicorn bounds only the idle time after a
+  response, so a client that opens a connection and sends half a header block would hold it for
+  ever; the block must be complete within the bound of the connection's start, then of each
+  request's first byte;
+- a header size bound (``max_header_bytes``): httptools buffers a header of any length (four
+  connections sending an unfinished 50 MB header grew a node from 84 to 281 MB). Past the bound
+  the client gets 431 and the connection is closed, whether the block is unfinished (counted as
+  it arrives) or complete (measured exactly, ``header_block_size``). Requests parsed before the
+  refused one on the same connection are answered first (a pipelining client must not take
+  the 431 for a create's answer);
+- a body timeout (``ServerTimeouts.body_s``): a body not complete within the bound of its
+  headers gets 408 (unless its answer started) and the connection is closed. The same deadline
+  in the app (``nodes.http``, a cancel scope around the read, as it runs on any other server)
+  cost a fifth more of a node's instructions per flow; the three bounds here share one
+  deadline per connection;
+- an idle bound after a response that went out before its request's body was in (uvicorn's
+  keep-alive timer is cancelled by the body's bytes and not armed again);
+- ``port_apps``: a port's connections served by another app (a node process's metrics port);
+- one write per response: uvicorn writes a head and its body apart; each request's cycle is
+  given the transport through ``_OneWrite``, which holds a head that declares its length until
+  the body's first write (streams pass untouched);
 - a drain hook: on SIGTERM uvicorn stops accepting, closes idle connections, lets in-flight
   requests finish within ``timeout_graceful_shutdown`` and then runs the lifespan shutdown;
-  ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``), which would
-  otherwise keep their connections open until the bound.
-And cuts of uvicorn's cost per request: each request's cycle is a
-``nodes.serving.response_cycle.ResponseCycle`` instead of uvicorn's (a response that is not chunked
-leaves in one write, where uvicorn writes its head and body apart; no ``asyncio.Event`` per
-request), and the header, body and idle bounds share one deadline per connection (uvicorn and
-the first version here armed and cancelled three timers per request).
-(Nodes inside a trio process, on hypercorn, get the body deadline from the app instead.)
+  ``NodeServer`` first asks the app to end its legacy streams (``NodeApp.drain``).
+
+What this relies on of uvicorn is listed in ``NEEDED_HOOKS`` and checked when a config is built
+(``hooks_missing``): without one of them the node serves on uvicorn's protocol unchanged and
+says so in its log (no header and body bounds from the server then; the app bounds the body).
+``pyproject.toml`` bounds uvicorn from above, and CI runs the node server's tests on the lowest
+and the highest version allowed (``.ci/run``). A request cycle of our own in place of uvicorn's
+was measured and not kept (docs/explanation/design-decisions.md, "The request cycle").
+(Nodes inside a trio process, on hypercorn, get the same bounds from the app.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import signal
 import socket
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from types import FrameType, MappingProxyType
 from typing import Any
 
-import httptools
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, service_unavailable
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.supervisors import multiprocess
 
 from nodes.http import (
@@ -53,14 +64,49 @@ from nodes.http import (
     header_block_size,
 )
 from nodes.serving.lifeline import die_with_parent
-from nodes.serving.response_cycle import ResponseCycle
 
 log = logging.getLogger("nodes.serving.http_server")
+
+NEEDED_HOOKS: dict[Any, tuple[str, ...]] = {
+    HttpToolsProtocol: (
+        "connection_made",
+        "connection_lost",
+        "data_received",
+        "on_message_begin",
+        "on_headers_complete",
+        "on_body",
+        "on_message_complete",
+        "on_response_complete",
+    ),
+    HttpToolsProtocol.__init__: ("config", "app", "cycle", "pipeline", "loop"),
+    HttpToolsProtocol.connection_made: ("transport", "server"),
+    HttpToolsProtocol.on_message_begin: ("url", "headers"),
+    HttpToolsProtocol.on_headers_complete: ("transport", "parser", "cycle"),
+    RequestResponseCycle.__init__: ("transport", "response_started", "response_complete"),
+    uvicorn.Server: ("startup", "shutdown", "capture_signals", "handle_exit", "run"),
+    multiprocess.Process: ("server", "target"),
+    multiprocess.Multiprocess: ("handle_hup", "run"),
+}
+"""What ``BoundedHttpToolsProtocol``, ``NodeServer`` and the worker supervisor use of uvicorn:
+for a class, the methods it overrides or calls; for a function, the attributes it must set
+(names it stores, read from its code)."""
+
+
+def hooks_missing(needed: Mapping[Any, tuple[str, ...]] = NEEDED_HOOKS) -> list[str]:
+    """Which of ``needed`` the installed uvicorn lacks (``Class.name`` or ``function: name``)."""
+    missing = []
+    for owner, names in needed.items():
+        if isinstance(owner, type):
+            missing += [f"{owner.__name__}.{n}" for n in names if not hasattr(owner, n)]
+        else:
+            stored = getattr(getattr(owner, "__code__", None), "co_names", ())
+            missing += [f"{owner.__qualname__}: {n}" for n in names if n not in stored]
+    return missing
 
 
 class NodeServerConfig(uvicorn.Config):
     """uvicorn's config plus the header and body timeouts and the header size bound (read by
-    ``_TimedHttpToolsProtocol``); a module level class so that worker processes can unpickle
+    ``BoundedHttpToolsProtocol``); a module level class so that worker processes can unpickle
     it."""
 
     headers_timeout_s: float = ServerTimeouts().headers_s
@@ -88,45 +134,72 @@ def _header_too_large_response(max_header_bytes: int) -> bytes:
     return head + body
 
 
-class _HeaderBlockTooLarge(Exception):
-    """Raised from a parser callback to stop parsing a request whose header block is too large."""
+COPY_LIMIT = 65_536
+"""Up to this body size a held head is joined to its body (one buffer, one ``write``); a larger
+body goes with it through ``writelines`` (uvloop: one ``writev``)."""
+
+
+class _OneWrite:
+    """A request's transport as its uvicorn cycle sees it: a response head that declares its
+    length is held and leaves with the body's first write, one system call where uvicorn makes
+    two. A chunked head (a stream) and every other write pass at once; closing writes a held
+    head first. HEAD requests get the transport itself (no body write would follow)."""
+
+    __slots__ = ("head", "transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        head = self.head
+        if head is not None:
+            self.head = None
+            if len(data) <= COPY_LIMIT:
+                self.transport.write(head + data)
+            else:
+                self.transport.writelines((head, data))
+        elif (
+            data[-4:] == b"\r\n\r\n"
+            and data[:9] == b"HTTP/1.1 "
+            and data[9:12] != b"100"
+            and b"\r\ntransfer-encoding:" not in data
+        ):
+            self.head = data
+        else:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        head = self.head
+        if head is not None:
+            self.head = None
+            self.transport.write(head)
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
 
 
 _EARLY_S = 0.001
 """A deadline timer that fires this close to its deadline counts as expired (loop clocks round)."""
 _NO_DEADLINE, _HEADERS, _BODY, _IDLE = range(4)
-"""The connection's phases that have a deadline (``_TimedHttpToolsProtocol._phase``)."""
+"""The connection's phases that have a deadline (``BoundedHttpToolsProtocol._phase``)."""
 
 
-class _TimedHttpToolsProtocol(HttpToolsProtocol):
-    """httptools' protocol with two more deadlines: the header block must be complete within
-    ``headers_timeout_s`` (from the connection's start, then from each request's first byte),
-    and the body within ``body_timeout_s`` of its headers; past the first the connection is
-    closed, past the second the client gets 408 (unless a response started) and it is closed.
-    uvicorn's idle bound (``timeout_keep_alive``, from a response's end to the next request's
-    first byte) is kept, as a third phase of the same deadline; it also starts when a request
-    answered before its body came (a refusal) has its body in (uvicorn's timer, armed at the
-    response's end, was cancelled by the body's bytes: the connection was left with no bound).
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the header and body timeouts, the header size bound,
+    the idle bound after an early answer and ``port_apps`` (see the module docstring). Every
+    override calls uvicorn's own method; a refused header block turns the parser's callbacks
+    into no-ops (nothing more is read or run) and its 431 waits for the answers of the requests
+    parsed before it.
 
-    One deadline per connection, one timer: each phase only stores its deadline (a float), and
-    the timer, when it fires early, sleeps again until the current deadline; it is moved only
-    when a deadline comes before it. uvicorn armed and cancelled a ``call_later`` per request
-    for the idle bound, and this class did for the two others: three timers per request.
-
-    And one size bound: while a header block is being received, the bytes that arrived count
-    against ``max_header_bytes`` (checked after each read is parsed, so the parser holds at most
-    the bound plus one read); a complete block is measured exactly (``header_block_size``).
-    Past the bound the client gets 431 and the connection is closed.
-
-    Each request's cycle is a ``ResponseCycle`` (``nodes.serving.response_cycle``), built and
-    started here as uvicorn builds and starts its own; a complete response leaves in one write.
-
-    uvicorn internals used (present from 0.30 to 0.55; ``tests/test_node_server_internals.py``
-    checks them): the parser callbacks' state (``self.url``, ``self.headers``, ``self.scope``,
-    ``self.expect_100_continue``), ``self.cycle``, ``self.pipeline``, ``self.tasks``,
-    ``self.flow``, ``_should_upgrade`` and ``_unset_keepalive_if_required``;
-    ``on_response_complete``'s steps, which ``on_response_complete`` here repeats, without the
-    keep-alive timer when no pipelined request waits."""
+    The three bounds are phases of one deadline per connection with one timer: a phase only
+    stores its deadline, and the timer, when it fires early, sleeps again until the current
+    one (a timer armed and cancelled per phase costs about 4% of a node's instructions per
+    flow)."""
 
     _timer: asyncio.TimerHandle | None = None
     _timer_at = 0.0
@@ -135,153 +208,107 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
     _heading = True
     """Between a request's start (or the previous request's end) and its complete headers."""
     _header_bytes = 0
-    _header_refused = False
+    _refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        port_apps = self.config.port_apps  # type: ignore[attr-defined]
-        if port_apps and self.server is not None:
-            app = port_apps.get(self.server[1])
+        config: NodeServerConfig = self.config  # type: ignore[assignment]
+        port = self.server[1] if self.server is not None else None
+        if config.port_apps and port is not None:
+            app = config.port_apps.get(port)
             if app is not None:
                 self.app = app
-        self._arm(_HEADERS, self.config.headers_timeout_s)  # type: ignore[attr-defined]
+        self._arm(_HEADERS, config.headers_timeout_s)
 
     def data_received(self, data: bytes) -> None:
-        """uvicorn's, with the header size bound around the parser."""
+        """uvicorn's, with the unfinished header block counted against the bound."""
+        if self._refused:
+            return  # nothing after a refused block is parsed
+        if self._phase == _IDLE:
+            self._phase = _NO_DEADLINE
         if self._heading:
             self._header_bytes += len(data)
-        self._unset_keepalive_if_required()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            if self._header_refused:
-                self._refuse_header_block()
-                return
-            msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
-            self.send_400_response(msg)
-            return
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-            return
-        if self._heading and self._header_bytes > self.config.max_header_bytes:  # type: ignore[attr-defined]
-            self._refuse_header_block()
+        super().data_received(data)
+        bound: int = self.config.max_header_bytes  # type: ignore[attr-defined]
+        if self._heading and not self._refused and self._header_bytes > bound:
+            self._refuse()
 
     def on_message_begin(self) -> None:
+        if self._refused:
+            return
         super().on_message_begin()
         if self._phase != _HEADERS:  # the connection's first request keeps its deadline
             self._arm(_HEADERS, self.config.headers_timeout_s)  # type: ignore[attr-defined]
 
     def on_headers_complete(self) -> None:
-        """uvicorn's, with the header size bound, the body deadline and a ``ResponseCycle``
-        (``nodes.serving.response_cycle``) in place of uvicorn's cycle."""
-        self._disarm()
+        """uvicorn's, unless the block is past the bound (measured exactly)."""
+        if self._refused:
+            return
+        self._phase = _NO_DEADLINE
         self._heading = False
         if header_block_size(self.url, self.headers) > self.config.max_header_bytes:  # type: ignore[attr-defined]
-            self._header_refused = True
-            raise _HeaderBlockTooLarge  # stops the parser: data_received answers 431
-        parser = self.parser
-        scope = self.scope
-        http_version = parser.get_http_version()
-        scope["method"] = parser.get_method().decode("ascii")
-        if http_version != "1.1":
-            scope["http_version"] = http_version
-        if parser.should_upgrade() and self._should_upgrade():
+            self._refuse()
             return
-        url = httptools.parse_url(self.url)
-        raw_path = url.path
-        path = raw_path.decode("ascii")
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        root = self.root_path
-        scope["path"] = root + path
-        scope["raw_path"] = root.encode("ascii") + raw_path if root else raw_path
-        scope["query_string"] = url.query or b""
-        limit = self.limit_concurrency
-        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
-            app = service_unavailable
-            self.logger.warning("Exceeded concurrency limit.")
-        else:
-            app = self.app
-        previous = self.cycle
-        cycle = ResponseCycle(
-            scope,  # type: ignore[arg-type]
-            self.transport,
-            self.flow,
-            self.logger,
-            self.access_logger,
-            self.access_log,
-            self.server_state.default_headers,
-            self.expect_100_continue,
-            http_version != "1.0" and parser.should_keep_alive(),
-            self.on_response_complete,
-        )
-        self.cycle = cycle  # type: ignore[assignment]
-        if previous is None or previous.response_complete:
-            self._start_cycle(cycle, app)
-        else:  # pipelined: it starts when the one before it has answered
-            self.flow.pause_reading()
-            self.pipeline.appendleft((cycle, app))  # type: ignore[arg-type]
+        transport = self.transport
+        if self.parser.get_method() != b"HEAD":
+            self.transport = _OneWrite(transport)  # type: ignore[assignment]  # the new cycle's
+        try:
+            super().on_headers_complete()
+        finally:
+            self.transport = transport
         self._arm(_BODY, self.config.body_timeout_s)  # type: ignore[attr-defined]
 
-    def _start_cycle(self, cycle: ResponseCycle, app: Any) -> None:
-        if getattr(self.config, "reset_contextvars", False):  # uvicorn 0.55's opt-in
-            task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
-        else:
-            task = self.loop.create_task(cycle.run_asgi(app))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
-
     def on_body(self, body: bytes) -> None:
-        cycle = self.cycle
-        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
-            return
-        if cycle.add_body(body) > HIGH_WATER_LIMIT:  # type: ignore[attr-defined]
-            self.flow.pause_reading()
-        cycle.message_event.set()
+        if not self._refused:
+            super().on_body(body)
 
     def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        self._phase = _NO_DEADLINE
+        super().on_message_complete()
+        self._heading = True
+        self._header_bytes = 0
         cycle = self.cycle
         if cycle is not None and cycle.response_complete and not self.pipeline:
             # Answered before its body came (a refusal): from now on the connection is idle.
             self._arm(_IDLE, self.timeout_keep_alive)
-        else:
-            self._disarm()
-        self._heading = True
-        self._header_bytes = 0
-        # uvicorn's own steps, inline: through super() they cost 0.4% of a flow's instructions.
-        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
-            return
-        cycle.more_body = False
-        cycle.message_event.set()
 
     def on_response_complete(self) -> None:
-        """uvicorn's, with the idle bound as this connection's deadline (no timer per request).
-        A pipelined request waiting, or a closing transport: uvicorn's own (no idle bound)."""
-        if self.pipeline or self.transport.is_closing():
-            super().on_response_complete()  # starts a pipelined cycle as it starts its own
-            return
-        self.server_state.total_requests += 1
-        self.flow.resume_reading()
-        if self._phase == _NO_DEADLINE:  # else the next request started: its deadline holds
-            self._arm(_IDLE, self.timeout_keep_alive)
-
-    def _refuse_header_block(self) -> None:
-        self._heading = False
-        self._disarm()
-        if not self.transport.is_closing():
-            self.transport.write(_header_too_large_response(self.config.max_header_bytes))  # type: ignore[attr-defined]
-            self.transport.close()
+        """uvicorn's; then a refused header block's 431, once every request before it has its
+        answer."""
+        super().on_response_complete()
+        if self._refused and not self._answering():
+            self._send_431()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._phase = _NO_DEADLINE
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         super().connection_lost(exc)
+
+    def _answering(self) -> bool:
+        """A request parsed before now still has no complete answer."""
+        cycle = self.cycle
+        return bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
+
+    def _refuse(self) -> None:
+        """The header block is past the bound: read nothing more; 431 once the requests parsed
+        before it are answered (now, when none is waiting)."""
+        self._refused = True
+        self._heading = False
+        self._phase = _NO_DEADLINE
+        if self.transport.is_closing():
+            return
+        self.transport.pause_reading()
+        if not self._answering():
+            self._send_431()
+
+    def _send_431(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(_header_too_large_response(self.config.max_header_bytes))  # type: ignore[attr-defined]
+            self.transport.close()
 
     def _arm(self, phase: int, seconds: float) -> None:
         """The connection's deadline: ``phase`` ends ``seconds`` from now."""
@@ -295,9 +322,6 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             self._timer = self.loop.call_at(at, self._deadline_reached)
             self._timer_at = at
 
-    def _disarm(self) -> None:
-        self._phase = _NO_DEADLINE
-
     def _deadline_reached(self) -> None:
         self._timer = None
         phase = self._phase
@@ -309,26 +333,14 @@ class _TimedHttpToolsProtocol(HttpToolsProtocol):
             self._timer_at = at
             return
         self._phase = _NO_DEADLINE
-        if phase == _BODY:
-            self._body_timed_out()
-        else:
-            self._close()
-
-    def _close(self) -> None:
-        """Past the header or idle deadline: close."""
+        cycle = self.cycle
+        answered = cycle is None or cycle.response_started
+        if phase == _BODY and not answered and not self.transport.is_closing():
+            self.transport.write(_BODY_TIMEOUT_RESPONSE)
+        # Past the header, body or idle bound: closed (an app still reading is told the
+        # client is gone).
         if not self.transport.is_closing():
             self.transport.close()
-
-    def _body_timed_out(self) -> None:
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            if not cycle.response_started and not self.transport.is_closing():
-                self.transport.write(_BODY_TIMEOUT_RESPONSE)
-            # The app's receive() now answers http.disconnect; its sends are dropped.
-            cycle.disconnected = True
-            cycle.message_event.set()
-            cycle.close_connection()  # type: ignore[attr-defined]  # a held head leaves first
-        self._close()
 
 
 async def _drain_app(app: Any) -> None:
@@ -400,15 +412,24 @@ def server_config(
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     port_apps: Mapping[int, Any] | None = None,
 ) -> NodeServerConfig:
-    """uvicorn settings of a node process: httptools, uvloop, no access log, no proxy headers
-    (a node trusts no forwarded address), the idle, drain and header timeouts, the header size
-    bound. With ``log_level``, uvicorn's own logging setup at that level (else the process's
-    logging)."""
+    """uvicorn settings of a node process: httptools (``BoundedHttpToolsProtocol``, or
+    uvicorn's own when a hook it needs is missing: logged), uvloop, no access log, no proxy
+    headers (a node trusts no forwarded address), the idle, drain and header timeouts, the
+    header size bound. With ``log_level``, uvicorn's own logging setup at that level (else the
+    process's logging)."""
+    missing = hooks_missing()
+    if missing:
+        log.warning(
+            "uvicorn %s lacks what the node's HTTP protocol needs (%s): serving on uvicorn's "
+            "own protocol, without the header and body timeouts and the header size bound",
+            uvicorn.__version__,
+            ", ".join(missing),
+        )
     config = NodeServerConfig(
         app,
         host=host,
         port=port,
-        http=_TimedHttpToolsProtocol,
+        http="httptools" if missing else BoundedHttpToolsProtocol,
         loop="uvloop",
         lifespan="on",
         access_log=False,
@@ -458,11 +479,15 @@ def run_server(
     if config.workers == 1:
         NodeServer(config, on_started).run(sockets=sockets)
         return
+    sockets = sockets or [config.bind_socket()]
+    if hooks_missing():  # said when the config was built: uvicorn's own workers and server
+        multiprocess.Multiprocess(config, sockets=sockets).run()
+        return
     # uvicorn's supervisor builds a plain Server in each worker; have it build ours.
     original = multiprocess.Process
     multiprocess.Process = _NodeWorker  # type: ignore[misc]
     try:
-        _Supervisor(config, sockets=sockets or [config.bind_socket()]).run()
+        _Supervisor(config, sockets=sockets).run()
     finally:
         multiprocess.Process = original  # type: ignore[misc]
 
@@ -484,6 +509,8 @@ class _NodeWorker(multiprocess.Process):
     """A worker process of uvicorn's supervisor, serving with ``NodeServer``; it drains and
     exits by itself when the supervisor is gone (even after SIGKILL)."""
 
+    _node_server: NodeServer | None = None
+
     def target(self, sockets: list[socket.socket] | None = None) -> None:  # pragma: no cover
         # The supervisor starts workers from its main thread, which lives as long as it does:
         # the kernel's parent-death signal is exact here.
@@ -492,6 +519,7 @@ class _NodeWorker(multiprocess.Process):
 
     @property
     def server(self) -> uvicorn.Server:
-        if self._server is None:
-            self._server = NodeServer(self.config)
-        return self._server
+        """The worker's server (uvicorn's supervisor reads it for its health checks)."""
+        if self._node_server is None:
+            self._node_server = NodeServer(self.config)
+        return self._node_server

@@ -20,7 +20,7 @@ from nodes.http import ServerTimeouts
 from nodes.logging_setup import DEFAULT_LEVEL, LEVELS, configure_logging
 from nodes.serving.app import NodeApp, NodeOptions
 from nodes.serving.durability import parse_wait_replicas
-from nodes.serving.http_server import bind_socket, run_server, server_config
+from nodes.serving.http_server import bind_socket, hooks_missing, run_server, server_config
 from nodes.serving.lifeline import terminate_self, watch_lifeline
 from nodes.serving.operator import DEFAULT_METRICS_HOST, OperatorOptions, bind_metrics
 from nodes.serving.settings import (
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         prefix=a.prefix,
         public_url=base,
         ops=ops,
-        server_times_bodies=True,
+        server_times_bodies=not hooks_missing(),  # else on uvicorn's own protocol: the app
         server_routes_metrics_port=True,
     )
     app = NodeApp(settings, options)

@@ -26,6 +26,7 @@ from nodes.config import (
     DEFAULT_MAX_NOTES_PER_PRINCIPAL,
     DEFAULT_MAX_NOTES_PER_WORKSPACE,
     DEFAULT_MAX_SHARE_OF_SHARED_WORKSPACE,
+    DEFAULT_MAX_WRITES_PER_PRINCIPAL,
     DEFAULT_STATE_TTL_MS,
     MAX_LIST_PAGE_SIZE,
     LegacyCaps,
@@ -241,6 +242,9 @@ class _File(BaseModel):
         description="Share of max_notes_per_workspace one principal may fill where several "
         "principals' grants cover a workspace.",
     )
+    max_writes_per_principal: int = Field(
+        default=DEFAULT_MAX_WRITES_PER_PRINCIPAL, ge=1, le=100_000_000
+    )
     max_header_bytes: int = Field(
         default=DEFAULT_MAX_HEADER_BYTES,
         ge=MAX_HEADER_BYTES_RANGE[0],
@@ -330,6 +334,7 @@ def load_settings(path: Path) -> ClusterSettings:
         max_notes_per_principal=parsed.max_notes_per_principal,
         max_bytes_per_principal=parsed.max_bytes_per_principal,
         max_share_of_shared_workspace=parsed.max_share_of_shared_workspace,
+        max_writes_per_principal=parsed.max_writes_per_principal,
         legacy=LegacyCaps(**parsed.legacy.model_dump()),
     )
     t = parsed.timeouts

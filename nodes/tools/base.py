@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from nodes.config import NodeConfig
 from nodes.results import tool_error
 from nodes.scope import ScopeError, Workspace
-from store.api import NoteStoreAPI, WriteOp
+from store.api import LookalikeTitle, NoteStoreAPI, WriteOp
 from store.fast_init import slot_init
 
 TITLE_MAX = 200
@@ -118,6 +118,15 @@ class CallContext:
         return self.config.scope.authorize(self.principal, raw_uri)
 
 
+def lookalike_refusal(exc: LookalikeTitle) -> dict[str, Any]:
+    """The ``isError`` result of a title refused beside a different title that looks like it."""
+    return tool_error(
+        f"The workspace already holds a note titled {exc.existing!r}, which looks like this "
+        "title (the same Unicode UTS #39 skeleton); use that title or one that looks different",
+        existingTitle=exc.existing,
+    )
+
+
 class ToolFailure(Exception):
     """A business failure a tool reports as an ``isError`` result."""
 
@@ -195,6 +204,8 @@ class Tool(Generic[A]):
             return scope_refusal(exc)
         except ToolFailure as exc:
             return exc.result()
+        except LookalikeTitle as exc:
+            return lookalike_refusal(exc)
 
     async def run(self, ctx: CallContext, args: A) -> dict[str, Any]:
         """The tool's own work, with validated arguments."""

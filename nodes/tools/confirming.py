@@ -147,6 +147,8 @@ class ConfirmingTool(StatefulTool[C]):
                 target_workspace=target,
                 max_notes=ctx.config.max_notes_per_workspace if self.kind.op == "move" else 0,
                 max_owner_notes=ctx.config.share_of(target) if self.kind.op == "move" else 0,
+                max_writes=ctx.config.max_writes_per_principal,
+                window_ms=ctx.config.idempotency_window_ms,
             )
         )
         return await self.result_for(ctx, args, payload, out)
@@ -188,6 +190,12 @@ class ConfirmingTool(StatefulTool[C]):
                 return tool_error(
                     f"That note is no longer in the workspace; nothing was {self.done}", **not_done
                 )
+            case "full" if out.quota == "writes":
+                limit = ctx.config.max_writes_per_principal
+                exc = QuotaExceeded("writes", limit, limit)
+                where = self.target(ctx, payload)
+                message = quota_refusal(ctx, exc, where, "you", self.done)
+                return tool_error(message, quota="writes", **not_done)
             case "full" if out.quota == "share":
                 where = self.target(ctx, payload)
                 limit = ctx.config.share_of(where)

@@ -225,6 +225,14 @@ class MoveTool(IdempotentTool[MoveArgs]):
             exc = QuotaExceeded("share", quota.workspace_notes, quota.workspace_notes)
             message = quota_refusal(ctx, exc, dst.uri, "the note's owner", "moved")
             raise ToolFailure(message, quota="share")
+        if out.status == "quota_writes":
+            raise writes_refusal(ctx, dst.uri, "moved")
+        if out.status == "unreachable":
+            raise ToolFailure(
+                f"The note's owner is not granted {dst.uri}: they could neither list nor delete "
+                "it there, so only they may move it there; nothing was moved",
+                noteId=args.note_id,
+            )
         if out.note is None:
             raise ToolFailure(f"No note {args.note_id} in {src.uri}", noteId=args.note_id)
         return self.written(out.note, replay=out.replayed)
@@ -275,6 +283,14 @@ class UpdateTool(IdempotentTool[UpdateArgs]):
                 exc = QuotaExceeded("bytes", quota.bytes, quota.bytes)
                 message = quota_refusal(ctx, exc, ws.uri, "the note's owner", "updated")
                 raise ToolFailure(message, quota="bytes")
+            if out.status == "quota_writes":
+                raise writes_refusal(ctx, ws.uri, "updated")
+            if out.status == "not_owner":
+                raise ToolFailure(
+                    "Only the note's owner may make it larger: its bytes count against the "
+                    "owner's quota; nothing was updated",
+                    noteId=args.note_id,
+                )
             if out.status != "changed":
                 raise ToolFailure(f"No note {args.note_id} in {ws.uri}", noteId=args.note_id)
         raise ToolFailure("The note is being edited concurrently; try again")
@@ -302,4 +318,18 @@ def quota_refusal(ctx: CallContext, exc: QuotaExceeded, workspace: str, who: str
                 f"{c.max_share_of_shared_workspace:g} of max_notes_per_workspace "
                 f"{c.max_notes_per_workspace})"
             )
+        case "writes":
+            window = c.idempotency_window_ms / 1000
+            what = (
+                f"you made {c.max_writes_per_principal} writes in this tenant within "
+                f"{window:g} s, the max_writes_per_principal quota (each write is remembered "
+                "that long)"
+            )
     return f"Quota exceeded: {what}; nothing was {done}"
+
+
+def writes_refusal(ctx: CallContext, workspace: str, done: str) -> ToolFailure:
+    """The refusal of a write past the principal's ``max_writes_per_principal``."""
+    limit = ctx.config.max_writes_per_principal
+    exc = QuotaExceeded("writes", limit, limit)
+    return ToolFailure(quota_refusal(ctx, exc, workspace, "you", done), quota="writes")

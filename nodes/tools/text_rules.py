@@ -3,21 +3,29 @@
 Layer: node, protocol core. Pure module: no I/O.
 
 A title is what a person reads in the pick-and-confirm form, so two different titles must not
-look alike there. A title is normalised to NFC (so ``e`` + U+0301 and ``é`` are one title, found
-by either spelling) and refused, naming the code point, when it holds:
+look alike there. A title is first folded (``fold_title``): letters and digits that Unicode
+marks as compatibility variants of plain ones (NFKC: mathematical alphanumerics such as 𝐓,
+fullwidth ``Ｔ`` and ``１``, ligatures such as ``ﬁ``, Roman numerals such as ``Ⅻ``) become the
+plain ones, and so do the punctuation lookalikes U+2010 HYPHEN, U+2011, U+2212 MINUS SIGN
+(``-``), U+2024 ONE DOT LEADER (``.``), U+2215 DIVISION SLASH, U+2044 (``/``), U+02BC MODIFIER
+LETTER APOSTROPHE, U+2018 and U+2019 (``'``) and the fullwidth forms of ASCII punctuation. It is
+then normalised to NFC (so ``e`` + U+0301 and ``é`` are one title, found by either spelling)
+and refused, naming the code point, when it holds:
 
 - a control character (category Cc: C0, DEL, C1; tabs and newlines too);
 - a format character (Cf): invisible ones (U+200B ZERO WIDTH SPACE, U+2060, U+FEFF, U+00AD,
   U+200C ZERO WIDTH NON-JOINER) and the bidirectional controls (U+200E/U+200F, U+061C ARABIC
   LETTER MARK, U+202A-U+202E, U+2066-U+2069), which can make text display in another order than
-  it is stored. The one exception is U+200D ZERO WIDTH JOINER between two emoji, where it joins
-  them into one visible emoji (👩‍💻);
+  it is stored. The one exception is U+200D ZERO WIDTH JOINER inside an emoji ZWJ sequence
+  of Unicode's recommended set (RGI, from the ``emoji`` package: 👩‍💻), which shows as one
+  emoji; a joiner between emoji that form no such sequence (🐶 U+200D 🐱) is refused;
 - a variation selector (U+FE00-U+FE0F, U+E0100-U+E01EF, the Mongolian U+180B-U+180F): they
   change nothing visible after a letter, so ``"TPS report"`` + U+FE0F would look like
   ``"TPS report"``. The one exception is U+FE0F after an emoji (``❤️``, and a keycap's
   ``1️⃣``), where it asks for the emoji's colour presentation and keyboards send it;
-- a tag character (U+E0000-U+E007F), except in an emoji tag sequence (the flag of England:
-  U+1F3F4, tags, U+E007F CANCEL TAG);
+- a tag character (U+E0000-U+E007F), except inside an RGI emoji tag sequence (the flags of
+  England, Scotland and Wales: U+1F3F4, tags, U+E007F CANCEL TAG); tags spelling any other
+  subdivision, or hidden text, are refused;
 - any other default-ignorable code point (Unicode's ``Default_Ignorable_Code_Point``: U+034F
   COMBINING GRAPHEME JOINER, U+17B4/U+17B5, the Hangul fillers U+115F, U+1160, U+3164, U+FFA0,
   ...), and the invisible blank U+2800 BRAILLE PATTERN BLANK, which render as nothing;
@@ -34,6 +42,11 @@ by either spelling) and refused, naming the code point, when it holds:
   and Katakana (Japanese), with Han and Hangul (Korean), with Han and Bopomofo (Chinese).
   Characters common to all scripts (digits, punctuation, emoji) count for none.
 
+Within a workspace, a title is also compared with the others by its UTS #39 skeleton
+(``store.skeletons``: NFKC, then the confusables map): the store refuses a title beside a
+different one with the same skeleton (``TPS report`` beside ``TPS rep0rt``), in the script that
+writes, from an index kept per workspace and skeleton (no scan).
+
 Code point properties come from the ``regex`` package (a current Unicode version, ahead of the
 interpreter's ``unicodedata``), names from ``unicodedata``.
 
@@ -48,6 +61,7 @@ import re
 import unicodedata
 from collections import Counter
 
+import emoji
 import regex
 from confusable_homoglyphs import categories, confusables
 from pydantic_core import PydanticCustomError
@@ -89,11 +103,6 @@ _PICTOGRAPHIC = regex.compile(r"\p{Extended_Pictographic}")
 VS16 = "\ufe0f"
 KEYCAP = "\u20e3"
 KEYCAP_BASES = frozenset("0123456789#*")
-BLACK_FLAG = "\U0001f3f4"
-CANCEL_TAG = "\U000e007f"
-TAG_SPECS = regex.compile(r"[\U000E0020-\U000E007E]+\U000E007F")
-"""An emoji tag sequence's tail after U+1F3F4: tag letters, then CANCEL TAG."""
-
 NEUTRAL_SCRIPTS = frozenset({"COMMON", "INHERITED", "Unknown"})
 """Script values that count for none (digits, punctuation, emoji, combining marks)."""
 HIGHLY_RESTRICTIVE = (
@@ -113,21 +122,6 @@ def code_point(char: str) -> str:
     return f"U+{ord(char):04X}" + (f" {name}" if name else "")
 
 
-ZWJ = "\u200d"
-EMOJI_MODIFIERS = frozenset(VS16) | frozenset(chr(c) for c in range(0x1F3FB, 0x1F400))
-"""What may stand between an emoji and a joiner: the emoji presentation selector and the skin
-tone modifiers."""
-
-
-def _joins_emoji(title: str, at: int) -> bool:
-    """Whether the ZWJ at index ``at`` stands between two emoji (category So)."""
-    before = title[:at].rstrip("".join(EMOJI_MODIFIERS))
-    after = title[at + 1 : at + 2]
-    return bool(before and after) and all(
-        unicodedata.category(c) == "So" for c in (before[-1], after)
-    )
-
-
 def _presents_emoji(title: str, at: int) -> bool:
     """Whether the U+FE0F at index ``at`` follows an emoji (or a keycap base before U+20E3)."""
     before = title[at - 1] if at else ""
@@ -136,14 +130,56 @@ def _presents_emoji(title: str, at: int) -> bool:
     return bool(before) and _PICTOGRAPHIC.match(before) is not None
 
 
-def _tag_sequences(title: str) -> set[int]:
-    """Indexes of tag characters that belong to an emoji tag sequence (U+1F3F4 then tags)."""
+def _in_rgi_emoji(title: str) -> set[int]:
+    """Indexes of the characters inside an emoji sequence of Unicode's recommended set (RGI,
+    as the ``emoji`` package lists it, with its qualification variants): a joiner or a tag
+    character is allowed there only. The package matches the longest sequence at each place."""
     inside: set[int] = set()
-    for at in (i for i, c in enumerate(title) if c == BLACK_FLAG):
-        tail = TAG_SPECS.match(title, at + 1)
-        if tail is not None:
-            inside.update(range(tail.start(), tail.end()))
+    for found in emoji.emoji_list(title):
+        inside.update(range(found["match_start"], found["match_end"]))
     return inside
+
+
+_JOINERS = regex.compile(r"[\u200d\U000E0000-\U000E007F]")
+"""The characters allowed only inside an RGI emoji sequence: ZWJ and the tag characters."""
+
+FOLDS = {
+    "\u2010": "-",  # HYPHEN
+    "\u2011": "-",  # NON-BREAKING HYPHEN
+    "\u2212": "-",  # MINUS SIGN
+    "\u2024": ".",  # ONE DOT LEADER
+    "\u2215": "/",  # DIVISION SLASH
+    "\u2044": "/",  # FRACTION SLASH
+    "\u02bc": "'",  # MODIFIER LETTER APOSTROPHE
+    "\u2018": "'",  # LEFT SINGLE QUOTATION MARK
+    "\u2019": "'",  # RIGHT SINGLE QUOTATION MARK
+}
+"""Punctuation that looks like an ASCII character, folded to it."""
+
+_KEPT_JAMO = regex.compile(r"[\u3130-\u318f\uffa0-\uffdc]")
+"""Hangul compatibility and halfwidth jamo: NFKC turns them into conjoining jamo, which join
+their neighbours into syllables; kept as typed."""
+
+
+def fold_title(title: str) -> str:
+    """``title`` with its compatibility letters and digits (NFKC of a character of category
+    L or N, ``²`` and ``½`` aside: those are No) and its punctuation lookalikes (``FOLDS``, and
+    the fullwidth forms U+FF01-U+FF5E) replaced by the plain characters they stand for."""
+    if title.isascii():
+        return title
+    return "".join(_fold_char(c) for c in title)
+
+
+def _fold_char(char: str) -> str:
+    folded = FOLDS.get(char)
+    if folded is not None:
+        return folded
+    if char.isascii() or _KEPT_JAMO.match(char):
+        return char
+    category = unicodedata.category(char)
+    if "\uff01" <= char <= "\uff5e" or (category[0] in "LN" and category != "No"):
+        return unicodedata.normalize("NFKC", char)
+    return char
 
 
 def _character_problem(char: str) -> str | None:
@@ -207,13 +243,11 @@ def title_problem(title: str) -> str | None:
 
 def walked_title_problem(title: str) -> str | None:
     """``title_problem`` without its fast path: every character, then the scripts."""
-    tags = _tag_sequences(title) if BLACK_FLAG in title else set()
+    emoji_at = _in_rgi_emoji(title) if _JOINERS.search(title) else set()
     for at, char in enumerate(title):
-        if char == ZWJ and _joins_emoji(title, at):
+        if at in emoji_at:
             continue
         if char == VS16 and _presents_emoji(title, at):
-            continue
-        if at in tags:
             continue
         what = _character_problem(char)
         if what is not None:
@@ -236,7 +270,7 @@ def normalize_title(value: object) -> object:
     pass through for the strict type check to refuse."""
     if not isinstance(value, str):
         return value
-    title = unicodedata.normalize("NFC", value)
+    title = unicodedata.normalize("NFC", fold_title(value))
     problem = title_problem(title)
     if problem is not None:
         raise PydanticCustomError("title_character", problem)

@@ -47,3 +47,43 @@ local function op_note_reply(f, now)
     tonumber(f['version'] or 0), tonumber(f['created'] or 0), tonumber(f['updated'] or 0), now,
     f['replayed'] or '0'}
 end
+
+-- Charge one write to principal 'who' in the tenant's writes hash 'key' (fields w:<who>, the writes
+-- of its current window, and we:<who>, when that window ends, ms on the Redis clock): at most
+-- 'limit' writes per window of 'window' ms ('0' or '': no bound). Returns nil when the write may
+-- go ahead (charged, unless 'check_only'), else the count already made in the window. Every
+-- write leaves an operation record that lives one window at most, so a principal holds at most
+-- twice 'limit' of them (this window's and the last one's).
+local function charge_write(key, who, limit, window, now, check_only)
+  local most = tonumber(limit or '0') or 0
+  if most <= 0 then return nil end
+  local f = redis.call('HMGET', key, 'w:' .. who, 'we:' .. who)
+  local n, ends = tonumber(f[1] or '0'), tonumber(f[2] or '0')
+  if now >= ends then
+    n = 0
+    ends = now + tonumber(window)
+  end
+  if n >= most then return n end
+  if not check_only then
+    redis.call('HSET', key, 'w:' .. who, n + 1, 'we:' .. who, ends)
+    -- Every window in the hash ends within one window of its latest write: it outlives none.
+    redis.call('PEXPIREAT', key, now + tonumber(window))
+  end
+  return nil
+end
+
+-- The lookalike index (store/skeletons.py): the hash 'key' holds the titles of one workspace
+-- that share one UTS #39 skeleton, each with its count of notes. A title different from one
+-- already there looks like it: the other title is returned (nil: none).
+local function lookalike_of(key, title)
+  for _, other in ipairs(redis.call('HKEYS', key)) do
+    if other ~= title then return other end
+  end
+  return nil
+end
+
+-- Count 'n' (1 or -1) notes of 'title' in the lookalike index 'key'; a count that reaches 0
+-- leaves no field behind.
+local function count_title(key, title, n)
+  if redis.call('HINCRBY', key, title, n) <= 0 then redis.call('HDEL', key, title) end
+end

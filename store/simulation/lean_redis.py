@@ -155,6 +155,7 @@ class LeanRedis:
             b"HGET": self._hget,
             b"HGETALL": self._hgetall,
             b"HINCRBY": self._hincrby,
+            b"HKEYS": self._hkeys,
             b"HMGET": self._hmget,
             b"HSET": self._hset,
             b"HSTRLEN": self._hstrlen,
@@ -168,6 +169,7 @@ class LeanRedis:
             b"XADD": self._xadd,
             b"XRANGE": self._xrange,
             b"PING": lambda _: Status(b"PONG"),
+            b"ROLE": lambda _: [b"master", 0, []],  # one server, never a replica
         }
         self._top: dict[bytes, Callable[[list[bytes]], Reply]] = {
             b"EVALSHA": self._evalsha,
@@ -442,6 +444,12 @@ class LeanRedis:
         for k, v in (h or {}).items():
             out += (k, v)
         return out
+
+    def _hkeys(self, args: list[bytes]) -> list[bytes]:
+        """In insertion order, as a small (listpack) hash answers."""
+        if len(args) != 2:
+            raise Error("ERR wrong number of arguments for 'hkeys' command")
+        return list(self._hash(args[1]) or {})
 
     def _hdel(self, args: list[bytes]) -> int:
         h = self._hash(args[1])
