@@ -246,7 +246,7 @@ class FaultRecord:
         }
 
 
-def fault_rows(records: Sequence[FaultRecord]) -> list[dict[str, Any]]:
+def fault_records_as_rows(records: Sequence[FaultRecord]) -> list[dict[str, Any]]:
     """``records`` as ``faults.json`` rows (``RunFolder.write_faults``): by wall clock only,
     since monotonic clocks are private to a process."""
     return [{k: v for k, v in asdict(r).items() if not k.endswith("_mono")} for r in records]
@@ -566,13 +566,17 @@ class FaultInjector:
     async def _reshard(self, fault: PlannedFault) -> None:
         tenant = self.tenants[fault.node % len(self.tenants)]
         start = (time.monotonic(), time.time())
-        detail = f"tenant {tenant}'s slot: the move did not complete"
+        details = [f"tenant {tenant}'s slot: the move did not complete"]
         try:
-            detail = await reshard_tenant(
-                self.cluster.redis_url, tenant, away_s=fault.duration_s, hold_s=fault.p
+            await reshard_tenant(
+                self.cluster.redis_url,
+                tenant,
+                away_s=fault.duration_s,
+                hold_s=fault.p,
+                done=details.append,
             )
         finally:
-            self._record("reshard", "move_slot", detail, start)
+            self._record("reshard", "move_slot", details[-1], start)
 
     async def _custom(self, fault: CustomFault) -> None:
         await self._until(fault.at_s)

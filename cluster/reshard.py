@@ -11,7 +11,7 @@ between the two masters, or not all present yet (every create of ours), is refus
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -143,18 +143,29 @@ def move_and_back(
     return home, away, there + back
 
 
-async def reshard_tenant(url: str, tenant: str, *, away_s: float, hold_s: float) -> str:
+async def reshard_tenant(
+    url: str,
+    tenant: str,
+    *,
+    away_s: float,
+    hold_s: float,
+    done: Callable[[str], None] = lambda _: None,
+) -> str:
     """The ``reshard`` nemesis' one fault: move ``tenant``'s slot from its master to another,
     holding it migrating ``hold_s`` first (its writes meet TRYAGAIN meanwhile), leave it there
     ``away_s``, move it back the same way; a detail line for the run's fault record. A move
     once begun is finished even when the run ends meanwhile (shielded), and the slot always
-    goes back home: a run never leaves a slot migrating or away."""
+    goes back home: a run never leaves a slot migrating or away. ``done`` is handed the detail
+    line once the slot is home, also when the run's end cut the stay away short (the detail is
+    then not returned: the cancellation goes on)."""
     parts = urlsplit(url)
     address = (parts.hostname or "127.0.0.1", parts.port or 6379)
     slot = tenant_slot(tenant)
-    every = await trio.to_thread.run_sync(masters, address)
-    home = await trio.to_thread.run_sync(owner, slot, every)
+    with trio.CancelScope(shield=True):
+        every = await trio.to_thread.run_sync(masters, address)
+        home = await trio.to_thread.run_sync(owner, slot, every)
     away = next(m for m in every if m.node_id != home.node_id)
+    where = f"{home.address[0]}:{home.address[1]} -> {away.address[0]}:{away.address[1]}"
     moved = 0
 
     async def move(source: Master, target: Master) -> None:
@@ -164,13 +175,16 @@ async def reshard_tenant(url: str, tenant: str, *, away_s: float, hold_s: float)
             await trio.sleep(hold_s)
             moved += await trio.to_thread.run_sync(finish_move, slot, source, target, every)
 
+    def detail() -> str:
+        return (
+            f"slot {slot} (tenant {tenant}) moved {where} and back, held migrating "
+            f"{hold_s * 1000:.0f} ms each way: {moved} keys moved"
+        )
+
     await move(home, away)
     try:
         await trio.sleep(away_s)
     finally:
         await move(away, home)
-    where = f"{home.address[0]}:{home.address[1]} -> {away.address[0]}:{away.address[1]}"
-    return (
-        f"slot {slot} (tenant {tenant}) moved {where} and back, held migrating "
-        f"{hold_s * 1000:.0f} ms each way: {moved} keys moved"
-    )
+        done(detail())
+    return detail()

@@ -181,9 +181,12 @@ PARSED_ONLY = frozenset({"fakeredis"})
 
 
 def fakeredis_deviates(command: list[bytes], reference: Any, fake: Any) -> bool:
-    """fakeredis' one known difference in what these streams read: ``PTTL`` counts from the
-    current instant to the deadline and rounds (``round((deadline - now) * 1000)``), where
-    Redis subtracts whole milliseconds (``when - mstime()``), so it may answer one less."""
+    """fakeredis' known differences in what these streams read: it has no ``ROLE`` (the
+    readiness probe's question; the embedded store is never a replica), and ``PTTL`` counts
+    from the current instant to the deadline and rounds (``round((deadline - now) * 1000)``),
+    where Redis subtracts whole milliseconds (``when - mstime()``), so it may answer one less."""
+    if command[0].upper() == b"ROLE":
+        return isinstance(fake, tuple) and fake[0] == "error" and "unknown command" in fake[1]
     return (
         command[0].upper() == b"PTTL"
         and isinstance(reference, int)

@@ -154,8 +154,8 @@ class LeanRedis:
             b"HDEL": self._hdel,
             b"HGET": self._hget,
             b"HGETALL": self._hgetall,
-            b"HKEYS": self._hkeys,
             b"HINCRBY": self._hincrby,
+            b"HKEYS": self._hkeys,
             b"HMGET": self._hmget,
             b"HSET": self._hset,
             b"HSTRLEN": self._hstrlen,
@@ -169,13 +169,11 @@ class LeanRedis:
             b"XADD": self._xadd,
             b"XRANGE": self._xrange,
             b"PING": lambda _: Status(b"PONG"),
+            b"ROLE": lambda _: [b"master", 0, []],  # one server, never a replica
         }
         self._top: dict[bytes, Callable[[list[bytes]], Reply]] = {
             b"EVALSHA": self._evalsha,
             b"EVAL": self._eval,
-            # As fakeredis (the reference) answers: no replication, so the node's readiness
-            # takes the store for a master.
-            b"ROLE": lambda args: Error("ERR unknown command 'role', with args beginning with: "),
             b"SCRIPT": self._script,
             b"SCAN": self._scan,
         }
@@ -448,6 +446,9 @@ class LeanRedis:
         return out
 
     def _hkeys(self, args: list[bytes]) -> list[bytes]:
+        """In insertion order, as a small (listpack) hash answers."""
+        if len(args) != 2:
+            raise Error("ERR wrong number of arguments for 'hkeys' command")
         return list(self._hash(args[1]) or {})
 
     def _hdel(self, args: list[bytes]) -> int:
