@@ -22,6 +22,7 @@ THIRD_PARTY = {
     "regex",  # Unicode properties of title characters: pure text, no I/O
     "confusable_homoglyphs",  # UTS #39 confusables data, read once at import: no I/O after
     "orjson",  # JSON bytes in and out (the canonical digests' fast path): no I/O
+    "emoji",  # the RGI emoji sequences a title may hold (ZWJ, tag flags): data, no I/O
     "msgspec",  # the sealed state's payload, encoded and parsed in memory: no I/O
 }
 OURS = {
@@ -30,10 +31,12 @@ OURS = {
     "store.randomness",
     "store.fault_points",
     "store.fast_init",
+    "store.skeletons",
 }
 """The pure store modules: types and key names; the random source (``os.urandom`` unless a
 simulation seeds it); the fault points (a context variable: off unless a simulation sets it);
-the records' cheaper ``__init__`` (``dataclasses`` and nothing else)."""
+the records' cheaper ``__init__`` (``dataclasses`` and nothing else); a title's UTS #39 skeleton
+(the lookalike index; pure text)."""
 
 
 def imported_by(modules: tuple[str, ...]) -> set[str]:

@@ -68,7 +68,8 @@ def test_a_seed_writes_the_same_history_bytes_on_the_lean_store_as_on_fakeredis(
         op.to_json() for op in reference.history.ops
     ]
     assert lean.history_sha256 == reference.history_sha256
-    assert lean.result.status == reference.result.status != "invalid"
+    assert lean.result.status == reference.result.status
+    assert reference.result.status in ("valid", "unknown")  # the unplanted runs violate nothing
 
 
 def _recorded(seed: int, faults: frozenset[FaultKind], swarmed: bool) -> list[Recorded]:

@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from cluster.cli import main
+from cluster.exit_codes import EXIT_VALID
 
 pytestmark = pytest.mark.slow
 
@@ -50,34 +51,45 @@ def test_the_tutorial_runs_the_readmes_three_commands() -> None:
     assert tutorial_commands() == readme_block().strip().splitlines()
 
 
-def test_the_plant_walkthrough_catches_shrinks_and_replays(tmp_path: Path) -> None:
-    script = readme_block()
-    if PLACEHOLDER in script:
-        pytest.skip("the README still names the placeholder plant (PLANT_NAME)")
-    if "--plant" not in CliRunner().invoke(main, ["simulate", "--help"]).output:
-        pytest.skip("simulate has no --plant option yet")
-    simulate, shrink, replay = script.strip().splitlines()
+def sh(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``line`` in bash in ``cwd``, with this interpreter's scripts first on the PATH."""
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+    return subprocess.run(
+        ["bash", "-c", line],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
 
-    def sh(line: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["bash", "-c", line],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-            check=False,
-        )
 
-    caught = sh(simulate)
+def test_the_walkthrough_s_run_without_its_plant_is_valid(tmp_path: Path) -> None:
+    """The control: the README's catching command with ``--plant NAME`` taken out."""
+    simulate = readme_block().strip().splitlines()[0]
+    unplanted = re.sub(r" --plant [\w-]+", "", simulate)
+    assert unplanted != simulate
+    clean = sh(unplanted, tmp_path)
+    assert clean.returncode == EXIT_VALID, clean.stdout[-3000:] + clean.stderr[-3000:]
+    assert "Verdict: VALID" in clean.stdout
+
+
+@pytest.mark.planted(control="test_the_walkthrough_s_run_without_its_plant_is_valid")
+def test_the_plant_walkthrough_catches_shrinks_and_replays(tmp_path: Path) -> None:
+    script = readme_block()
+    assert PLACEHOLDER not in script
+    assert "--plant" in CliRunner().invoke(main, ["simulate", "--help"]).output
+    simulate, shrink, replay = script.strip().splitlines()
+
+    caught = sh(simulate, tmp_path)
     assert caught.returncode == 1, caught.stdout[-3000:] + caught.stderr[-3000:]
     results = json.loads((tmp_path / "runs/bug/results.json").read_text("utf-8"))
     broken = [v["name"] for v in results["invariants"] if v["status"] == "invalid"]
     assert broken, results["invariants"]
 
-    shrunk = sh(shrink)
+    shrunk = sh(shrink, tmp_path)
     assert shrunk.returncode == 1, shrunk.stdout[-3000:] + shrunk.stderr[-3000:]
     summary = re.search(r"→ (\d+) flows? /", shrunk.stderr)  # progress goes to stderr
     assert summary is not None, shrunk.stdout + shrunk.stderr
@@ -85,6 +97,6 @@ def test_the_plant_walkthrough_catches_shrinks_and_replays(tmp_path: Path) -> No
     assert (tmp_path / "runs/bug/shrunk/anomaly.txt").read_text("utf-8").startswith("Let:")
     assert (tmp_path / "runs/bug/shrunk/lanes.png").is_file()
 
-    again = sh(replay)
+    again = sh(replay, tmp_path)
     assert again.returncode == 1, again.stdout[-3000:] + again.stderr[-3000:]
     assert "Verdict: INVALID" in again.stdout

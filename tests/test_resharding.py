@@ -216,6 +216,7 @@ async def test_a_reshard_run_is_valid_and_its_writes_were_refused_and_resent(
     assert all("moved" in r["detail"] and "and back" in r["detail"] for r in moves)
 
 
+@pytest.mark.planted(control="test_a_reshard_run_is_valid_and_its_writes_were_refused_and_resent")
 async def test_a_plant_that_answers_tryagain_as_success_is_caught(
     redis_cluster: RedisClusterInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -38,6 +38,7 @@ from typing import IO, Any
 
 from cluster.deterministic import HASH_SEED
 from cluster.targets.simulate import SimulateOptions
+from loadgen.run.folder import HISTORY_FILE, SHRUNK_DIR
 
 _ONE_RUN_AT_A_TIME = threading.Lock()
 
@@ -209,12 +210,12 @@ def shrink_seed(job: ShrinkJob) -> ShrinkOutcome:
         tempfile.TemporaryDirectory(prefix="notes-shrink-") as tmp,
     ):
         run_dir = unpack(job.folder, Path(tmp) / "run")
-        out = Path(tmp) / "shrunk"
+        out = Path(tmp) / SHRUNK_DIR
         out.mkdir()
         failing = read_failing(run_dir, job.invariant)
         done = shrink_folder(failing, out, Budget(job.budget_s, job.budget_runs))
         mark_complete(out)
-        rows = [json.loads(line) for line in (out / "history.jsonl").open(encoding="utf-8")]
+        rows = [json.loads(line) for line in (out / HISTORY_FILE).open(encoding="utf-8")]
         minimal = done.found.minimal
         kinds = sorted(failing.options.faults)
         return ShrinkOutcome(

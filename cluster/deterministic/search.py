@@ -33,6 +33,7 @@ from cluster.deterministic.fleet import (
     unpack,
 )
 from cluster.targets.simulate import SimulateOptions
+from loadgen.run.folder import REPLAY_FILE, SEEDS_FILE
 
 PROGRESS_EVERY_S = 5.0
 """Seconds between two progress lines (and one at the end)."""
@@ -226,7 +227,7 @@ def _shrink_all(
 
 def _rewrite_replay(folder: Path, replay: str) -> None:
     """The shrunk folder's ``replay.sh`` names where it is now, not the worker's folder."""
-    (folder / "replay.sh").write_text(f'#!/bin/sh\n{replay} "$@"\n', encoding="utf-8")
+    (folder / REPLAY_FILE).write_text(f'#!/bin/sh\n{replay} "$@"\n', encoding="utf-8")
 
 
 def describe_shape(shrunk: ShrinkOutcome) -> str:
@@ -262,7 +263,7 @@ def write_summary(out: Path, plan: SwarmPlan, report: SwarmReport) -> None:
         "failures": [f.to_json() for f in report.failures],
         "runs": runs,
     }
-    (out / "seeds.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / SEEDS_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if not report.failures:
         return
     lines = [
