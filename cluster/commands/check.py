@@ -15,6 +15,8 @@ import click
 from cluster.commands.base import (
     REDIS_URL,
     DamagedFolder,
+    NotARunFolder,
+    require_extra,
     require_store,
     run_until_stopped,
 )
@@ -89,6 +91,7 @@ def check_cmd(
     as_json: bool,
 ) -> None:
     """``notes-cluster check``."""
+    require_extra("sim", only=("rich", "hdrh"))
     import json
 
     from rich.console import Console
@@ -100,6 +103,7 @@ def check_cmd(
     from loadgen.run.results import Results
     from loadgen.tenants import tenants as tenant_names
 
+    _refuse_not_a_run(run_dirs)
     folders = [RunFolder(d) for d in run_dirs]
     _refuse_incomplete(folders)
     try:
@@ -169,3 +173,25 @@ def _refuse_incomplete(folders: list[RunFolder]) -> None:
                 f"{folder}: its run did not finish, so it holds no complete history or store "
                 f"facts ({INCOMPLETE_FILE}: {reason}). Nothing was checked; run it again."
             )
+
+
+def _refuse_not_a_run(run_dirs: tuple[Path, ...]) -> None:
+    """Each folder must be one run's (or one load process's): a parent of several runs, or a
+    folder holding none, is refused in one line (exit 2) before anything reads or writes it."""
+    from loadgen.run.folder import HISTORY_FILE, RESULTS_FILE, is_run_folder
+
+    for path in run_dirs:
+        if is_run_folder(path):
+            continue
+        runs = sorted(p.name for p in path.iterdir() if p.is_dir() and is_run_folder(p))
+        if runs:
+            shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+            raise NotARunFolder(
+                f"{path} is not a run folder but holds {len(runs)} "
+                f"run{'s' if len(runs) > 1 else ''} ({shown}); check each on its own, e.g. "
+                f"notes-cluster check {path / runs[0]}. Nothing was checked."
+            )
+        raise NotARunFolder(
+            f"{path} is not a run folder (no {HISTORY_FILE} or {RESULTS_FILE} in it). "
+            "Nothing was checked."
+        )
