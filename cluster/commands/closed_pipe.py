@@ -61,9 +61,9 @@ def tolerating_closed_pipes() -> Iterator[None]:
     """Wrap ``sys.stdout`` and ``sys.stderr`` in ``ClosedPipeTolerant`` while the block runs."""
     saved = sys.stdout, sys.stderr
     if not isinstance(sys.stdout, ClosedPipeTolerant):
-        sys.stdout = ClosedPipeTolerant(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = ClosedPipeTolerant(sys.stdout)
     if not isinstance(sys.stderr, ClosedPipeTolerant):
-        sys.stderr = ClosedPipeTolerant(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = ClosedPipeTolerant(sys.stderr)
     try:
         yield
     finally:
