@@ -256,12 +256,18 @@ def run_until_stopped(fn: Callable[[], Any]) -> Any:
     return run_stoppable(fn)
 
 
-def with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
-    """Run ``work`` with a progress bar on stderr (only when stderr is a terminal)."""
+def with_progress(
+    total: int, work: Callable[[Callable[[FlowSample], None]], T], console: Any = None
+) -> T:
+    """Run ``work`` with a progress bar on stderr (only when stderr is a terminal; ``console``:
+    another rich console); once the flows are done, the bar's label names the phase the run is
+    in (``loadgen.run.phases``): the wait for expiry, reading the store, the check."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    err = Console(stderr=True)
+    from loadgen.run.phases import listening
+
+    err = console or Console(stderr=True)
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -271,9 +277,31 @@ def with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T])
         disable=not err.is_terminal,
         transient=True,
     )
+
     with progress:
         task = progress.add_task("flows", total=total)
-        return work(lambda _: progress.advance(task))
+
+        def phase(text: str) -> None:
+            progress.update(task, description=text, refresh=True)
+
+        with listening(phase):
+            return work(lambda _: progress.advance(task))
+
+
+@contextmanager
+def showing_phases(console: Any = None) -> Iterator[None]:
+    """A status line on stderr (a terminal only) naming the phase a command without a progress
+    bar is in (``loadgen.run.phases``: ``check --redis`` waits for the last states to expire)."""
+    from rich.console import Console
+
+    from loadgen.run.phases import listening
+
+    err = console or Console(stderr=True)
+    if not err.is_terminal:
+        yield
+        return
+    with err.status("checking") as status, listening(lambda text: status.update(text)):
+        yield
 
 
 ALLOW_REMOTE_HELP = (

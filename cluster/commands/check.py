@@ -19,6 +19,7 @@ from cluster.commands.base import (
     require_extra,
     require_store,
     run_until_stopped,
+    showing_phases,
 )
 from cluster.exit_codes import (
     NotCarriedOut,
@@ -118,7 +119,8 @@ def check_cmd(
         store = folders_store(redis_url, prefix, tenant_names(tenants), saved)
     rule = saved.exercise(min_completed, min_per_kind)
     try:
-        checked = run_until_stopped(lambda: recheck(folders, store, exercise=rule, jobs=jobs))
+        with showing_phases():
+            checked = run_until_stopped(lambda: recheck(folders, store, exercise=rule, jobs=jobs))
     except DamagedRunFile as exc:
         raise DamagedFolder(f"{exc}. Nothing was checked.") from None
     except MissingFacts:
