@@ -246,7 +246,7 @@ class FaultRecord:
         }
 
 
-def fault_rows(records: Sequence[FaultRecord]) -> list[dict[str, Any]]:
+def fault_records_as_rows(records: Sequence[FaultRecord]) -> list[dict[str, Any]]:
     """``records`` as ``faults.json`` rows (``RunFolder.write_faults``): by wall clock only,
     since monotonic clocks are private to a process."""
     return [{k: v for k, v in asdict(r).items() if not k.endswith("_mono")} for r in records]

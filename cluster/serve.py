@@ -31,7 +31,7 @@ from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.serving.durability import resolve_wait_replicas
-from nodes.serving.operator import OpsOptions, bind_metrics, operate_node
+from nodes.serving.operator import OperatorOptions, bind_metrics, with_operator_endpoints
 from nodes.serving.settings import STATE_KEY_ENV, ClusterSettings
 from store.client_factory import blocking_client, open_note_client
 from store.notes import DEFAULT_PREFIX, NoteStore
@@ -53,14 +53,14 @@ async def serve_http_node(
     node_id: str,
     prefix: str = DEFAULT_PREFIX,
     legacy_limits: LegacyLimits | None = None,
-    ops: OpsOptions | None = None,
+    ops: OperatorOptions | None = None,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
     serves 2025-11-25 clients (``nodes.legacy``), with their sessions in the same store, and
     ``/healthz``, ``/readyz`` and (when ``ops`` names a port) metrics (``nodes.serving.operator``),
     which the same server serves on that port."""
-    metrics_socket, ops = bind_metrics(ops or OpsOptions())
+    metrics_socket, ops = bind_metrics(ops or OperatorOptions())
     try:
         await _serve_http_node(
             settings, redis_url, embedded, host, port, node_id, prefix, legacy_limits, ops,
@@ -80,7 +80,7 @@ async def _serve_http_node(
     node_id: str,
     prefix: str,
     legacy_limits: LegacyLimits | None,
-    ops: OpsOptions,
+    ops: OperatorOptions,
     sockets: list[socket.socket],
     task_status: anyio.abc.TaskStatus[str],
 ) -> None:
@@ -105,7 +105,9 @@ async def _serve_http_node(
         node = Node(replace(settings.node, node_id=node_id), served)
         sessions = SessionStore(notes_client, prefix=prefix, blocking=blocking)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
-            with operate_node(node, store.check_ready, metrics, ops, legacy) as operations:
+            with with_operator_endpoints(
+                node, store.check_ready, metrics, ops, legacy
+            ) as operations:
                 await serve_node(
                     node,
                     settings.tokens,
@@ -134,7 +136,7 @@ async def start_http_nodes(
     prefix: str = DEFAULT_PREFIX,
     name: str = "node",
     legacy_limits: LegacyLimits | None = None,
-    ops: OpsOptions | None = None,
+    ops: OperatorOptions | None = None,
 ) -> list[str]:
     """Start ``count`` HTTP nodes in ``nursery`` (node i on ``base_port + i``, or on free ports
     when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs."""
@@ -150,7 +152,7 @@ async def start_http_nodes(
             node_id=f"{name}-{i}",
             prefix=prefix,
             legacy_limits=legacy_limits,
-            ops=(ops or OpsOptions()).for_node(i),
+            ops=(ops or OperatorOptions()).for_node(i),
         )
         urls.append(await nursery.start(start))
     return urls
@@ -174,12 +176,12 @@ async def serve_cluster(
     processes: bool = False,
     config_path: Path | None = None,
     on_ready: Callable[[list[str]], None] | None = None,
-    ops: OpsOptions | None = None,
+    ops: OperatorOptions | None = None,
     log_args: Sequence[str] = (),
 ) -> None:
     """Serve ``nodes`` HTTP nodes on ``base_port + i`` until cancelled (with ``processes``, each
     child gets ``log_args``: the parent's ``--log-level`` / ``--log-json``)."""
-    ops = ops or OpsOptions()
+    ops = ops or OperatorOptions()
     with store_url(redis_url) as (url, embedded):
         if demo:
             created = await seed_demo_notes(url, embedded)
@@ -284,7 +286,7 @@ async def start_node_processes(
     prefix: str = DEFAULT_PREFIX,
     name: str = "node",
     config_path: Path | None = None,
-    ops: OpsOptions | None = None,
+    ops: OperatorOptions | None = None,
     log_args: Sequence[str] = (),
     module: str = NODE_PROCESS_MODULE,
     module_args: Sequence[str] = (),
@@ -295,7 +297,7 @@ async def start_node_processes(
     Cancelling the nursery stops each with SIGTERM (a drain), then SIGKILL past its bound.
     Each child gets ``log_args`` and its own metrics options from ``ops``, and runs
     ``module`` (``ProcessNode.module``) with ``module_args`` after the node's own."""
-    ops = ops or OpsOptions()
+    ops = ops or OperatorOptions()
     started: list[StartedNode | None] = [None] * count
 
     async def start(i: int) -> None:
@@ -346,7 +348,7 @@ async def _stop_process(proc: trio.Process, drain_s: float) -> None:
             await proc.wait()
 
 
-def _ops_args(ops: OpsOptions) -> list[str]:
+def _ops_args(ops: OperatorOptions) -> list[str]:
     if ops.metrics_port is None:
         return []
     return ["--metrics-host", ops.metrics_host, "--metrics-port", str(ops.metrics_port)]

@@ -1,10 +1,10 @@
 """Shrinking a failing run: the smallest case that still fails the same invariant.
 
 Layer: loadgen. Pure search, no I/O and no clock of its own beyond the budget's: the caller gives a
-``Case`` (what a deterministic run is made of: the flows it keeps, the faults it keeps, its nodes,
-its settings) and an ``attempt`` that runs a case and answers with the names of the invariants it
-broke. The search keeps a case only when it still breaks the original invariant, so the minimal
-case shows the same bug, not another one a smaller run happens to hit.
+``Candidate`` (what a deterministic run is made of: the flows it keeps, the faults it keeps, its
+nodes, its settings) and an ``attempt`` that runs a case and answers with the names of the
+invariants it broke. The search keeps a case only when it still breaks the original invariant, so
+the minimal case shows the same bug, not another one a smaller run happens to hit.
 
 The passes, repeated until none shrinks the case or the budget is spent (Hypothesis' shrinker
 works the same way: cheap, coarse passes first, then finer ones, to a fixpoint):
@@ -28,24 +28,24 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-Settings = tuple[tuple[str, object], ...]
+SettingPairs = tuple[tuple[str, object], ...]
 """A run's simplifiable settings as sorted ``(name, value)`` pairs (hashable, unlike a dict)."""
 
 
 @dataclass(frozen=True)
-class Case:
+class Candidate:
     """One candidate run: the flow indices and fault indices it keeps, its nodes, its settings."""
 
     flows: tuple[int, ...]
     faults: tuple[int, ...] = ()
     nodes: int = 1
-    settings: Settings = ()
+    settings: SettingPairs = ()
 
     def setting(self, name: str) -> object:
         """The value of ``name`` in this case's settings (``None`` if it has none)."""
         return dict(self.settings).get(name)
 
-    def with_setting(self, name: str, value: object) -> Case:
+    def with_setting(self, name: str, value: object) -> Candidate:
         """This case with ``name`` set to ``value``."""
         merged = dict(self.settings)
         merged[name] = value
@@ -59,7 +59,7 @@ class Case:
         )
 
 
-Attempt = Callable[[Case], Iterable[str]]
+Attempt = Callable[[Candidate], Iterable[str]]
 """Run a case; answer the names of the invariants it broke (none: it passed)."""
 
 
@@ -87,8 +87,8 @@ class Budget:
 class ShrinkResult:
     """What a shrink found: the minimal case, what it cost, and whether the budget cut it short."""
 
-    original: Case
-    minimal: Case
+    original: Candidate
+    minimal: Candidate
     invariant: str
     runs: int
     elapsed_s: float
@@ -118,12 +118,12 @@ class _Search:
     budget: Budget
     clock: Callable[[], float]
     started: float
-    best: Case
+    best: Candidate
     runs: int = 0
     crashed: int = 0
-    seen: dict[Case, bool] = field(default_factory=dict)
+    seen: dict[Candidate, bool] = field(default_factory=dict)
 
-    def fails(self, case: Case) -> bool:
+    def fails(self, case: Candidate) -> bool:
         """Whether ``case`` still breaks the invariant (cached; each new case costs one run)."""
         known = self.seen.get(case)
         if known is not None:
@@ -178,7 +178,7 @@ def ddmin(
 
 
 def shrink(
-    original: Case,
+    original: Candidate,
     attempt: Attempt,
     invariant: str,
     *,
@@ -235,11 +235,11 @@ def shrink(
     )
 
 
-def _with_flows(search: _Search, case: Case, flows: tuple[int, ...]) -> bool:
+def _with_flows(search: _Search, case: Candidate, flows: tuple[int, ...]) -> bool:
     return search.fails(replace(case, flows=flows))
 
 
-def _with_faults(search: _Search, case: Case, faults: tuple[int, ...]) -> bool:
+def _with_faults(search: _Search, case: Candidate, faults: tuple[int, ...]) -> bool:
     return search.fails(replace(case, faults=faults))
 
 

@@ -105,7 +105,7 @@ IDEMPOTENCY_KEY_META = "dev.notes-cluster/idempotencyKey"
 """The request ``_meta`` key of the idempotency key extension (``nodes.idempotency``)."""
 
 
-def outcome_unknown() -> JsonRpcError:
+def outcome_unknown_error() -> JsonRpcError:
     """-32603: the store did not answer; the request may or may not have taken effect. A retry
     with the same idempotency key gets the recorded result if it did, and makes it if not."""
     return JsonRpcError(

@@ -1,10 +1,10 @@
 """The confirmation lifecycle as one table: the table decides, nothing beside it.
 
 Layer: node, protocol core. Pure module: no I/O. The store decides an answer atomically
-(``confirm.lua``) and reports what it found and did (``store.api.ConfirmOutcome``); ``observed``
-reads that report as the state the store found and the event it applied, and the table gives
-what the client gets. A step the table lacks raises ``IllegalTransition``. "done" is each tool's
-own word (``deleted``, ``archived``).
+(``confirm.lua``) and reports what it found and did (``store.api.ConfirmOutcome``);
+``observed_transition`` reads that report as the state the store found and the event it applied, and
+the table gives what the client gets. A step the table lacks raises ``IllegalTransition``. "done" is
+each tool's own word (``deleted``, ``archived``).
 
     state      event          reply             what the client gets
     shown      execute        done              complete {done: true, noteId}
@@ -22,8 +22,8 @@ own word (``deleted``, ``archived``).
 
 The table has no next-state column: a node keeps no state between answers. The state an answer
 leaves is what the store records under the nonce (an execution or a decline, nothing else), and
-the next answer's found state is read from that record (``observed``). So a recorded state
-(``executed``, ``declined``) meets only answers that repeat or contradict it, and ``expired``
+the next answer's found state is read from that record (``observed_transition``). So a recorded
+state (``executed``, ``declined``) meets only answers that repeat or contradict it, and ``expired``
 meets nothing: the store keeps no record of an expiry, so an unrecorded state past its expiry is
 found ``shown`` again and expires again, with the same answer.
 """
@@ -109,7 +109,7 @@ def reply_to(state: LifecycleState, event: LifecycleEvent) -> Reply:
         raise IllegalTransition(f"{event} is not allowed from {state}") from None
 
 
-def observed(out: ConfirmOutcome) -> tuple[LifecycleState, LifecycleEvent]:
+def observed_transition(out: ConfirmOutcome) -> tuple[LifecycleState, LifecycleEvent]:
     """The store's decision read as the state it found and the event it applied: a replay or a
     conflict found the decision recorded under the nonce; every other status found none."""
     found: LifecycleState = "shown"
@@ -120,4 +120,4 @@ def observed(out: ConfirmOutcome) -> tuple[LifecycleState, LifecycleEvent]:
 
 def decide(out: ConfirmOutcome) -> Reply:
     """What the client gets for the store's decision ``out``, by the table."""
-    return reply_to(*observed(out))
+    return reply_to(*observed_transition(out))

@@ -291,7 +291,7 @@ class Node:
             )
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): %s", _what(message), exc)
-            return self._error(request_id, errors.outcome_unknown())
+            return self._error(request_id, errors.outcome_unknown_error())
         except Exception as exc:  # a bug or an error of an unforeseen kind: never id null
             _log_unexpected(message, exc)
             return self._error(request_id, errors.internal_error())

@@ -2,7 +2,7 @@
 
 Layer: node, transport support. The HTTP app (``nodes.http``) routes ``/setup/...`` here with the
 method, the lowercased headers and a body reader; this module answers a small HTML page. It knows
-the link format (``nodes.setup_links``), the sign-in cookie (``nodes.setup_session``), the token
+the link format (``nodes.setup_links``), the sign-in cookie (``nodes.setup_signin``), the token
 table and the store; nothing of MCP.
 
 Who may use a link is decided before any body is read (the reader is called only after):
@@ -40,14 +40,14 @@ from nodes.config import NodeConfig
 from nodes.scope import ScopeError
 from nodes.sealing import StateRejected
 from nodes.setup_links import SETUP_PATH_PREFIX, SetupLink, open_link
-from nodes.setup_session import (
+from nodes.setup_signin import (
     CSRF_FIELD,
-    SetupSession,
+    SignIn,
     cookie_name,
     csrf_matches,
-    open_session,
+    open_signin,
     read_cookie,
-    seal_session,
+    seal_signin,
     set_cookie,
 )
 from store.api import NoteStoreAPI, StoreUnavailable
@@ -280,10 +280,10 @@ class SetupPages:
             return _CSRF
         return await self._complete(r.link, fields, session.csrf)
 
-    async def _session(self, link: SetupLink, value: str) -> SetupSession | Page:
+    async def _session(self, link: SetupLink, value: str) -> SignIn | Page:
         """The cookie's session if it is valid for ``link`` now, else the page to answer."""
         try:
-            session = open_session(self.config.key_ring, self.config.server_name, value)
+            session = open_signin(self.config.key_ring, self.config.server_name, value)
         except StateRejected as exc:
             log.info("setup cookie rejected: %s", exc.reason)
             return _sign_in("Your sign-in is not valid; sign in again.")
@@ -315,7 +315,7 @@ class SetupPages:
         if closed is not None:
             return closed
         now = await self.store.redis_time_ms()
-        value, session = seal_session(self.config.key_ring, self.config.server_name, r.link, now)
+        value, session = seal_signin(self.config.key_ring, self.config.server_name, r.link, now)
         base = urlsplit(self.config.public_url or "")
         cookie = set_cookie(
             cookie_name(r.link),

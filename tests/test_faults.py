@@ -30,7 +30,7 @@ from cluster.faults import (
     FaultRecord,
     FaultUsageError,
     check_kinds,
-    fault_rows,
+    fault_records_as_rows,
     parse_kinds,
     plan_faults,
     records_from_rows,
@@ -199,7 +199,7 @@ def test_two_workers_with_faults_share_one_redis_schedule_and_report_every_worke
 def test_faults_written_by_a_worker_come_back_on_the_readers_clock(tmp_path: Path) -> None:
     record = FaultRecord("redis", "latency", "CLIENT PAUSE", 5.0, 6.5, 1000.25, 1001.75)
     folder = RunFolder(tmp_path)
-    folder.write_faults(fault_rows([record]))
+    folder.write_faults(fault_records_as_rows([record]))
     rows = folder.own_fault_rows()
     (back,) = records_from_rows(rows, started_mono=50.0, started_wall=1000.0, label="worker-1: ")
     assert (back.start_mono, back.end_mono) == (50.25, 51.75)

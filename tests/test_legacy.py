@@ -276,9 +276,12 @@ async def deletions(store: NoteStore, note_id: str) -> int:
 
 
 def test_the_modern_core_and_http_shell_never_import_the_legacy_adapter() -> None:
+    """Every module of ``nodes`` but the adapter itself and the serving edge (``nodes.serving``,
+    the composition root that puts a node and its adapter together, as ``cluster`` did before
+    it moved) is held to it."""
     nodes = Path(__file__).resolve().parent.parent / "nodes"
     for path in nodes.rglob("*.py"):
-        if "legacy" in path.relative_to(nodes).parts:
+        if {"legacy", "serving"} & set(path.relative_to(nodes).parts):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):

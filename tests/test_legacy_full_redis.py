@@ -271,7 +271,7 @@ async def test_an_unreachable_note_store_answers_a_legacy_call_outcome_unknown(
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["id"] == 8
-    assert body["error"] == errors.outcome_unknown().to_dict()
+    assert body["error"] == errors.outcome_unknown_error().to_dict()
     lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.getMessage().split(":")[0] for r in lines] == [
         "store unavailable during a legacy call (tool=notes_create)"
@@ -301,7 +301,7 @@ async def test_an_unreachable_session_store_answers_initialize_outcome_unknown(
     assert response.json() == {
         "jsonrpc": "2.0",
         "id": "i-1",
-        "error": errors.outcome_unknown().to_dict(),
+        "error": errors.outcome_unknown_error().to_dict(),
     }
     lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.getMessage().split(":")[0] for r in lines] == [

@@ -16,7 +16,7 @@ from nodes.lifecycle import (
     LifecycleEvent,
     LifecycleState,
     decide,
-    observed,
+    observed_transition,
     reply_to,
 )
 from nodes.results import META_ERROR, META_REPLAY
@@ -79,7 +79,7 @@ def test_expired_meets_no_answer_and_a_recorded_state_only_a_repeat_or_another()
 
 
 def test_every_store_decision_maps_onto_exactly_one_row_and_every_row_is_reached() -> None:
-    rows = Counter(observed(out) for out in every_store_decision())
+    rows = Counter(observed_transition(out) for out in every_store_decision())
     assert all(row in TRANSITIONS for row in rows), rows
     assert set(rows) == set(TRANSITIONS)
     assert set(rows.values()) == {1}, "two store decisions share a row"
@@ -175,7 +175,7 @@ async def test_each_row_answers_the_client_as_documented(
         node_b, kind.tool, args, state=first["requestState"], responses={kind.form_key: answer}
     )
 
-    what, done, replay = EXPECTED[observed(decision)]
+    what, done, replay = EXPECTED[observed_transition(decision)]
     assert [c.op for c in store.confirmed] == [kind.op]
     if what == "invalid_state":
         err = error(reply)

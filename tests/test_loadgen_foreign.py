@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from cluster.lab.conformance.references import open_reference
+from cluster.lab.sdk_references.references import open_reference
 from cluster.serve import start_http_nodes
 from cluster.targets.foreign import FOREIGN_KINDS, recheck_foreign, run_foreign
 from loadgen.check.blackbox_check import UNDECIDABLE

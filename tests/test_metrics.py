@@ -35,7 +35,7 @@ from nodes.metrics import (
 )
 from nodes.protocol import Node
 from nodes.serving.demo import ALICE_NOTES, DEMO_TENANT, DEMO_TOKENS
-from nodes.serving.operator import OpsOptions, bind_metrics
+from nodes.serving.operator import OperatorOptions, bind_metrics
 from nodes.serving.settings import demo_settings
 from store.api import NoteStoreAPI
 from store.notes import NoteStore
@@ -65,7 +65,7 @@ async def metered_nodes(store: NoteStore, nursery: trio.Nursery) -> AsyncIterato
     urls, scrape = [], []
     for node, m in zip(nodes, metrics, strict=True):
         m.watch_node(node)
-        sock, ops = bind_metrics(OpsOptions(metrics_port=0))
+        sock, ops = bind_metrics(OperatorOptions(metrics_port=0))
         assert sock is not None
         assert ops.metrics_port is not None
         wrap = partial(metered_app, metrics=m, port=ops.metrics_port)
@@ -203,7 +203,7 @@ async def test_a_served_node_exposes_metrics_on_their_own_port_only(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         metrics_port = int(s.getsockname()[1])
-    ops = OpsOptions(metrics_port=metrics_port)
+    ops = OperatorOptions(metrics_port=metrics_port)
     url = await nursery.start(
         partial(serve_http_node, demo_settings(), embedded_url, embedded=True, host="127.0.0.1",
                 port=0, node_id="metrics-0", prefix="ncmetrics", ops=ops)
@@ -306,7 +306,7 @@ async def test_the_app_counts_its_requests_as_the_middleware_counts_them(
     for middleware in (False, True):
         m = NodeMetrics()
         m.watch_node(node)
-        sock, ops = bind_metrics(OpsOptions(metrics_port=0))
+        sock, ops = bind_metrics(OperatorOptions(metrics_port=0))
         assert sock is not None
         assert ops.metrics_port is not None
 

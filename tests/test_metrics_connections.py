@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.serve import serve_http_node
 from nodes.http import DEFAULT_MAX_HEADER_BYTES, ServerTimeouts
-from nodes.serving.operator import OpsOptions
+from nodes.serving.operator import OperatorOptions
 from nodes.serving.settings import demo_settings
 from tests.own_redis import free_port
 from tests.test_header_bound import Served, exchange, request_with_header, status_of
@@ -172,7 +172,7 @@ async def test_an_in_process_node_serves_metrics_without_a_thread_per_connection
 ) -> None:
     settings = replace(demo_settings(), timeouts=ServerTimeouts(TIMEOUT_S, 10.0, TIMEOUT_S, 1.0))
     port = free_port()
-    ops = OpsOptions(metrics_port=port)
+    ops = OperatorOptions(metrics_port=port)
     await nursery.start(
         partial(serve_http_node, settings, embedded_url, embedded=True, host="127.0.0.1",
                 port=0, node_id="met-trio", prefix="nctmettrio", ops=ops)

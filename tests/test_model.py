@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from loadgen.check.conformance import merge_tables
 from loadgen.check.context import Call, pair_calls
 from loadgen.check.invariants import check
 from loadgen.check.model import (
@@ -33,6 +32,7 @@ from loadgen.check.model import (
     forget,
     step,
 )
+from loadgen.check.model_search import merge_tables
 from loadgen.check.timeline import Bounds, Clock, Titles, anchors
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import Op, OpType

@@ -23,7 +23,7 @@ import trio
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from cluster.serve import start_http_nodes
 from loadgen.mrtr_pack.scenarios import CONTROL, SCENARIOS
-from loadgen.mrtr_pack.wire import Call, Wire
+from loadgen.mrtr_pack.wire import Wire, WireCall
 from nodes.serving.demo import ALICE_NOTES
 from nodes.serving.settings import demo_settings
 
@@ -42,7 +42,7 @@ async def measured_margin_s(urls: list[str], token: str) -> float:
     machine keeps the minimum; a machine running other suites beside this one widens it, so the
     checks judge the target's expiry and not the scheduler's delays."""
     wire = Wire(urls, httpx.AsyncClient())
-    call = Call("notes_list", {"workspaceUri": ALICE_NOTES})
+    call = WireCall("notes_list", {"workspaceUri": ALICE_NOTES})
     slowest = 0.0
     async with wire.client:
         for i in range(PROBES):

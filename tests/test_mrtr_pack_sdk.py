@@ -1,6 +1,6 @@
 """The MRTR conformance pack against the official SDKs' reference servers, two instances each.
 
-Layer: tests. The Python SDK reference (``cluster.lab.conformance.reference_sdk``,
+Layer: tests. The Python SDK reference (``cluster.lab.sdk_references.reference_sdk``,
 ``mcp`` from PyPI) runs as two processes sharing a sealing key and the real Redis (a key prefix
 of the test's own). As measured, it fails exactly the checks that need a record of used states (the
 SDK seals and binds ``requestState`` but its handlers run again on every retry), each FAILURE
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.lab.conformance.references import ADDITIONS, Sdk, node_binary, open_reference
+from cluster.lab.sdk_references.references import ADDITIONS, Sdk, node_binary, open_reference
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from loadgen.mrtr_pack.checks import Check
 from store.client_factory import sync_client

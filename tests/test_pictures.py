@@ -25,7 +25,7 @@ def sample(end: float, latency_ms: float = 10.0, completed: bool = True) -> Flow
 
 
 def results(verdict: str = "valid", summary: str = "no flow executed twice") -> dict[str, Any]:
-    """A ``results.json`` like ``Simulation.to_json`` writes."""
+    """A ``results.json`` like ``Run.to_json`` writes."""
     return {
         "verdict": verdict,
         "invariants": [
@@ -65,7 +65,7 @@ def results(verdict: str = "valid", summary: str = "no flow executed twice") -> 
 
 @dataclass
 class FakeRun:
-    """Stands in for a ``Simulation``: no cluster needed."""
+    """Stands in for a ``Run``: no cluster needed."""
 
     stats: RunStats
     results: dict[str, Any] = field(default_factory=results)

@@ -237,8 +237,8 @@ def _fake_node(tmp_path: Path, version: str) -> str:
 def test_the_conformance_table_says_why_it_leaves_out_the_typescript_columns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cluster.lab.conformance import table
-    from cluster.lab.conformance.references import NODE_ENV
+    from cluster.lab.sdk_references import table
+    from cluster.lab.sdk_references.references import NODE_ENV
 
     monkeypatch.setenv(NODE_ENV, _fake_node(tmp_path, "v20.11.1"))
     assert [c.folder for c in table.columns()] == ["ours", "python", "python-store"]

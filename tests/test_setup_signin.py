@@ -24,7 +24,7 @@ from nodes.auth import TokenTable
 from nodes.protocol import Node
 from nodes.serving.demo import BOB_NOTES, DEMO_TOKENS
 from nodes.setup_links import SETUP_PATH_PREFIX, open_link
-from nodes.setup_session import cookie_name, seal_session
+from nodes.setup_signin import cookie_name, seal_signin
 from store.notes import NoteStore
 from tests.asgi_driver import request
 from tests.harness import call_tool, make_nodes, result, until_redis_clock
@@ -146,7 +146,7 @@ async def test_a_cookie_for_another_principal_or_link_is_refused(served: Served)
     assert (await page(served, alice_url, renamed)).status_code == 403
     # A cookie sealed with the cluster's ring for alice's link but naming bob.
     now = await node.store.redis_time_ms()
-    forged, _ = seal_session(
+    forged, _ = seal_signin(
         node.config.key_ring, node.config.server_name, replace(alice_link, principal="bob"), now
     )
     forged_cookie = (cookie_name(alice_link), forged)
@@ -241,7 +241,7 @@ async def test_setup_posts_are_refused_without_reading_their_body(store: NoteSto
     link = open_link(
         node.config.key_ring, node.config.server_name, path.removeprefix(SETUP_PATH_PREFIX)
     )
-    forged, _ = seal_session(
+    forged, _ = seal_signin(
         node.config.key_ring,
         node.config.server_name,
         replace(link, principal="bob"),

@@ -12,7 +12,7 @@ it in its own row::
     shared       context          options, plan, one run's state (`Bench`), the Redis held
                                   under lock, the machine, the report files
                       |
-    parts        flows            the in-process flow loop (`Target`, `run_flows`)
+    parts        flows            the in-process flow loop (`SeededNote`, `run_flows`)
                  procs            node and server processes, CPU from /proc (`Cpu`)
                  database         the bench's Redis: its own server or a user's, guarded
                  seeding          notes written straight into Redis; the raw-script flow

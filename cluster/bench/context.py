@@ -25,7 +25,7 @@ import coredis
 from hdrh.histogram import HdrHistogram
 
 from cluster.bench.database import BENCH_PREFIX, BenchRedis, bench_redis, clear
-from cluster.bench.flows import FlowFn, PointStats, Target, run_flows
+from cluster.bench.flows import FlowFn, PointStats, SeededNote, run_flows
 from cluster.bench.procs import Cpu
 from cluster.bench.seeding import seed_targets
 from nodes.serving.load_fixture import load_tokens
@@ -72,7 +72,7 @@ class BenchOptions:
 
 
 @dataclass(frozen=True)
-class Plan:
+class BenchPlan:
     """The points one run measures."""
 
     seconds: float
@@ -88,9 +88,9 @@ class Plan:
         return max(200, int((self.seconds if seconds is None else seconds) * rate))
 
 
-def plan_for(options: BenchOptions) -> Plan:
+def plan_for(options: BenchOptions) -> BenchPlan:
     """The mode's defaults, with any internal knob applied."""
-    return Plan(
+    return BenchPlan(
         seconds=options.seconds_per_point or (QUICK_SECONDS if options.quick else FULL_SECONDS),
         nodes=options.nodes or ((1, 2) if options.quick else (1, 2, 3)),
         concurrencies=options.concurrencies or CONCURRENCIES,
@@ -131,7 +131,7 @@ class Bench:
 
     client: coredis.Redis[str]
     url: str
-    plan: Plan
+    plan: BenchPlan
     log: Log
     redis_pid: int | None
     seed: int
@@ -151,7 +151,7 @@ class Bench:
         rate: int = MAX_RATE,
         *,
         seconds: float | None = None,
-    ) -> list[Target]:
+    ) -> list[SeededNote]:
         """Clear, then seed the notes of one point (warm-up plus measured)."""
         await self.clear(client)
         return await self.seed_point(client, concurrency, rate, seconds=seconds)
@@ -163,7 +163,7 @@ class Bench:
         rate: int = MAX_RATE,
         *,
         seconds: float | None = None,
-    ) -> list[Target]:
+    ) -> list[SeededNote]:
         """Seed the notes of one point (``seconds`` long: the plan's by default), with titles no
         earlier point used."""
         self.tag += 1
@@ -184,7 +184,7 @@ class Bench:
         self,
         flows: Sequence[FlowFn],
         node_count: int,
-        targets: list[Target],
+        targets: list[SeededNote],
         concurrency: int,
         server_pids: Sequence[int] = (),
         *,
@@ -203,7 +203,7 @@ class Bench:
             max_flows=warm,
             seed=self.seed,
         )
-        rest: Iterator[Target] = iter(targets[warm:])
+        rest: Iterator[SeededNote] = iter(targets[warm:])
         before = Cpu.now(server_pids, self.redis_pid)
         stats: PointStats = await run_flows(
             flows,

@@ -35,7 +35,7 @@ LATENCY_MAX_US = 60_000_000
 
 
 @dataclass(frozen=True)
-class Target:
+class SeededNote:
     """One seeded note that one flow deletes (its title is unique)."""
 
     principal: str
@@ -89,7 +89,9 @@ def _picked(result: dict[str, Any]) -> str | None:
         return None
 
 
-async def delete_flow(transport: Transport, target: Target, first: int, second: int) -> str | None:
+async def delete_flow(
+    transport: Transport, target: SeededNote, first: int, second: int
+) -> str | None:
     """One two-round flow; None when the note was deleted, else what went wrong."""
     args = {"workspaceUri": target.workspace, "title": target.title}
     r1 = await transport.send(
@@ -123,7 +125,7 @@ def _nodes(rng: random.Random, n: int) -> tuple[int, int]:
     return first, (first + 1 + rng.randrange(n - 1)) % n
 
 
-FlowFn = Callable[[Target, int, int], Awaitable[str | None]]
+FlowFn = Callable[[SeededNote, int, int], Awaitable[str | None]]
 """One flow on (target, first node, second node): None when it completed, else the error."""
 
 
@@ -135,7 +137,7 @@ def transport_flow(transport: Transport) -> FlowFn:
 async def run_flows(
     flows: Sequence[FlowFn],
     node_count: int,
-    targets: Iterator[Target],
+    targets: Iterator[SeededNote],
     *,
     concurrency: int,
     duration_s: float,
@@ -185,6 +187,8 @@ async def run_flows(
     return stats
 
 
-def split(targets: Sequence[Target], warmup: int) -> tuple[Iterator[Target], Iterator[Target]]:
+def split(
+    targets: Sequence[SeededNote], warmup: int
+) -> tuple[Iterator[SeededNote], Iterator[SeededNote]]:
     """Warm-up targets and measured targets, disjoint."""
     return iter(targets[:warmup]), iter(targets[warmup:])

@@ -26,7 +26,7 @@ from typing import Any
 from cluster.bench.context import Bench
 from cluster.bench.database import BENCH_PREFIX, scripts_run
 from cluster.bench.fixed_replies import FIXED_NOTE
-from cluster.bench.flows import Target
+from cluster.bench.flows import SeededNote
 from cluster.bench.procs import (
     Cpu,
     ServerProcs,
@@ -72,7 +72,11 @@ def _point(result: WrkResult, cpu: dict[str, float]) -> dict[str, Any]:
 
 
 async def wrk_point(
-    bench: Bench, procs: ServerProcs, targets: Sequence[Target], concurrency: int, seconds: float
+    bench: Bench,
+    procs: ServerProcs,
+    targets: Sequence[SeededNote],
+    concurrency: int,
+    seconds: float,
 ) -> dict[str, Any]:
     """Warm up on the first targets, then one measured wrk run with the CPU it cost and the
     Redis scripts it ran per flow (every client of the server counts: on a ``--redis`` server
@@ -112,15 +116,15 @@ async def http_points(bench: Bench, settings: ClusterSettings) -> list[dict[str,
     return out
 
 
-def fixed_targets(count: int) -> list[Target]:
+def fixed_targets(count: int) -> list[SeededNote]:
     """Targets for the fixed-replies app (every flow names its fixed note), ten times ``count``:
     the HTTP server alone runs far faster than any node."""
-    return [Target("u0a", "load0", "file:///load/t0/inbox", "fixed", FIXED_NOTE)] * (10 * count)
+    return [SeededNote("u0a", "load0", "file:///load/t0/inbox", "fixed", FIXED_NOTE)] * (10 * count)
 
 
 async def _side_targets(
-    bench: Bench, side: str, c: int, slot: float, memory: list[Target]
-) -> list[Target]:
+    bench: Bench, side: str, c: int, slot: float, memory: list[SeededNote]
+) -> list[SeededNote]:
     """A slot's targets: seeded in Redis, taken from the in-memory peer's list, or fixed."""
     count = _count(bench, c, slot)
     if side == "peer_memory":

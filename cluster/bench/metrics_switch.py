@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import trio
 
-from cluster.bench.context import Bench, Plan, bench_store
+from cluster.bench.context import Bench, BenchPlan, bench_store
 from cluster.bench.database import BENCH_PREFIX, BenchRedis
 from cluster.bench.http_scenarios import PEER_CONCURRENCY, RATE_CAP
 from cluster.bench.metrics_switch_node import MARK, WINDOWS
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         print(text, file=sys.stderr, flush=True)
 
     async def run(where: BenchRedis) -> dict[str, Any]:
-        plan = Plan(a.seconds / PLAN_SECONDS, (1,), (PEER_CONCURRENCY,), (), True, 0)
+        plan = BenchPlan(a.seconds / PLAN_SECONDS, (1,), (PEER_CONCURRENCY,), (), True, 0)
         async with redis_client(where.url) as client:
             pid = await redis_server_pid(client)
             bench = Bench(client, where.url, plan, log, pid, a.seed, own_redis=where.own)

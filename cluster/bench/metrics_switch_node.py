@@ -3,7 +3,7 @@
 Layer: cluster (the bench). ``python -m cluster.bench.metrics_switch_node`` takes
 ``nodes.serving.process``'s command line (``cluster.serve.ProcessNode`` writes it) and a few
 options of its own after it. It builds two ``NodeApp``s exactly as a node process builds one,
-one without metrics and one with them (``OpsOptions.metrics_port``: a metered store, the HTTP
+one without metrics and one with them (``OperatorOptions.metrics_port``: a metered store, the HTTP
 app's meter, the metrics port served by the same server), and serves both through ``SwitchApp``
 on one uvicorn server (the metrics port's connections go to the metered node's endpoint, as
 a node process has them: ``nodes.serving.http_server``'s ``port_apps``). Every request goes to the
@@ -43,8 +43,8 @@ import anyio
 from nodes.http import Receive, Scope, Send
 from nodes.serving.app import NodeApp, NodeOptions
 from nodes.serving.http_server import bind_socket
-from nodes.serving.operator import OpsOptions, bind_metrics
-from nodes.serving.process import base_url, parser, serve, settings_of
+from nodes.serving.operator import OperatorOptions, bind_metrics
+from nodes.serving.process import base_url, parser, serve_sockets, settings_from_args
 
 CONTROL = "/switch/"
 MARK, WINDOWS = "/switch/mark", "/switch/windows"
@@ -227,14 +227,14 @@ def main(argv: list[str] | None = None) -> None:
     """Parse a node process's command line and this module's options; serve both apps."""
     a, rest = parser().parse_known_args(argv)
     own = _own_parser().parse_args(rest)
-    settings = settings_of(a)
+    settings = settings_from_args(a)
     sock = bind_socket(a.host, a.port)
     base = base_url(sock)
-    metrics_socket, ops = bind_metrics(OpsOptions(metrics_host=a.metrics_host, metrics_port=0))
+    metrics_socket, ops = bind_metrics(OperatorOptions(metrics_host=a.metrics_host, metrics_port=0))
     assert metrics_socket is not None
     assert ops.metrics_port is not None
 
-    def node(mode: str, node_ops: OpsOptions) -> NodeApp:
+    def node(mode: str, node_ops: OperatorOptions) -> NodeApp:
         options = NodeOptions(
             redis_url=a.redis,
             node_id=f"{a.node_id}-{mode}",
@@ -247,13 +247,15 @@ def main(argv: list[str] | None = None) -> None:
         return NodeApp(settings, options)
 
     app = SwitchApp(
-        (node("off", OpsOptions()), node("on", OpsOptions() if own.same else ops)),
+        (node("off", OperatorOptions()), node("on", OperatorOptions() if own.same else ops)),
         window_s=own.window_ms / 1000,
         guard_s=own.guard_ms / 1000,
         redis_pid=own.redis_pid,
         on_extra_s=own.on_extra_us / 1e6,
     )
-    serve(app, settings, [sock, metrics_socket], {ops.metrics_port: app.apps[1].serve_metrics})
+    serve_sockets(
+        app, settings, [sock, metrics_socket], {ops.metrics_port: app.apps[1].serve_metrics}
+    )
 
 
 if __name__ == "__main__":

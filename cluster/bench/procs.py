@@ -20,7 +20,7 @@ import trio
 
 from cluster.child_processes import open_with_lifeline, read_url_line
 from cluster.serve import NODE_PROCESS_MODULE, start_node_processes
-from nodes.serving.operator import OpsOptions
+from nodes.serving.operator import OperatorOptions
 from nodes.serving.settings import ClusterSettings
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -121,7 +121,7 @@ async def open_http_cluster(
     redis_url: str,
     prefix: str,
     *,
-    ops: OpsOptions | None = None,
+    ops: OperatorOptions | None = None,
     env: Mapping[str, str] | None = None,
     module: str = NODE_PROCESS_MODULE,
     args: Sequence[str] = (),

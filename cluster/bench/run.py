@@ -44,8 +44,8 @@ from cluster.bench.context import (
     MAX_RATE,
     Bench,
     BenchOptions,
+    BenchPlan,
     Log,
-    Plan,
     bench_store,
     command_line,
     machine,
@@ -53,7 +53,7 @@ from cluster.bench.context import (
     write_report,
 )
 from cluster.bench.database import BENCH_PREFIX, BenchRedis
-from cluster.bench.flows import Target
+from cluster.bench.flows import SeededNote
 from cluster.bench.flows import transport_flow as mcp_flow
 from cluster.bench.http_scenarios import (
     PEER_CONCURRENCY,
@@ -143,7 +143,7 @@ async def _ceiling(bench: Bench) -> list[dict[str, Any]]:
     for c in bench.plan.concurrencies:
         targets = await bench.targets(bench.client, c)
 
-        async def flow(target: Target, first: int, second: int) -> str | None:
+        async def flow(target: SeededNote, first: int, second: int) -> str | None:
             return await raw_flow(store, target)
 
         point: dict[str, Any] = {"label": f"raw scripts c{c}", "concurrency": c}
@@ -256,7 +256,9 @@ def _ceiling_fractions(
     return out
 
 
-async def _run(options: BenchOptions, plan: Plan, log: Log, where: BenchRedis) -> dict[str, Any]:
+async def _run(
+    options: BenchOptions, plan: BenchPlan, log: Log, where: BenchRedis
+) -> dict[str, Any]:
     settings = settings_for(None, True, None)
     async with redis_client(where.url) as client:
         pid = await redis_server_pid(client)
@@ -325,7 +327,7 @@ async def _peer_scenario(bench: Bench, settings: ClusterSettings) -> dict[str, A
 
 def _report(
     options: BenchOptions,
-    plan: Plan,
+    plan: BenchPlan,
     info: dict[str, Any],
     flows: list[dict[str, Any]],
     ceiling: list[dict[str, Any]],
@@ -422,7 +424,7 @@ def run_bench(options: BenchOptions, log: Log) -> dict[str, Any]:
     return result
 
 
-def _deterministic(options: BenchOptions, plan: Plan, log: Log) -> dict[str, Any]:
+def _deterministic(options: BenchOptions, plan: BenchPlan, log: Log) -> dict[str, Any]:
     """Deterministic simulation against today's, side by side (``cluster.deterministic.bench``);
     on the embedded store, whatever store the rest of the bench ran on."""
     from cluster.deterministic.bench import (

@@ -1,5 +1,5 @@
 """What both SDK servers share: the benchmark's peer (``cluster.bench.peer_sdk``) and the lab's
-conformance reference (``cluster.lab.conformance.reference_sdk``), both on the official MCP
+conformance reference (``cluster.lab.sdk_references.reference_sdk``), both on the official MCP
 Python SDK: the token verifier over the demo tokens, the pick form, and uvicorn's server that
 prints its endpoint URL once it listens.
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import coredis
 import trio
 
-from cluster.bench.flows import Target
+from cluster.bench.flows import SeededNote
 from loadgen.tenants import LOAD_TENANTS, tenant
 from nodes.sealing import new_nonce
 from store.api import Confirmation
@@ -69,12 +69,12 @@ def inbox(tenant_index: int) -> str:
 
 async def seed_targets(
     client: coredis.Redis[str], prefix: str, count: int, tag: str
-) -> list[Target]:
+) -> list[SeededNote]:
     """Create ``count`` notes with unique titles, spread over the load tenants."""
     script = client.register_script(_SEED_LUA)
     tenants = [TenantKeys(prefix, tenant(t)) for t in range(LOAD_TENANTS)]
     ws_keys = [k.workspace(inbox(t)) for t, k in enumerate(tenants)]
-    targets: list[Target] = []
+    targets: list[SeededNote] = []
     args: list[str | int] = []
 
     async def flush() -> None:
@@ -87,21 +87,21 @@ async def seed_targets(
         ws, title, note_id = inbox(t), f"bench {tag} {i}", "n" + secrets.token_hex(8)
         k = tenants[t]
         args += [k.note(note_id), ws_keys[t], k.title(ws, title), note_id, title, ws]
-        targets.append(Target(f"u{t}a", f"load{t}", ws, title, note_id))
+        targets.append(SeededNote(f"u{t}a", f"load{t}", ws, title, note_id))
         if len(args) >= SEED_BATCH * 6:
             await flush()
     await flush()
     return targets
 
 
-def memory_targets(count: int, tag: str) -> list[Target]:
+def memory_targets(count: int, tag: str) -> list[SeededNote]:
     """``count`` targets named as ``seed_targets`` names them, for a server that keeps its
     notes in memory (the SDK peer's in-memory variant loads them from a file)."""
     out = []
     for i in range(count):
         t = i % LOAD_TENANTS
         note_id = "n" + secrets.token_hex(8)
-        out.append(Target(f"u{t}a", tenant(t), inbox(t), f"bench {tag} {i}", note_id))
+        out.append(SeededNote(f"u{t}a", tenant(t), inbox(t), f"bench {tag} {i}", note_id))
     return out
 
 
@@ -125,7 +125,7 @@ async def dbsize(client: coredis.Redis[str]) -> int:
     return int(await client.dbsize())
 
 
-async def raw_flow(store: NoteStore, target: Target) -> str | None:
+async def raw_flow(store: NoteStore, target: SeededNote) -> str | None:
     """The store work of one delete flow, no MCP: read by title, then confirm and delete."""
     snap = await store.find(target.tenant, target.workspace, target.title, 51)
     if len(snap.notes) != 1:
@@ -158,7 +158,7 @@ def redis_address(url: str) -> tuple[str, int, int]:
 
 
 async def redis_benchmark_evalsha(
-    client: coredis.Redis[str], url: str, target: Target, prefix: str, concurrency: int, n: int
+    client: coredis.Redis[str], url: str, target: SeededNote, prefix: str, concurrency: int, n: int
 ) -> dict[str, Any] | None:
     """``redis-benchmark`` EVALSHA of ``read_notes`` on one seeded title (read-only, so it can
     repeat); None when the tool is not installed."""

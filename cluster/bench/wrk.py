@@ -24,7 +24,7 @@ from pathlib import Path
 
 import trio
 
-from cluster.bench.flows import Target
+from cluster.bench.flows import SeededNote
 
 LUA = Path(__file__).with_name("wrk_flow.lua")
 WRK_MARGIN_S = 30.0
@@ -74,7 +74,7 @@ class WrkResult:
     client_cpu_s: float
 
 
-def _targets_file(targets: Sequence[Target], tokens: dict[str, str], folder: Path) -> Path:
+def _targets_file(targets: Sequence[SeededNote], tokens: dict[str, str], folder: Path) -> Path:
     path = folder / f"targets-{len(list(folder.iterdir()))}.txt"
     lines = (f"{tokens[t.principal]}|{t.workspace}|{t.title}|{t.note_id}\n" for t in targets)
     path.write_text("".join(lines), encoding="utf-8")
@@ -131,7 +131,7 @@ def _run_one(command: list[str], cpus: set[int], timeout_s: float) -> tuple[str,
 
 async def run_wrk(
     urls: Sequence[str],
-    targets: Sequence[Target],
+    targets: Sequence[SeededNote],
     tokens: dict[str, str],
     *,
     connections: int,

@@ -185,7 +185,7 @@ def conformance_table_cmd(redis_url: str, out_dir: Path | None) -> None:
     """``notes-cluster conformance-table``."""
     require_extra("sim")
     require_extra("bench")
-    from cluster.lab.conformance.table import conformance_table, left_out
+    from cluster.lab.sdk_references.table import conformance_table, left_out
 
     folder = out_dir or Path("runs") / time.strftime("conformance-%Y%m%d-%H%M%S")
     note = left_out()
@@ -226,7 +226,7 @@ def serve_reference(
     """``notes-cluster serve-reference``."""
 
     require_extra("bench")
-    from cluster.lab.conformance.references import ADDITIONS, Sdk, open_reference
+    from cluster.lab.sdk_references.references import ADDITIONS, Sdk, open_reference
 
     chosen: Sdk = "python" if sdk == "python" else "typescript"
     additions = [
@@ -236,7 +236,7 @@ def serve_reference(
     if unknown:
         raise click.UsageError(f"the {sdk} reference has no --{unknown[0]}")
 
-    async def serve() -> None:
+    async def serve_until_stopped() -> None:
         async with open_reference(
             chosen,
             redis_url,
@@ -250,6 +250,6 @@ def serve_reference(
 
     serving()  # SIGTERM or SIGHUP from a supervisor is the normal end (exit 0)
     try:
-        run_until_stopped(serve)
+        run_until_stopped(serve_until_stopped)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None

@@ -222,7 +222,7 @@ def serve(
 
     from cluster.serve import serve_cluster
     from nodes.logging_setup import configure_logging
-    from nodes.serving.operator import OpsOptions
+    from nodes.serving.operator import OperatorOptions
     from nodes.serving.settings import (
         ConfigError,
         settings_for,
@@ -251,7 +251,7 @@ def serve(
         require_store(redis_url)
     serving()
     configure_logging(log_level, json_lines=log_json)
-    ops = OpsOptions(metrics_host=metrics_host, metrics_port=metrics_port)
+    ops = OperatorOptions(metrics_host=metrics_host, metrics_port=metrics_port)
     log_args = ["--log-level", log_level, *(["--log-json"] if log_json else [])]
     run_until_stopped(
         lambda: serve_cluster(

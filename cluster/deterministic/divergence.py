@@ -24,7 +24,7 @@ from loadgen.transport import Transport
 
 
 @dataclass(frozen=True)
-class Step:
+class HistoryStep:
     """One history entry, as the divergence report names it."""
 
     index: int
@@ -48,8 +48,8 @@ class Divergence:
     """The first entry where two histories differ (None on a side that ended before it)."""
 
     line: int
-    first: Step | None
-    second: Step | None
+    first: HistoryStep | None
+    second: HistoryStep | None
 
     def describe(self) -> str:
         a = "(ended)" if self.first is None else self.first.describe()
@@ -57,13 +57,13 @@ class Divergence:
         return f"first divergent step at history line {self.line}: run 1 {a}; run 2 {b}"
 
     def to_json(self) -> dict[str, Any]:
-        def side(s: Step | None) -> dict[str, Any] | None:
+        def side(s: HistoryStep | None) -> dict[str, Any] | None:
             return None if s is None else s.__dict__
 
         return {"line": self.line, "run1": side(self.first), "run2": side(self.second)}
 
 
-def _step(line: str, nodes: dict[int, int]) -> Step:
+def _step(line: str, nodes: dict[int, int]) -> HistoryStep:
     """``line`` as a step. ``nodes`` learns each invoke's node by its index: an answer names
     the invoke it completes (``completes``) and is on that node; an answer of an older history
     without the field is taken to be on its client's last node."""
@@ -76,7 +76,7 @@ def _step(line: str, nodes: dict[int, int]) -> Step:
     elif not isinstance(node, int):
         completes = d.get("completes")
         node = nodes.get(completes) if isinstance(completes, int) else nodes.get(process)
-    return Step(
+    return HistoryStep(
         index=int(d["index"]),
         flow=int(d["flow"]),
         process=int(d["process"]),

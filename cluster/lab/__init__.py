@@ -10,5 +10,6 @@ lazily, from ``cluster.cli`` (tests/test_import_direction.py). Modules:
     instructions       instruction counts of one flow under callgrind, A against B
     instructions_child the node a count runs (``python -m``)
     failover           `failover-experiment`: a Redis Cluster master failed over under load
-    conformance/       the conformance pack's SDK reference servers and its published table
+    sdk_references/    the official SDKs' reference servers for the conformance pack, and its
+                       published table (`conformance-table`)
 """

@@ -31,7 +31,7 @@ from cluster.bench.procs import ServerProcs, open_http_cluster, redis_server_pid
 from cluster.bench.wrk import cpu_split, pin
 from cluster.exit_codes import exit_code_for_signal
 from cluster.stopping import Stopped, forwarding_stop_signals, run_stoppable
-from nodes.serving.operator import OpsOptions
+from nodes.serving.operator import OperatorOptions
 from nodes.serving.settings import settings_for
 from store.client_factory import CLIENT_ENV, redis_client
 
@@ -82,7 +82,7 @@ async def run_ab(
             async with AsyncExitStack() as stack:
                 procs: dict[str, ServerProcs] = {}
                 for side in sides:
-                    ops = OpsOptions(metrics_port=0) if side.metrics else None
+                    ops = OperatorOptions(metrics_port=0) if side.metrics else None
                     procs[side.name] = await stack.enter_async_context(
                         open_http_cluster(settings, 1, url, BENCH_PREFIX, env=side.env, ops=ops)
                     )

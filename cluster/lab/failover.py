@@ -38,9 +38,10 @@ from redis.crc import key_slot
 from cluster.faults import CustomFault
 from cluster.redis_cluster import HOST, RedisClusterInfo, local_redis_cluster
 from cluster.stopping import run_stoppable
-from cluster.targets.simulate import SimulateOptions, Simulation, simulate
+from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.pictures import percentile, write_pictures
 from loadgen.run.folder import RunFolder
+from loadgen.run.pipeline import Run
 from loadgen.runner import RunSettings
 from loadgen.tenants import tenants as tenant_names
 
@@ -238,7 +239,7 @@ def _fault(scenario: str, rc: RedisClusterInfo, options: FailoverOptions) -> Cus
     return CustomFault(FAILOVER_AT_S, "failover", action, run)
 
 
-def _measure(scenario: str, wait: int, sim: Simulation) -> FailoverRun:
+def _measure(scenario: str, wait: int, sim: Run) -> FailoverRun:
     results = sim.results
     counts = results.counts
     measured = results.measured

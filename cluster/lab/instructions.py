@@ -38,7 +38,7 @@ import trio
 
 from cluster.bench.context import _tokens, bench_store
 from cluster.bench.database import BENCH_PREFIX, BenchRedis, ForeignKeys, clear
-from cluster.bench.flows import Target
+from cluster.bench.flows import SeededNote
 from cluster.bench.seeding import seed_targets
 from cluster.exit_codes import EXIT_NOT_CARRIED_OUT, EXIT_USAGE, exit_code_for_signal
 from cluster.lab.ab_nodes import Side, parse_side
@@ -114,7 +114,7 @@ def checked_side(side: Side) -> Side:
     return replace(side, pythonpath=path, env={**side.env, "PYTHONPATH": path})
 
 
-async def seed(where: BenchRedis, count: int) -> list[Target]:
+async def seed(where: BenchRedis, count: int) -> list[SeededNote]:
     """Empty the bench's keys, then seed ``count`` notes (titles ``bench instr 0`` ...)."""
     with trio.fail_after(STORE_TIMEOUT_S):
         async with redis_client(where.url) as client:
@@ -130,7 +130,7 @@ async def clear_all(where: BenchRedis) -> None:
 
 
 def write_job(
-    path: Path, where: BenchRedis, targets: list[Target], flows: int, layer: str, metrics: bool
+    path: Path, where: BenchRedis, targets: list[SeededNote], flows: int, layer: str, metrics: bool
 ) -> None:
     """The child's job file (``instructions_child.Job``)."""
     tokens = _tokens()

@@ -37,7 +37,7 @@ from uvicorn.server import ServerState
 from nodes.sealing import new_nonce
 from nodes.serving.app import NodeApp, NodeOptions
 from nodes.serving.http_server import server_config
-from nodes.serving.operator import OpsOptions
+from nodes.serving.operator import OperatorOptions
 from nodes.serving.settings import settings_for
 from store.api import Confirmation
 from store.client_factory import open_note_client
@@ -106,7 +106,7 @@ class Request:
     headers: list[tuple[bytes, bytes]]
 
 
-Call = Callable[[Request, bytes], Awaitable[tuple[int, bytes]]]
+Exchange = Callable[[Request, bytes], Awaitable[tuple[int, bytes]]]
 """One request (its head, then its body) to the node: its status and body."""
 
 
@@ -174,7 +174,7 @@ class MemoryTransport(asyncio.Transport):
         return int(head[9:12]), body
 
 
-def protocol_call(config: Any, state: dict[str, Any]) -> Call:
+def protocol_call(config: Any, state: dict[str, Any]) -> Exchange:
     """Requests through the node's uvicorn protocol, on one kept-alive connection."""
     transport = MemoryTransport()
     protocol = config.http_protocol_class(
@@ -198,7 +198,7 @@ def protocol_call(config: Any, state: dict[str, Any]) -> Call:
     return call
 
 
-def asgi_call(app: Any, state: dict[str, Any]) -> Call:
+def asgi_call(app: Any, state: dict[str, Any]) -> Exchange:
     """Requests straight into the ASGI app, with the scope and messages uvicorn would give."""
 
     async def call(request: Request, body: bytes) -> tuple[int, bytes]:
@@ -281,7 +281,7 @@ def flow_for(target: list[str], request_id: int) -> Flow:
 Answers = tuple[tuple[int, bytes], tuple[int, bytes]]
 
 
-async def run_flow(call: Call, flow: Flow) -> Answers:
+async def run_flow(call: Exchange, flow: Flow) -> Answers:
     """Both rounds; round 2 sends back the ``requestState`` round 1 sealed."""
     first = await call(flow.request, flow.first)
     at = first[1].find(STATE_KEY)
@@ -333,7 +333,11 @@ def instrument(on: bool) -> None:
 def node_config(job: Job) -> Any:
     """The uvicorn settings of the node, built as ``nodes.serving.process`` builds them."""
     settings = settings_for(None, True, None)
-    ops = OpsOptions(metrics_host=HOST, metrics_port=METRICS_PORT) if job.metrics else OpsOptions()
+    ops = (
+        OperatorOptions(metrics_host=HOST, metrics_port=METRICS_PORT)
+        if job.metrics
+        else OperatorOptions()
+    )
     options = NodeOptions(
         redis_url=job.redis_url,
         node_id="instructions",
@@ -354,7 +358,7 @@ def node_config(job: Job) -> Any:
     return config
 
 
-async def measure(call: Call, job: Job) -> int:
+async def measure(call: Exchange, job: Job) -> int:
     """Warm up, then the measured flows with the instrumentation on; every answer checked.
     The count of measured flows."""
     flows = [flow_for(t, 2 * i) for i, t in enumerate(job.targets)]

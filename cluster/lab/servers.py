@@ -31,9 +31,9 @@ from typing import Any
 
 import trio
 
-from cluster.bench.context import Bench, Plan, bench_store, machine, write_report
+from cluster.bench.context import Bench, BenchPlan, bench_store, machine, write_report
 from cluster.bench.database import BENCH_PREFIX, BenchRedis
-from cluster.bench.flows import Target
+from cluster.bench.flows import SeededNote
 from cluster.bench.http_scenarios import (
     PEER_CONCURRENCY,
     RATE_CAP,
@@ -133,7 +133,7 @@ async def _start(stack: AsyncExitStack, side: Side, redis_url: str) -> ServerPro
         return f"{side.server} did not start: {exc or type(exc).__name__}"
 
 
-async def _targets(bench: Bench, side: Side, seconds: float) -> list[Target]:
+async def _targets(bench: Bench, side: Side, seconds: float) -> list[SeededNote]:
     c = PEER_CONCURRENCY
     if side.app == "fixed":
         return fixed_targets(bench.warmup(c) + max(200, int(seconds * RATE_CAP)))
@@ -187,7 +187,7 @@ def _ratios(rows: list[dict[str, Any]]) -> None:
 
 
 async def _run(options: ServersOptions, log: Log, where: BenchRedis) -> dict[str, Any]:
-    plan = Plan(
+    plan = BenchPlan(
         seconds=options.slot,
         nodes=(1,),
         concurrencies=(PEER_CONCURRENCY,),

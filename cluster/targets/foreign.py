@@ -2,9 +2,9 @@
 
 Layer: cluster. Drives any server that serves the notes tool contract
 (``notes_create``, ``notes_list``, ``notes_delete``, ``notes_archive``) for the load tenants,
-e.g. the SDK references (``cluster.lab.conformance.reference_sdk``), over Streamable HTTP. Nothing
-of the server is read: states are opaque (``loadgen.states.OpaqueStates``: the lifetime must be
-told), and after the run the final state is what ``notes_list`` shows. The checker
+e.g. the SDK references (``cluster.lab.sdk_references.reference_sdk``), over Streamable HTTP.
+Nothing of the server is read: states are opaque (``loadgen.states.OpaqueStates``: the lifetime must
+be told), and after the run the final state is what ``notes_list`` shows. The checker
 (``loadgen.check.blackbox_check``) decides what the history and that state decide, and names what
 needs a journal as ``unknown``. Race kinds that need tools beyond the contract (``race_move``:
 ``notes_move``, ``edit_between``: ``notes_update``) are left out.

@@ -31,7 +31,7 @@ from cluster.faults import (
     FaultKind,
     FaultRecord,
     FaultUsageError,
-    fault_rows,
+    fault_records_as_rows,
     open_injector,
 )
 from cluster.local import (
@@ -279,7 +279,7 @@ class InProcessTarget:
         return [] if self.injector is None else list(self.injector.records)
 
     def fault_rows(self) -> list[dict[str, Any]] | None:
-        return fault_rows(self._records())
+        return fault_records_as_rows(self._records())
 
     def fault_windows(self, started_s: float) -> list[dict[str, Any]]:
         records = sorted(self._records(), key=lambda r: r.start_mono)

@@ -19,9 +19,6 @@ from loadgen.run.pipeline import Plan, Run, run
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.transport import Transport
 
-Simulation = Run
-"""A simulation's outcome is a run's (``loadgen.run.pipeline.Run``)."""
-
 
 @dataclass(frozen=True)
 class SimulateOptions:
@@ -56,7 +53,7 @@ class SimulateOptions:
     prefix: str | None = None
     """The store's key prefix; None: a fresh one (its keys are then dropped after the run)."""
     keep_history: bool | None = None
-    """Keep the history in memory too (``Simulation.history.ops``); None: only for runs of at
+    """Keep the history in memory too (``Run.history.ops``); None: only for runs of at
     most ``KEEP_OPS_MAX`` flows or without a run folder."""
 
     def nodes_spec(self) -> Nodes:
@@ -85,7 +82,7 @@ async def simulate(
     on_flow: Callable[[FlowSample], None] | None = None,
     *,
     transport_hook: Callable[[Transport], Transport] | None = None,
-) -> Simulation:
+) -> Run:
     """Run the workload on an in-process cluster and check the recorded history (one load
     process: ``workers.simulate_workers`` runs several); ``transport_hook`` wraps the
     transport the load uses (tests plant faults of their own)."""

@@ -36,7 +36,7 @@ from cluster.targets.in_process import (
     open_in_process_target,
     sim_limits,
 )
-from cluster.targets.simulate import SimulateOptions, Simulation
+from cluster.targets.simulate import SimulateOptions
 from loadgen.history import History
 from loadgen.run.folder import RunFolder
 from loadgen.run.pipeline import Plan, Run, availability, recheck, run, settings_of
@@ -148,7 +148,7 @@ def _exit_hard_after(seconds: float, message: str) -> None:
     timer.start()
 
 
-async def simulate_workers(options: SimulateOptions) -> Simulation:
+async def simulate_workers(options: SimulateOptions) -> Run:
     """Run ``options.workers`` load processes and check their merged history.
 
     SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops the workers and drops the run's keys, then raises
@@ -160,7 +160,7 @@ async def simulate_workers(options: SimulateOptions) -> Simulation:
         raise ValueError("--workers needs a run folder: the workers' histories are files")
     options = replace(options, settings=options.plan().settings)  # one tag for every worker
     signals_seen: list[int] = []
-    sims: list[Simulation] = []
+    sims: list[Run] = []
     failed: list[WorkersError] = []
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
@@ -184,7 +184,7 @@ async def simulate_workers(options: SimulateOptions) -> Simulation:
     return sims[0]
 
 
-async def _run_and_check(options: SimulateOptions, prefix: str) -> Simulation:
+async def _run_and_check(options: SimulateOptions, prefix: str) -> Run:
     """Start the workers, wait for them all, check; whatever happens, no worker outlives it."""
     assert options.run_dir is not None
     assert options.redis_url is not None
@@ -258,7 +258,7 @@ def _stop(procs: Sequence[BaseProcess]) -> None:
 
 async def _check_merged(
     options: SimulateOptions, prefix: str, started: float, ended: float, started_wall_ms: int
-) -> Simulation:
+) -> Run:
     """The workers' histories checked as one run, their tallies and latencies added up."""
     assert options.run_dir is not None
     assert options.redis_url is not None

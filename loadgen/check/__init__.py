@@ -6,15 +6,15 @@ cycle), and the shared types sit at the bottom, as h11 keeps ``_events.py``::
 
     partition       the check over run folders, tenant by tenant  -> invariants, merge, limits,
                                                                      verdict (loadgen.run.folder)
-    merge           per-tenant results folded verdict by verdict -> conformance, verdict
+    merge           per-tenant results folded verdict by verdict -> model_search, verdict
     exercise        the ``exercised`` verdict (applied by run.pipeline) -> verdict (loadgen.tally)
     blackbox_check  the check of a target without a journal       -> context, verdict
-    invariants      ``check``: every invariant of one run         -> reads, writes, conformance,
+    invariants      ``check``: every invariant of one run         -> reads, writes, model_search,
                                                                      limits, context, verdict
     reads           reads held to the journal, notes_setup        -> timeline, limits, context,
                                                                      verdict
     writes          creates, updates, plain moves                 -> context, verdict
-    conformance     an order that explains every answer           -> answers, timeline, model,
+    model_search    an order that explains every answer           -> answers, timeline, model,
                                                                      limits, context
     answers         each confirm in the model's words; groups     -> timeline, model, context
     timeline        the journal's clock: anchors, bounds, titles  -> model, limits, context

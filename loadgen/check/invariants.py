@@ -6,7 +6,7 @@ I/O, no Redis (the store is read beforehand by ``store.journal``).
 Each invariant of design.md §1 (exactly-once mutation, no lost answer, correct expiry) becomes
 one or more Verdicts (valid, invalid or unknown, with the history indices and journal entry ids
 that prove it). Beside them, every answer is held to the sequential model of its confirmation
-state (``loadgen.check.conformance``, ``loadgen.check.model``): two more verdicts, conformance
+state (``loadgen.check.model_search``, ``loadgen.check.model``): two more verdicts, conformance
 and liveness.
 Definitions used throughout:
 
@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.check import limits as bounds
 from loadgen.check import reads, writes
-from loadgen.check.conformance import ModelReport, check_answers
 from loadgen.check.context import (
     INVALID_PARAMS,
     INVALID_STATE_MESSAGE,
@@ -50,6 +49,7 @@ from loadgen.check.context import (
     is_execution,
     told_executed,
 )
+from loadgen.check.model_search import ModelReport, check_answers
 from loadgen.check.verdict import CheckResult, Finding, Verdict, verdict
 from loadgen.history import Op
 
@@ -457,7 +457,7 @@ def check(
     )
     report = check_answers(
         ctx, faults
-    )  # the sequential model of each state: loadgen.check.conformance
+    )  # the sequential model of each state: loadgen.check.model_search
     counts |= report.counts
     return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from loadgen.check.conformance import merge_tables
+from loadgen.check.model_search import merge_tables
 from loadgen.check.verdict import CheckResult, Status, Verdict
 
 MAX_EVIDENCE = 200

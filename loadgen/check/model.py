@@ -4,7 +4,7 @@ Layer: loadgen.check. Pure module: no I/O, and deliberately no node code. It is 
 statement of what the protocol promises (design §1 and §4, docs/explanation/model.md), in the
 manner of porcupine's ``Model{Init, Step}``: ``INIT`` is a state nobody answered yet, ``step``
 gives, for one answer and what the journal says of its note at that point, every legal reply
-with the state it leaves behind and the journal entry it implies. ``loadgen.check.conformance``
+with the state it leaves behind and the journal entry it implies. ``loadgen.check.model_search``
 drives it along the order the journal fixes.
 
     state                     answer                        legal replies

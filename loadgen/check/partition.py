@@ -46,7 +46,7 @@ from loadgen.run.folder import (
     FAULTS_FILE,
     META_FILE,
     STORE_DIR,
-    fault_rows,
+    read_fault_rows,
     read_tenant_facts,
     store_meta,
 )
@@ -238,7 +238,7 @@ def _limits_and_faults(
         raise DamagedRunFile(f"{path}: limits are not the configured bounds ({exc!r})") from None
     rows: list[dict[str, Any]] | None = None
     for folder in dict.fromkeys([facts_dir, *(h.parent for h in histories)]):
-        found = fault_rows(folder)
+        found = read_fault_rows(folder)
         if found is not None:
             rows = (rows or []) + found
     try:

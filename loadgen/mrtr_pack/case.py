@@ -17,7 +17,7 @@ import trio
 
 from loadgen.mrtr_pack.checks import Check
 from loadgen.mrtr_pack.forms import Form, form_of
-from loadgen.mrtr_pack.wire import Call, Exchange, Wire
+from loadgen.mrtr_pack.wire import Exchange, Wire, WireCall
 
 FRESH = "{fresh}"
 """Replaced, in every argument template, by the scenario's own integer."""
@@ -104,7 +104,7 @@ class Case:
         return self.contract.read_tool is not None
 
     async def send(
-        self, step: str, instance: int, call: Call, token: str | None = None, note: str = ""
+        self, step: str, instance: int, call: WireCall, token: str | None = None, note: str = ""
     ) -> Exchange:
         """One request, kept as evidence (``token`` None: the contract's token)."""
         who = self.contract.token if token is None else token
@@ -114,7 +114,7 @@ class Case:
 
     async def drop(self, step: str, instance: int, asked: Asked, response: dict[str, Any]) -> None:
         """Round 2 sent on a connection closed at once: its response is lost on purpose."""
-        call = Call(self.contract.tool, self.arguments, asked.state, {asked.form.key: response})
+        call = WireCall(self.contract.tool, self.arguments, asked.state, {asked.form.key: response})
         self.exchanges.append(
             await self.wire.send_and_drop(step, instance, call, self.contract.token)
         )
@@ -126,7 +126,7 @@ class Case:
             return
         for i in range(count):
             args = fill(c.create_arguments or c.arguments, self.fresh)
-            ex = await self.send(f"create {i + 1}", i, Call(c.create_tool, args))
+            ex = await self.send(f"create {i + 1}", i, WireCall(c.create_tool, args))
             if ex.kind != "done":
                 raise SetupFailed(f"{c.create_tool} did not complete ({describe(ex)})")
 
@@ -135,7 +135,7 @@ class Case:
     ) -> Asked:
         """Round 1: the tool must answer ``input_required`` with a form."""
         name = tool or self.contract.tool
-        ex = await self.send("round 1", instance, Call(name, arguments or self.arguments))
+        ex = await self.send("round 1", instance, WireCall(name, arguments or self.arguments))
         form = form_of(ex.result) if ex.kind == "asked" else None
         if form is None:
             raise SetupFailed(f"round 1 of {name} did not ask for a form ({describe(ex)})")
@@ -158,7 +158,7 @@ class Case:
     ) -> Exchange:
         """Round 2: the original call again with the answer (None: no answer at all, silence)
         under ``asked``'s state (or ``state``), a new JSON-RPC id."""
-        call = Call(
+        call = WireCall(
             tool or self.contract.tool,
             arguments or self.arguments,
             request_state=asked.state if state is None else state,
@@ -174,7 +174,7 @@ class Case:
         if c.read_tool is None:
             return None
         args = fill(c.read_arguments or c.arguments, self.fresh)
-        ex = await self.wire.call(f"read: {label}", 0, Call(c.read_tool, args), c.token)
+        ex = await self.wire.call(f"read: {label}", 0, WireCall(c.read_tool, args), c.token)
         if keep:
             self.exchanges.append(ex)
         if ex.kind != "done":

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from loadgen.mrtr_pack.traceability import requirement_of
 
-Status = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED"]
+CheckStatus = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED"]
 
 SPEC_MRTR = {
     "id": "MCP-2026-07-28-MRTR",
@@ -40,7 +40,7 @@ class Check:
     id: str
     name: str
     description: str
-    status: Status = "SKIPPED"
+    status: CheckStatus = "SKIPPED"
     spec_references: Sequence[dict[str, str]] = (SPEC_MRTR, EXACTLY_ONCE)
     details: dict[str, Any] = field(default_factory=dict)
     error_message: str = ""
@@ -48,7 +48,7 @@ class Check:
         default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     )
 
-    def judge(self, status: Status, message: str = "") -> Check:
+    def judge(self, status: CheckStatus, message: str = "") -> Check:
         """Set the status and, for anything but SUCCESS, the reason; returns self."""
         self.status = status
         self.error_message = message

@@ -22,11 +22,11 @@ from typing import Any
 import trio
 
 from loadgen.mrtr_pack.case import Asked, Case, SetupFailed, changed, describe, fill
-from loadgen.mrtr_pack.checks import EXACTLY_ONCE, SPEC_ELICITATION, SPEC_MRTR, Status
+from loadgen.mrtr_pack.checks import EXACTLY_ONCE, SPEC_ELICITATION, SPEC_MRTR, CheckStatus
 from loadgen.mrtr_pack.forms import CANCEL, DECLINE, accept, other_answer
 from loadgen.mrtr_pack.wire import Exchange
 
-Verdict = tuple[Status, str]
+CheckResult = tuple[CheckStatus, str]
 
 
 class Skip(Exception):
@@ -49,7 +49,7 @@ def _once(case: Case, base: Baseline, after: Any) -> str | None:
     return f"the effect is not one execution's: read {after!r}, one accept leaves {base.effect!r}"
 
 
-def _retry_verdict(first: Exchange, retry: Exchange) -> Verdict:
+def _retry_verdict(first: Exchange, retry: Exchange) -> CheckResult:
     """A retry of the same completed answer: the recorded outcome (SUCCESS), a refusal
     (WARNING), anything else (FAILURE: the tool ran again)."""
     if retry.kind == "done" and retry.outcome == first.outcome:
@@ -67,7 +67,7 @@ def _retry_verdict(first: Exchange, retry: Exchange) -> Verdict:
     )
 
 
-def _refusal_verdict(case: Case, ex: Exchange, before: Any, after: Any, what: str) -> Verdict:
+def _refusal_verdict(case: Case, ex: Exchange, before: Any, after: Any, what: str) -> CheckResult:
     """An answer that must not act: refused or re-asked, and nothing changed."""
     if case.observes and after != before:
         return "FAILURE", f"{what} acted: the effect changed from {before!r} to {after!r}"
@@ -87,7 +87,7 @@ async def _executed(case: Case, asked: Asked, instance: int = 0) -> Exchange:
     return ex
 
 
-async def control(case: Case, base: Baseline) -> Verdict:
+async def control(case: Case, base: Baseline) -> CheckResult:
     """One accept executes, and what it did becomes the baseline of the other scenarios."""
     await case.create()
     asked = await case.ask()
@@ -103,7 +103,7 @@ async def control(case: Case, base: Baseline) -> Verdict:
     return "SUCCESS", f"the accept completed ({describe(ex)}){unseen}"
 
 
-async def _replay(case: Case, base: Baseline, other: bool) -> Verdict:
+async def _replay(case: Case, base: Baseline, other: bool) -> CheckResult:
     if other and len(case.wire.urls) < 2:
         raise Skip("needs two --target instances")
     await case.create()
@@ -120,17 +120,17 @@ async def _replay(case: Case, base: Baseline, other: bool) -> Verdict:
     return _retry_verdict(first, retry)
 
 
-async def replay_same(case: Case, base: Baseline) -> Verdict:
+async def replay_same(case: Case, base: Baseline) -> CheckResult:
     """The same final answer again after completion, on the same instance."""
     return await _replay(case, base, other=False)
 
 
-async def replay_other(case: Case, base: Baseline) -> Verdict:
+async def replay_other(case: Case, base: Baseline) -> CheckResult:
     """The same final answer again after completion, on another instance."""
     return await _replay(case, base, other=True)
 
 
-async def concurrent(case: Case, base: Baseline) -> Verdict:
+async def concurrent(case: Case, base: Baseline) -> CheckResult:
     """N copies of one accept sent at once, spread over the instances."""
     await case.create()
     asked = await case.ask()
@@ -160,7 +160,7 @@ async def concurrent(case: Case, base: Baseline) -> Verdict:
     return "SUCCESS", f"all {len(replies)} copies got one outcome ({describe(done[0])})"
 
 
-async def lost_response(case: Case, base: Baseline) -> Verdict:
+async def lost_response(case: Case, base: Baseline) -> CheckResult:
     """The accept's response is lost on purpose (its connection closed as soon as it was
     sent); once its effect shows (or a few seconds passed), the client retries on another
     instance."""
@@ -184,7 +184,7 @@ async def lost_response(case: Case, base: Baseline) -> Verdict:
     )
 
 
-async def different_answer(case: Case, base: Baseline) -> Verdict:
+async def different_answer(case: Case, base: Baseline) -> CheckResult:
     """After an executed accept, a different answer under the same (used) state."""
     await case.create(2)
     asked = await case.ask()
@@ -200,12 +200,12 @@ async def different_answer(case: Case, base: Baseline) -> Verdict:
             f"from {after1!r} to {after2!r}",
         )
     if second.kind == "done" and second.outcome != first.outcome:
-        status: Status = "FAILURE" if which == "another option" else "WARNING"
+        status: CheckStatus = "FAILURE" if which == "another option" else "WARNING"
         return status, f"the used state took a new decision ({which}): {describe(second)}"
     return "SUCCESS", f"the different answer ({which}) did not act ({describe(second)})"
 
 
-async def decline_then_accept(case: Case, base: Baseline) -> Verdict:
+async def decline_then_accept(case: Case, base: Baseline) -> CheckResult:
     """A decline, then an accept under the same state: the decline is final."""
     await case.create()
     asked = await case.ask()
@@ -222,7 +222,7 @@ async def decline_then_accept(case: Case, base: Baseline) -> Verdict:
     return _refusal_verdict(case, ex, before, after2, "an accept after a decline")
 
 
-async def cancel_then_accept(case: Case, base: Baseline) -> Verdict:
+async def cancel_then_accept(case: Case, base: Baseline) -> CheckResult:
     """A cancel, then an accept under the same state: cancel decides nothing."""
     await case.create()
     asked = await case.ask()
@@ -241,7 +241,7 @@ async def cancel_then_accept(case: Case, base: Baseline) -> Verdict:
     return "WARNING", f"after a cancel the state was no longer usable ({describe(ex)})"
 
 
-async def silence(case: Case, base: Baseline) -> Verdict:
+async def silence(case: Case, base: Baseline) -> CheckResult:
     """A retry with the state but no answer: the server should ask again, and act on nothing."""
     await case.create()
     asked = await case.ask()
@@ -266,7 +266,7 @@ def _ttl(case: Case) -> float:
     return ttl
 
 
-async def before_expiry(case: Case, base: Baseline) -> Verdict:
+async def before_expiry(case: Case, base: Baseline) -> CheckResult:
     """An accept sent one margin before the state's earliest possible expiry is honoured."""
     ttl = _ttl(case)
     await case.create()
@@ -283,7 +283,7 @@ async def before_expiry(case: Case, base: Baseline) -> Verdict:
     return "SUCCESS", f"honoured {case.contract.expiry_margin_s:g} s before expiry"
 
 
-async def after_expiry(case: Case, base: Baseline) -> Verdict:
+async def after_expiry(case: Case, base: Baseline) -> CheckResult:
     """An accept sent one margin after the state's latest possible expiry is refused."""
     ttl = _ttl(case)
     await case.create()
@@ -296,7 +296,7 @@ async def after_expiry(case: Case, base: Baseline) -> Verdict:
     return _refusal_verdict(case, ex, before, after, "an accept after expiry")
 
 
-async def other_principal(case: Case, base: Baseline) -> Verdict:
+async def other_principal(case: Case, base: Baseline) -> CheckResult:
     """Another principal answers the state: it is not theirs."""
     other = case.contract.other_token
     if other is None:
@@ -309,7 +309,7 @@ async def other_principal(case: Case, base: Baseline) -> Verdict:
     return _refusal_verdict(case, ex, before, after, "another principal's accept")
 
 
-async def changed_arguments(case: Case, base: Baseline) -> Verdict:
+async def changed_arguments(case: Case, base: Baseline) -> CheckResult:
     """The state is answered under changed arguments."""
     try:
         args = changed(case.contract.arguments, case.fresh)
@@ -331,7 +331,7 @@ def tampered_token(state: str) -> str:
     return state[:i] + ("B" if state[i] == "A" else "A") + state[i + 1 :]
 
 
-async def _altered_state(case: Case, alter: Callable[[str], str], what: str) -> Verdict:
+async def _altered_state(case: Case, alter: Callable[[str], str], what: str) -> CheckResult:
     await case.create()
     asked = await case.ask()
     if not asked.state:
@@ -344,17 +344,17 @@ async def _altered_state(case: Case, alter: Callable[[str], str], what: str) -> 
     return _refusal_verdict(case, ex, before, after, f"an accept under a {what} state")
 
 
-async def tampered(case: Case, base: Baseline) -> Verdict:
+async def tampered(case: Case, base: Baseline) -> CheckResult:
     """One character of the state changed."""
     return await _altered_state(case, tampered_token, "tampered")
 
 
-async def truncated(case: Case, base: Baseline) -> Verdict:
+async def truncated(case: Case, base: Baseline) -> CheckResult:
     """The state cut to half its length."""
     return await _altered_state(case, lambda s: s[: len(s) // 2], "truncated")
 
 
-async def another_tool(case: Case, base: Baseline) -> Verdict:
+async def another_tool(case: Case, base: Baseline) -> CheckResult:
     """A state issued for the tool is presented, with a valid answer, to another tool."""
     c = case.contract
     if c.other_tool is None:
@@ -384,7 +384,7 @@ class Scenario:
 
     id: str
     name: str
-    run: Callable[[Case, Baseline], Awaitable[Verdict]]
+    run: Callable[[Case, Baseline], Awaitable[CheckResult]]
     refs: tuple[dict[str, str], ...] = (SPEC_MRTR, EXACTLY_ONCE)
     waits: bool = False
     """Mostly waits for the state's expiry: runs beside the others, not in their turn."""

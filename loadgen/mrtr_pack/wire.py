@@ -96,7 +96,7 @@ class Exchange:
 
 
 @dataclass
-class Call:
+class WireCall:
     """A ``tools/call``: name, arguments and (for a retry) the state and the answers."""
 
     name: str
@@ -162,7 +162,7 @@ class Wire:
     """Every exchange of the run, in the order sent."""
 
     async def call(
-        self, step: str, instance: int, call: Call, token: str | None, *, note: str = ""
+        self, step: str, instance: int, call: WireCall, token: str | None, *, note: str = ""
     ) -> Exchange:
         """Send ``call`` to instance ``instance`` (modulo the instance count) with ``token`` as
         bearer (None: no Authorization header) and record what came back."""
@@ -190,7 +190,7 @@ class Wire:
         return ex
 
     async def send_and_drop(
-        self, step: str, instance: int, call: Call, token: str | None
+        self, step: str, instance: int, call: WireCall, token: str | None
     ) -> Exchange:
         """Send ``call`` on a connection of its own and close it without reading a byte of the
         response: the response is lost, the request may or may not have been carried out.

@@ -177,7 +177,7 @@ FAULTS_FILE = "faults.json"
 """The faults a load process injected (``RunFolder.write_faults``), by wall clock."""
 
 
-def fault_rows(run_dir: Path) -> list[dict[str, Any]] | None:
+def read_fault_rows(run_dir: Path) -> list[dict[str, Any]] | None:
     """Every fault window the folder's load processes recorded (its own ``faults.json`` and
     its subfolders'); None when none of them recorded any file (not even an empty one)."""
     paths = [run_dir / FAULTS_FILE] if (run_dir / FAULTS_FILE).exists() else []
@@ -421,7 +421,7 @@ class RunFolder:
 
     def fault_rows(self) -> list[dict[str, Any]] | None:
         """Every fault window the folder's load processes recorded (None: no file at all)."""
-        return fault_rows(self.path)
+        return read_fault_rows(self.path)
 
     def own_fault_rows(self) -> list[dict[str, Any]]:
         """The fault windows this one load process recorded ([] without a file)."""

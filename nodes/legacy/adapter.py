@@ -58,7 +58,7 @@ from nodes.legacy.bridge import (
     draining,
     id_key,
     refusal_reason,
-    store_error,
+    store_unavailable_error,
 )
 from nodes.legacy.inbox import InboxReader
 from nodes.legacy.stream import EventStream, StreamClosed
@@ -216,7 +216,7 @@ class LegacyAdapter:
             await _send_json(send, answer.status, answer.body, answer.headers)
         except StoreUnavailable as exc:
             log.warning("store error answering a legacy request: %s", exc)
-            body = wire.error_response(_request_id(request.message), store_error(exc))
+            body = wire.error_response(_request_id(request.message), store_unavailable_error(exc))
             await _send_json(send, 500, body)
 
     async def _serve(self, request: LegacyRequest, receive: Receive, send: Send) -> None:

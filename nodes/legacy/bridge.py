@@ -215,10 +215,10 @@ class LegacyCall:
             return wire.error_response(self.request_id, exc)
         except StoreFull as exc:
             log.warning("store full, legacy call refused (tool=%s): %s", self.call.tool, exc)
-            return wire.error_response(self.request_id, store_error(exc))
+            return wire.error_response(self.request_id, store_unavailable_error(exc))
         except StoreUnavailable as exc:
             log.warning("store unavailable during a legacy call (tool=%s): %s", self.call.tool, exc)
-            return wire.error_response(self.request_id, store_error(exc))
+            return wire.error_response(self.request_id, store_unavailable_error(exc))
 
     async def _drive(self) -> dict[str, Any]:
         now = anyio.current_time()
@@ -462,14 +462,14 @@ def refusal_reason(exc: errors.JsonRpcError) -> str:
     return exc.message
 
 
-def store_error(exc: StoreUnavailable) -> errors.JsonRpcError:
+def store_unavailable_error(exc: StoreUnavailable) -> errors.JsonRpcError:
     """-32603 for a store failure, as the modern path answers it: full (the note store's or the
     session store's ``StoreFull``: nothing was written) or unavailable (outcome unknown)."""
     if isinstance(exc, StoreFull):
         return errors.store_full()
     if isinstance(exc, StoreRefused):
         return errors.store_refused(exc.reason, maybe_ran=exc.maybe_ran)
-    return errors.outcome_unknown()
+    return errors.outcome_unknown_error()
 
 
 def draining() -> errors.JsonRpcError:

@@ -33,7 +33,7 @@ from nodes.logging_setup import configure_logging
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.serving.durability import resolve_wait_replicas
-from nodes.serving.operator import NodeOperations, OpsOptions, operate_node
+from nodes.serving.operator import OperatorEndpoints, OperatorOptions, with_operator_endpoints
 from nodes.serving.settings import ClusterSettings, load_settings
 from store.client_factory import blocking_client, open_note_client
 from store.notes import DEFAULT_PREFIX, NoteStore
@@ -63,7 +63,7 @@ class NodeOptions:
     prefix: str = DEFAULT_PREFIX
     public_url: str | None = None
     legacy_limits: LegacyLimits | None = None
-    ops: OpsOptions = field(default_factory=OpsOptions)
+    ops: OperatorOptions = field(default_factory=OperatorOptions)
     """Metrics (their own port) of this node."""
     server_times_bodies: bool = False
     """The ASGI server bounds each body's arrival (``nodes.serving.http_server`` does: a cancel
@@ -86,7 +86,7 @@ class NodeApp:
         """The node's HTTP app, once started."""
         self.served: ASGIApp | None = None
         """What requests go to: ``http`` inside the operator's middleware (health, metrics)."""
-        self.operations: NodeOperations | None = None
+        self.operations: OperatorEndpoints | None = None
         self.metrics_app: ASGIApp | None = None
         """What ``serve_metrics`` serves, once started with a metrics port."""
         self._stack = AsyncExitStack()
@@ -170,7 +170,7 @@ class NodeApp:
             open_legacy_adapter(node, sessions, o.legacy_limits)
         )
         operations = stack.enter_context(
-            operate_node(node, store.check_ready, metrics, o.ops, legacy)
+            with_operator_endpoints(node, store.check_ready, metrics, o.ops, legacy)
         )
         http = make_app(
             node,

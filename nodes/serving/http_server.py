@@ -36,7 +36,7 @@ What this relies on of uvicorn is listed in ``NEEDED_HOOKS`` and checked when a 
 says so in its log (no header and body bounds from the server then; the app bounds the body).
 ``pyproject.toml`` bounds uvicorn from above, and CI runs the node server's tests on the lowest
 and the highest version allowed (``.ci/run``). A request cycle of our own in place of uvicorn's
-was measured and not kept (README, "The node's HTTP server is stock uvicorn").
+was measured and not kept (docs/explanation/design-decisions.md, "The request cycle").
 (Nodes inside a trio process, on hypercorn, get the same bounds from the app.)
 """
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 _PR_SET_PDEATHSIG = 1
 """prctl(2) option: the signal this process gets when its parent (thread) ends."""
 
-log = logging.getLogger("cluster.stopping")
+log = logging.getLogger("nodes.serving.lifeline")
 
 
 def open_lifeline() -> tuple[int, int]:

@@ -27,14 +27,14 @@ DEFAULT_METRICS_HOST = "127.0.0.1"
 
 
 @dataclass(frozen=True)
-class OpsOptions:
+class OperatorOptions:
     """How served nodes are operated (``serve --metrics-port``, ``--metrics-host``)."""
 
     metrics_host: str = DEFAULT_METRICS_HOST
     metrics_port: int | None = None
     """Node 0's metrics port, node i on ``metrics_port + i`` (0: free ports); None: no metrics."""
 
-    def for_node(self, index: int) -> OpsOptions:
+    def for_node(self, index: int) -> OperatorOptions:
         """The options of node ``index`` (its own metrics port)."""
         if not self.metrics_port:
             return self
@@ -42,9 +42,10 @@ class OpsOptions:
 
 
 @dataclass(frozen=True)
-class NodeOperations:
-    """What ``operate_node`` hands the server: the middleware, and the readiness a graceful
-    drain turns off (``readiness.draining = True``: ``/readyz`` answers 503 from then on)."""
+class OperatorEndpoints:
+    """What ``with_operator_endpoints`` hands the server: the middleware, and the readiness a
+    graceful drain turns off (``readiness.draining = True``: ``/readyz`` answers 503 from then
+    on)."""
 
     readiness: Readiness
     metrics: NodeMetrics | None
@@ -68,7 +69,7 @@ class NodeOperations:
         return metrics_endpoint(self.metrics.registry)
 
 
-def bind_metrics(options: OpsOptions) -> tuple[socket.socket | None, OpsOptions]:
+def bind_metrics(options: OperatorOptions) -> tuple[socket.socket | None, OperatorOptions]:
     """The listening socket of the metrics (None when ``options`` names no port), and the
     options with the port it bound (``metrics_port = 0``: a free one). The node's server serves
     it beside the MCP port (``serve_node(sockets=...)``, ``run_server(sockets=...)``)."""
@@ -81,14 +82,14 @@ def bind_metrics(options: OpsOptions) -> tuple[socket.socket | None, OpsOptions]
 
 
 @contextmanager
-def operate_node(
+def with_operator_endpoints(
     node: Node,
     probe: ReadinessProbe,
     metrics: NodeMetrics | None,
-    options: OpsOptions,
+    options: OperatorOptions,
     legacy: LegacyAdapter | None = None,
-) -> Iterator[NodeOperations]:
-    """Yield the node's operations (``NodeOperations.wrap`` goes around its HTTP app): with
+) -> Iterator[OperatorEndpoints]:
+    """Yield the node's operations (``OperatorEndpoints.wrap`` goes around its HTTP app): with
     ``metrics`` and a port in ``options`` (the port the server listens on for them, bound by
     ``bind_metrics``), requests on that port get the metrics."""
     port = options.metrics_port
@@ -102,4 +103,4 @@ def operate_node(
         )  # fmt: skip
     else:
         metrics = port = None
-    yield NodeOperations(Readiness(probe), metrics, port)
+    yield OperatorEndpoints(Readiness(probe), metrics, port)

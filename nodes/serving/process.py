@@ -22,7 +22,7 @@ from nodes.serving.app import NodeApp, NodeOptions
 from nodes.serving.durability import parse_wait_replicas
 from nodes.serving.http_server import bind_socket, hooks_missing, run_server, server_config
 from nodes.serving.lifeline import terminate_self, watch_lifeline
-from nodes.serving.operator import DEFAULT_METRICS_HOST, OpsOptions, bind_metrics
+from nodes.serving.operator import DEFAULT_METRICS_HOST, OperatorOptions, bind_metrics
 from nodes.serving.settings import (
     ClusterSettings,
     ConfigError,
@@ -76,7 +76,7 @@ def _timeouts(a: argparse.Namespace, base: ServerTimeouts) -> ServerTimeouts:
     return replace(base, **given)
 
 
-def settings_of(a: argparse.Namespace) -> ClusterSettings:
+def settings_from_args(a: argparse.Namespace) -> ClusterSettings:
     """The node's settings from its parsed command line: logging configured, the lifeline
     watched; exits with a message on a configuration error."""
     configure_logging(a.log_level, json_lines=a.log_json)
@@ -99,13 +99,13 @@ def settings_of(a: argparse.Namespace) -> ClusterSettings:
 def main(argv: list[str] | None = None) -> None:
     """Parse the parent's arguments and serve."""
     a = parser().parse_args(argv)
-    settings = settings_of(a)
+    settings = settings_from_args(a)
     # Bound before the app is built, so a port-0 node knows its URL (setup links name it).
     sock = bind_socket(a.host, a.port)
     base = base_url(sock)
     # The metrics port is served by the same server (nodes.serving.operator.bind_metrics).
     metrics_socket, ops = bind_metrics(
-        OpsOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port)
+        OperatorOptions(metrics_host=a.metrics_host, metrics_port=a.metrics_port)
     )
     options = NodeOptions(
         redis_url=a.redis,
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     app = NodeApp(settings, options)
     port_apps = {} if ops.metrics_port is None else {ops.metrics_port: app.serve_metrics}
     sockets = [sock] if metrics_socket is None else [sock, metrics_socket]
-    serve(app, settings, sockets, port_apps)
+    serve_sockets(app, settings, sockets, port_apps)
 
 
 def base_url(sock: socket.socket) -> str:
@@ -129,7 +129,7 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def serve(
+def serve_sockets(
     app: Any, settings: ClusterSettings, sockets: list[socket.socket], port_apps: dict[int, Any]
 ) -> None:
     """Serve ``app`` on ``sockets`` (the first the MCP port: its URL is printed once ready,

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from cluster.lab.conformance.references import ADDITIONS, Sdk, node_missing, open_reference
+from cluster.lab.sdk_references.references import ADDITIONS, Sdk, node_missing, open_reference
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from cluster.serve import start_http_nodes
 from loadgen.mrtr_pack.checks import comparison

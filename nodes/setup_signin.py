@@ -42,13 +42,13 @@ CSRF_BYTES = 32
 """Entropy of the CSRF secret (256 bits)."""
 
 
-def session_audience(server_name: str) -> str:
+def signin_audience(server_name: str) -> str:
     """The audience session cookies are sealed for, set apart from states and links."""
     return f"{server_name}#setup-session"
 
 
 @dataclass(frozen=True)
-class SetupSession:
+class SignIn:
     """What an opened session cookie binds."""
 
     principal: str
@@ -64,15 +64,15 @@ def cookie_name(link: SetupLink) -> str:
     return COOKIE_PREFIX + hashlib.sha256(link.nonce.encode("ascii")).hexdigest()[:16]
 
 
-def seal_session(
+def seal_signin(
     ring: KeyRing, server_name: str, link: SetupLink, redis_now_ms: int
-) -> tuple[str, SetupSession]:
+) -> tuple[str, SignIn]:
     """A fresh session for ``link``'s principal: the cookie value and what it binds."""
     exp_ms = min(redis_now_ms + SESSION_TTL_MS, link.exp_ms)
     csrf = randomness.token_urlsafe(CSRF_BYTES)
     payload = StatePayload(
         principal=link.principal,
-        audience=session_audience(server_name),
+        audience=signin_audience(server_name),
         method=SESSION_METHOD,
         tool="",
         args_digest="",
@@ -85,16 +85,16 @@ def seal_session(
         exp_ms=exp_ms,
         extra={CSRF_FIELD: csrf},
     )
-    return ring.seal(payload), SetupSession(link.principal, link.nonce, exp_ms, csrf)
+    return ring.seal(payload), SignIn(link.principal, link.nonce, exp_ms, csrf)
 
 
-def open_session(ring: KeyRing, server_name: str, value: str) -> SetupSession:
+def open_signin(ring: KeyRing, server_name: str, value: str) -> SignIn:
     """Open a cookie value; any failure raises ``StateRejected`` (the reason is for the log)."""
-    payload = ring.open(value, audience=session_audience(server_name))
+    payload = ring.open(value, audience=signin_audience(server_name))
     csrf = payload.extra.get(CSRF_FIELD, "")
     if payload.method != SESSION_METHOD or payload.phase != SESSION_PHASE or not csrf:
         raise StateRejected("not a setup session")
-    return SetupSession(payload.principal, payload.nonce, payload.exp_ms, csrf)
+    return SignIn(payload.principal, payload.nonce, payload.exp_ms, csrf)
 
 
 def read_cookie(header: str | None, name: str) -> str | None:
@@ -120,7 +120,7 @@ def set_cookie(name: str, value: str, *, max_age_s: int, secure: bool, base_path
     return "; ".join(attrs).encode("ascii")
 
 
-def csrf_matches(session: SetupSession, given: str | None) -> bool:
+def csrf_matches(session: SignIn, given: str | None) -> bool:
     """Whether a form's CSRF field is the session's (constant time)."""
     if given is None:
         return False

@@ -4,9 +4,9 @@ Layer: cluster (the lab: the conformance pack's reference; nothing in the produc
 it). Run several instances sharing one sealing key and one Redis:
 
     export NOTES_CLUSTER_SDK_STATE_KEY=$(head -c 32 /dev/urandom | base64)
-    python -m cluster.lab.conformance.reference_sdk \
+    python -m cluster.lab.sdk_references.reference_sdk \
         --redis redis://127.0.0.1:6379/0 --port 8800 &
-    python -m cluster.lab.conformance.reference_sdk \
+    python -m cluster.lab.sdk_references.reference_sdk \
         --redis redis://127.0.0.1:6379/0 --port 8801 &
 
 Each prints its endpoint URL once it listens. Tools: ``notes_create``, ``notes_list``,
@@ -314,7 +314,7 @@ async def serve_reference(options: argparse.Namespace, key: bytes) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Parse options and serve; print the endpoint URL when ready."""
-    p = argparse.ArgumentParser(prog="cluster.lab.conformance.reference_sdk")
+    p = argparse.ArgumentParser(prog="cluster.lab.sdk_references.reference_sdk")
     p.add_argument("--redis", required=True, help="redis:// URL every instance shares")
     p.add_argument("--prefix", default=DEFAULT_PREFIX)
     p.add_argument("--host", default="127.0.0.1")

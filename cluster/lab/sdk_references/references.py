@@ -2,8 +2,8 @@
 sharing a sealing key and a Redis, each a process that prints its endpoint URL when ready.
 
 Layer: cluster (the lab). ``open_reference`` starts the instances of the Python SDK
-reference (``cluster.lab.conformance.reference_sdk``) or of the TypeScript SDK reference
-(``cluster/lab/conformance/reference_ts/server.ts``, run by Node 22), waits for each
+reference (``cluster.lab.sdk_references.reference_sdk``) or of the TypeScript SDK reference
+(``cluster/lab/sdk_references/reference_ts/server.ts``, run by Node 22), waits for each
 URL, yields them, and kills each process by pid on exit.
 """
 
@@ -22,7 +22,7 @@ from typing import Literal
 import trio
 
 from cluster.child_processes import read_url_line
-from cluster.lab.conformance.reference_sdk import KEY_ENV
+from cluster.lab.sdk_references.reference_sdk import KEY_ENV
 
 Sdk = Literal["python", "typescript"]
 
@@ -90,7 +90,7 @@ def reference_command(
     flags = ["--redis", redis_url, "--prefix", prefix, "--state-ttl", str(state_ttl_s)]
     flags += ["--port", "0", *(f"--{a}" for a in additions)]
     if sdk == "python":
-        return [sys.executable, "-m", "cluster.lab.conformance.reference_sdk", *flags]
+        return [sys.executable, "-m", "cluster.lab.sdk_references.reference_sdk", *flags]
     node = node_binary()
     if node is None:
         raise RuntimeError(
