@@ -262,3 +262,19 @@ def test_the_conformance_table_says_why_it_leaves_out_the_typescript_columns(
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines()[0] == table.left_out()
     assert result.stdout.strip() == "| the table |"
+
+
+def test_a_command_without_a_progress_bar_shows_its_phase_on_a_status_line() -> None:
+    """``check --redis`` and ``simulate --workers``: the wait and the check on a status line
+    (a terminal only; nothing at all otherwise)."""
+    from cluster.commands.base import showing_phases
+    from loadgen.run.phases import announce
+
+    screen = StringIO()
+    with showing_phases(Console(file=screen, force_terminal=True, width=120)):
+        announce("waiting 9 s for the last states to expire (then the check)")
+    assert "waiting 9 s for the last states to expire (then the check)" in screen.getvalue()
+    piped = StringIO()
+    with showing_phases(Console(file=piped, force_terminal=False)):
+        announce("checking the history")
+    assert piped.getvalue() == ""
