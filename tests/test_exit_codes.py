@@ -341,3 +341,19 @@ def test_any_command_importing_a_missing_extra_s_module_names_the_extra(
         "Error: this command needs the 'sim' extra (missing: hdrh); "
         "install it with: pip install 'notes-cluster[sim]'"
     )
+
+
+@pytest.mark.slow
+def test_check_with_redis_never_replaces_the_store_facts_a_run_holds(
+    valid_run: Path, server: OwnRedis, tmp_path: Path
+) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(valid_run, folder)
+    before = _tree(folder)
+    url = f"redis://127.0.0.1:{server.port}/7"
+    code, out, err = run(["check", "--redis", url, str(folder)], tmp_path)
+    assert code == EXIT_USAGE, out + err
+    line = _one_error_line(err)
+    assert "already holds its store facts (store/meta.json)" in line, line
+    assert _tree(folder) == before
+    assert _dbsize(url) == 0

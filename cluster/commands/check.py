@@ -41,7 +41,9 @@ F = TypeVar("F", bound=Callable[..., Any])
     help="Check run folders offline: their histories against the store facts they hold "
     "(exit 0 valid, 1 invalid, 3 unknown). Several folders (one per load process: "
     "`loadgen --process-id K`, on any machine sharing the store) are checked as one run; with "
-    "--redis the store facts are read now, after every process ended, into the first folder.",
+    "--redis the store facts are read now, after every process ended, into the first folder "
+    "(never over facts a folder holds). A folder that is not one run's (the parent of several "
+    "runs) is refused (exit 2).",
 )
 @click.argument(
     "run_dirs",
@@ -115,6 +117,7 @@ def check_cmd(
         _check_foreign(folders, redis_url, saved, min_completed, min_per_kind, as_json)
     store = None
     if redis_url is not None:
+        _refuse_to_replace_facts(folders)
         require_store(redis_url)
         store = folders_store(redis_url, prefix, tenant_names(tenants), saved)
     rule = saved.exercise(min_completed, min_per_kind)
@@ -197,3 +200,18 @@ def _refuse_not_a_run(run_dirs: tuple[Path, ...]) -> None:
             f"{path} is not a run folder (no {HISTORY_FILE} or {RESULTS_FILE} in it). "
             "Nothing was checked."
         )
+
+
+def _refuse_to_replace_facts(folders: list[RunFolder]) -> None:
+    """``--redis`` writes the store facts it reads into the first folder: never over facts a
+    folder already holds (the run's own, read when its states had just expired), which a
+    later read of a store that moved on would replace with a false verdict."""
+    from loadgen.run.folder import META_FILE, STORE_DIR
+
+    for folder in folders:
+        if folder.has_store_facts():
+            raise NotARunFolder(
+                f"{folder} already holds its store facts ({STORE_DIR}/{META_FILE}); check it "
+                "without --redis (reading the store again would replace them). Nothing was "
+                "checked."
+            )
