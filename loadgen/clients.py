@@ -187,7 +187,10 @@ class Client:
         sent = self.history.record(self.process, "invoke", f, flow, kind, {**invoke, "node": node})
         out = await self.send(node, principal, message, timeout_s)
         if lose_response and out.type != "info":
-            out = Outcome("info", {"reason": RESPONSE_LOST})
+            # What the dropped reply said the node did: a trusted harness's knowledge, which
+            # the checker needs to hold a keyed retry to the replay marker.
+            applied = out.type == "ok" and not out.value.get("isError")
+            out = Outcome("info", {"reason": RESPONSE_LOST, "applied": applied})
         if annotate is not None:
             out = Outcome(out.type, {**out.value, **annotate(out)}, out.result)
         self.history.record(self.process, out.type, f, flow, kind, out.value, sent.index)

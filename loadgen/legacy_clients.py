@@ -49,9 +49,9 @@ import httpx
 import trio
 
 from loadgen.clients import REQUEST_TIMEOUT_S, Outcome, classify
+from loadgen.flow_steps import DELETE_TOOL, flow_title
 from loadgen.history import History, Op, OpType
 from loadgen.transport import ACCEPT, NodeDown, Reply
-from loadgen.workload import DELETE_TOOL, flow_title
 
 LEGACY_KINDS: tuple[str, ...] = (
     "legacy_plain",

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.check.exercise import LOWERED
 from loadgen.fault_windows import LISTED_MAX, share, summarize
 from loadgen.run.results import Results
 from loadgen.tally import tenths_row
@@ -79,9 +80,19 @@ def kinds_table(kinds: dict[str, Any]) -> Table:
     return table
 
 
+def verdict_line(results: Results) -> str:
+    """``Verdict: VALID``, with what weakens it: an exercise rule lowered for the run's size."""
+    line = f"Verdict: {results.verdict.upper()}"
+    for inv in results.invariants:
+        summary = str(inv.get("summary", ""))
+        if inv.get("name") == "exercised" and LOWERED in summary:
+            line += f" ({summary[summary.index(LOWERED) :].rstrip('.')})"
+    return line
+
+
 def verdict_table(results: Results) -> Table:
     """Verdict per invariant, with its evidence."""
-    verdicts = Table(title=f"Verdict: {results.verdict.upper()}", title_justify="left")
+    verdicts = Table(title=verdict_line(results), title_justify="left")
     verdicts.add_column("invariant")
     verdicts.add_column("status")
     verdicts.add_column("evidence", overflow="fold")

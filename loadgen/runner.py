@@ -19,13 +19,14 @@ from hdrh.histogram import HdrHistogram
 
 from loadgen import tenants as names
 from loadgen.clients import DELIBERATE, Client
+from loadgen.flow_steps import FlowEnv
 from loadgen.history import History, Op
 from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
 from loadgen.states import SealedStates, StateReader
 from loadgen.tally import Tally
 from loadgen.tenants import LOAD_TENANTS, SIDES
 from loadgen.transport import Transport
-from loadgen.workload import DEFAULT_WEIGHTS, KEYED_KINDS, RACE_KINDS, FlowEnv, run_flow
+from loadgen.workload import DEFAULT_WEIGHTS, KEYED_KINDS, RACE_KINDS, run_flow
 from nodes.sealing import KeyRing
 
 LATENCY_MAX_US = 120_000_000

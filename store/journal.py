@@ -197,3 +197,42 @@ def redis_time_ms(client: SyncClient) -> int:
     """The Redis server clock (TIME) in ms: the clock ``at``, ``exp`` and TTLs are measured on."""
     seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def read_store_records(client: SyncClient, prefix: str, tenant: str) -> dict[str, Any]:
+    """One tenant's operation records and usage counters, and what its notes say the counters
+    should hold: ``ops`` {op id: PTTL ms (-1: no TTL)}; ``usage`` {counter: value} as stored
+    (``n:<principal>`` notes and ``b:<principal>`` bytes of the tenant's usage hash,
+    ``w:<workspace usage key>:<principal>`` notes per workspace); ``recount`` the same counters
+    counted from the surviving notes (owner, workspace, title and body bytes)."""
+    keys = TenantKeys(prefix, tenant)
+    ops: dict[str, int] = {}
+    found = _scan_ids(client, keys.op(""))
+    pipe = client.pipeline(transaction=False)
+    for key, _ in found:
+        pipe.pttl(key)
+    for (_, op_id), ttl in zip(found, pipe.execute(), strict=True):
+        if int(ttl) != -2:
+            ops[op_id] = int(ttl)
+    usage: dict[str, int] = {}
+    for name, value in (client.hgetall(keys.usage) or {}).items():
+        usage[_text(name)] = int(value)
+    ws_base = keys.workspace_usage("")
+    ws_base = ws_base[: ws_base.rindex(":") + 1]
+    for key, digest in _scan_ids(client, ws_base):
+        for owner, value in (client.hgetall(key) or {}).items():
+            usage[f"w:{digest}:{_text(owner)}"] = int(value)
+    recount: dict[str, int] = {}
+    notes = _scan_ids(client, keys.note(""))
+    pipe = client.pipeline(transaction=False)
+    for key, _ in notes:
+        pipe.hmget(key, "owner", "workspace", "title", "body")
+    for owner, ws, title, body in pipe.execute():
+        if owner is None or ws is None:
+            continue
+        who = _text(owner)
+        size = len(_text(title).encode("utf-8")) + len(_text(body).encode("utf-8"))
+        digest = keys.workspace_usage(_text(ws))[len(ws_base) :]
+        for name, n in ((f"n:{who}", 1), (f"b:{who}", size), (f"w:{digest}:{who}", 1)):
+            recount[name] = recount.get(name, 0) + n
+    return {"ops": ops, "usage": usage, "recount": recount}

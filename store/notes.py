@@ -200,8 +200,9 @@ def _quota_exceeded(status: str, used: int, quota: Quota) -> QuotaExceeded:
     return QuotaExceeded(name, used, limit)
 
 
-def _script(name: str) -> str:
-    """A script's source; the write scripts get the operation-record functions prepended."""
+def script_source(name: str) -> str:
+    """A script's source as the store runs it; the write scripts get the operation-record
+    functions prepended."""
     scripts = resources.files("store").joinpath("scripts")
     source = scripts.joinpath(f"{name}.lua").read_text("utf-8")
     if name in OP_RECORD_SCRIPTS or name == "confirm":  # confirm: for its charge_write
@@ -316,7 +317,7 @@ class NoteStore:
         # (``RespRedis.evalsha``): a restarted or failed-over Redis that forgot its script cache
         # is handled transparently.
         self._scripts = {
-            name: client.register_script(_script(name))
+            name: client.register_script(script_source(name))
             for name in ("create", "update", "move", "read_notes", "confirm", "setup", "op_lookup")
         }
         self._time = client.register_script(_TIME_SCRIPT)
@@ -330,6 +331,13 @@ class NoteStore:
                 self._keys.clear()
             self._keys[tenant] = keys
         return keys
+
+    def use_script(self, name: str, source: str) -> None:
+        """Run ``source`` as script ``name`` from now on: the seam through which a simulation
+        plants a defect in a script (``store.simulation.plants``); nothing else calls it."""
+        if name not in self._scripts:
+            raise KeyError(f"no script {name!r}")
+        self._scripts[name] = self.client.register_script(source)
 
     def script_digests(self) -> dict[str, str]:
         """Script name -> the SHA1 that ``EVALSHA`` names it by: a fault injector picks the

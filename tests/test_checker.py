@@ -53,6 +53,10 @@ NAMES = {
     "unknown_outcomes_explained",
     "answers_conform_to_model",
     "answers_make_progress",
+    "op_records_expire",
+    "usage_matches_notes",
+    "keyed_retries_marked",
+    "oddities_explained",
 }
 
 

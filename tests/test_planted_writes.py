@@ -1,8 +1,9 @@
 """Planted bugs in every write, read and bound the checker now covers: each makes the run
 INVALID naming the write, and the same run without the plant is VALID (its control).
 
-Each test runs a few flows of one race kind on two in-process nodes whose store is wrapped
-(``StoreOptions.wrap``, test-only), then checks the history as ``simulate`` does, with the
+Each test runs a few flows of one race kind on two in-process nodes whose store is wrapped by a
+plant of the registry (``store.simulation.plants``, the one planting mechanism, through
+``StoreOptions.wrap``), then checks the history as ``simulate`` does, with the
 nodes' configured bounds and the run's fault windows (none: nothing may be unknown). The
 assertions name the verdict and the evidence (the write, the note, the count), not only the
 status.
@@ -10,10 +11,8 @@ status.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import trio
@@ -31,153 +30,34 @@ from loadgen.run.pipeline import check_history, redis_offset_ms
 from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings, run_load
 from store.api import (
-    Confirmation,
-    ConfirmOutcome,
-    Note,
     NoteStoreAPI,
-    Snapshot,
-    StoreUnavailable,
-    WriteOp,
-    WriteOutcome,
+)
+from store.simulation.plants import (
+    ArchivesInPlace,
+    ClockFast,
+    CreatesTwice,
+    IgnoresIdempotencyKeys,
+    MovesButSaysGone,
+    PagesSkipANote,
+    PagesTooBig,
+    PretendsLostReplies,
+    SearchDropsANote,
+    SetupSaysCompleted,
+    UpdatesTwice,
 )
 
 FLOWS = 4
 STATE_TTL_S = 1.0
-SEARCH_LIMIT = 1000
-"""``notes_search`` reads this many notes per workspace (nodes.tools.search)."""
 
 Wrap = Callable[[NoteStoreAPI], NoteStoreAPI]
 
 
-class Wrapped:
-    """A store that answers as ``inner`` does, except where a plant overrides a method."""
-
-    def __init__(self, inner: NoteStoreAPI) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-class CreatesTwice(Wrapped):
-    """A create re-sent under a new operation id (the bug the operation ids fixed)."""
-
-    async def create(self, *args: Any, **kw: Any) -> Note:
-        note = await self.inner.create(*args, **kw)
-        await self.inner.create(*args, **{**kw, "op": WriteOp.fresh()})
-        return note
-
-
-class IgnoresIdempotencyKeys(Wrapped):
-    """Every write under an operation of its own: a retry with the same idempotency key is
-    not recognised and writes again."""
-
-    async def recorded_write(self, tenant: str, op_id: str) -> None:
-        return None
-
-    async def create(self, *args: Any, **kw: Any) -> Note:
-        return await self.inner.create(*args, **{**kw, "op": WriteOp.fresh()})
-
-    async def update(self, *args: Any, **kw: Any) -> WriteOutcome:
-        return await self.inner.update(*args, **{**kw, "op": WriteOp.fresh()})
-
-    async def move(self, *args: Any, **kw: Any) -> WriteOutcome:
-        return await self.inner.move(*args, **{**kw, "op": WriteOp.fresh()})
-
-
-class UpdatesTwice(Wrapped):
-    """An update applied, then applied again on the note as it now is (the optimistic retry
-    after a re-sent script said "changed")."""
-
-    async def update(self, tenant: str, note: Note, *args: Any, **kw: Any) -> WriteOutcome:
-        out = await self.inner.update(tenant, note, *args, **kw)
-        now = await self.inner.get(tenant, note.note_id)
-        if out.note is not None and now is not None:
-            await self.inner.update(tenant, now, *args, **{**kw, "op": WriteOp.fresh()})
-        return out
-
-
-class MovesButSaysGone(Wrapped):
-    """A move done, answered as if the note was not in the source."""
-
-    async def move(self, *args: Any, **kw: Any) -> WriteOutcome:
-        out = await self.inner.move(*args, **kw)
-        return WriteOutcome("gone", None, out.redis_now_ms)
-
-
-class ArchivesInPlace(Wrapped):
-    """An archive that "moves" the note into the workspace it is already in, not the sealed
-    archive."""
-
-    async def confirm(self, c: Confirmation) -> ConfirmOutcome:
-        if c.op == "move":
-            c = Confirmation(**{**_fields(c), "target_workspace": c.workspace})
-        return await self.inner.confirm(c)
-
-
-def _fields(c: Confirmation) -> dict[str, Any]:
-    return {name: getattr(c, name) for name in Confirmation.__dataclass_fields__}
-
-
-class PagesSkipANote(Wrapped):
-    """A listing's later pages lose their first note."""
-
-    async def find(self, tenant: str, ws: str, title: str, limit: int, after: str = "") -> Snapshot:
-        snap = await self.inner.find(tenant, ws, title, limit, after)
-        if not after:
-            return snap
-        return Snapshot(snap.redis_now_ms, snap.notes[1:], snap.next_after)
-
-
-class PagesTooBig(Wrapped):
-    """Every page one note longer than the configured page size."""
-
-    async def find(self, tenant: str, ws: str, title: str, limit: int, after: str = "") -> Snapshot:
-        if limit == SIM_LIST_PAGE_SIZE:
-            return await self.inner.find(tenant, ws, title, limit + 1, after)
-        return await self.inner.find(tenant, ws, title, limit, after)
-
-
-class SearchDropsANote(Wrapped):
-    """``notes_search`` misses the newest note it found."""
-
-    async def find(self, tenant: str, ws: str, title: str, limit: int, after: str = "") -> Snapshot:
-        snap = await self.inner.find(tenant, ws, title, limit, after)
-        if limit != SEARCH_LIMIT or not snap.notes:
-            return snap
-        return Snapshot(snap.redis_now_ms, snap.notes[:-1], snap.next_after)
-
-
-class StatesOutliveTheirTtl(Wrapped):
-    """The node's Redis clock reads three seconds fast, so its states expire late."""
-
-    async def redis_time_ms(self) -> int:
-        return int(await self.inner.redis_time_ms()) + 3_000
-
-    async def find(self, *args: Any, **kw: Any) -> Snapshot:
-        snap = await self.inner.find(*args, **kw)
-        return Snapshot(snap.redis_now_ms + 3_000, snap.notes, snap.next_after)
-
-
-class SetupSaysCompleted(Wrapped):
-    """Every setup link reads as completed by its own principal, though nobody opened it."""
-
-    async def setup_completed_by(self, tenant: str, nonce: str) -> str | None:
-        return "u0a"
+StatesOutliveTheirTtl = ClockFast
 
 
 def unknown_creates() -> Wrap:
     """Every third create answered "outcome unknown" (it did land) where no fault was."""
-    count = itertools.count(1)
-
-    class UnknownCreates(Wrapped):
-        async def create(self, *args: Any, **kw: Any) -> Note:
-            note = await self.inner.create(*args, **kw)
-            if next(count) % 3 == 0:
-                raise StoreUnavailable("planted: a reply the node pretends it lost")
-            return note
-
-    return UnknownCreates
+    return PretendsLostReplies
 
 
 async def run_kind(kind: str, wrap: Wrap | None = None) -> tuple[CheckResult, list[Op]]:

@@ -79,8 +79,8 @@ def test_the_plant_walkthrough_catches_shrinks_and_replays(tmp_path: Path) -> No
 
     shrunk = sh(shrink)
     assert shrunk.returncode == 1, shrunk.stdout[-3000:] + shrunk.stderr[-3000:]
-    summary = re.search(r"→ (\d+) flows? /", shrunk.stdout)
-    assert summary is not None, shrunk.stdout
+    summary = re.search(r"→ (\d+) flows? /", shrunk.stderr)  # progress goes to stderr
+    assert summary is not None, shrunk.stdout + shrunk.stderr
     assert int(summary.group(1)) <= MAX_FLOWS
     assert (tmp_path / "runs/bug/shrunk/anomaly.txt").read_text("utf-8").startswith("Let:")
     assert (tmp_path / "runs/bug/shrunk/lanes.png").is_file()

@@ -30,7 +30,7 @@ from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
 from loadgen.shrinking import Candidate
 from store.api import Confirmation, ConfirmOutcome, NoteStoreAPI
-from tests.test_planted_writes import ArchivesInPlace, Wrapped
+from store.simulation.plants import ArchivesInPlace, Wrapped
 
 SEED = 7
 FLOWS = 100

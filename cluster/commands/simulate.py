@@ -56,8 +56,21 @@ Examples:
 """
 
 
+class _SimulateCommand(click.Command):
+    """``simulate``: its help ends with the catalogue of planted defects, read only when the
+    help is shown (the plant machinery stays out of every other process)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from store.simulation.plants import PLANTS
+
+        super().format_epilog(ctx, formatter)
+        with formatter.section("Planted defects (--plant NAME, with --deterministic)"):
+            formatter.write_dl([(p.name, p.breaks) for p in PLANTS.values()])
+
+
 @click.command(
     "simulate",
+    cls=_SimulateCommand,
     help="Throw the race workload at an in-process cluster and check the history.\n"
     + SIMULATE_EXAMPLES,
 )
@@ -178,6 +191,14 @@ Examples:
     help="With --deterministic: search: keep drawing seeds until DURATION (90s, 10m, 2h) is "
     "up; the fastest failing seeds of each invariant shrunk, distinct failures in failures.md.",
 )
+@click.option(
+    "--plant",
+    default=None,
+    metavar="NAME",
+    help="With --deterministic: switch on one planted defect in the nodes' store (listed "
+    "below) and watch the checker catch it; the run folder records it, so --replay and shrink "
+    "keep it. Without --seed, the plant's own seed.",
+)
 def simulate_cmd(
     nodes: int,
     redis_url: str | None,
@@ -205,12 +226,13 @@ def simulate_cmd(
     seed_count: int | None,
     dask_address: str | None,
     search_for: str | None,
+    plant: str | None,
 ) -> None:
     """``notes-cluster simulate``."""
     import secrets
 
     many = seed_count is not None or dask_address is not None or search_for is not None
-    if deterministic or check_determinism or buggify or swarm or replay_dir or many:
+    if deterministic or check_determinism or buggify or swarm or replay_dir or many or plant:
         from cluster.deterministic.command import simulate_deterministic_cmd
 
         require_extra("sim")

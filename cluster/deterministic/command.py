@@ -22,6 +22,9 @@ import click
 from cluster.deterministic import HASH_SEED
 from loadgen.run.folder import RunFolder
 
+PLANT_SEED = 1
+"""The seed of ``simulate --deterministic --plant NAME`` when no ``--seed`` is given."""
+
 
 def ensure_hash_seed() -> None:
     """Re-execute this command with ``PYTHONHASHSEED=HASH_SEED`` unless it is set so; only when
@@ -75,8 +78,13 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
             "--workers, --seeds, --dask and --for run several seeds; --replay and "
             "--check-determinism take one run"
         )
+    plant_name: str | None = params.get("plant")
+    if plant_name is not None and not params["deterministic"]:
+        raise click.UsageError("--plant runs in a deterministic run: add --deterministic")
     search_s = None if params.get("search_for") is None else parse_duration(params["search_for"])
     if replay_dir is not None:
+        if plant_name is not None:
+            raise click.UsageError("--replay runs a folder's settings, its plant included")
         if params["check_determinism"] or params["swarm"]:
             raise click.UsageError(
                 "--replay runs a folder's settings: no --check-determinism or --swarm"
@@ -89,6 +97,16 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
             raise click.UsageError(f"--replay: {exc}") from None
     else:
         seed = params["seed"]
+        planted_faults: frozenset[Any] = frozenset()
+        if plant_name is not None:
+            from store.simulation.plants import plant
+
+            try:
+                needs = ",".join(sorted(plant(plant_name).faults))
+            except ValueError as exc:
+                raise click.UsageError(f"--plant: {exc}") from None
+            planted_faults = parse_fault_kinds(needs, embedded=True) if needs else frozenset()
+            seed = PLANT_SEED if seed is None else seed
         if seed is None:
             raise click.UsageError("--deterministic needs --seed N (the run is the seed's)")
         flows = params["flows"]
@@ -105,10 +123,11 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
                 legacy_share=params["legacy_share"],
                 tenants=tenants_for(flows),
             ),
-            faults=parse_fault_kinds(params["fault_kinds"], embedded=True),
+            faults=parse_fault_kinds(params["fault_kinds"], embedded=True) | planted_faults,
             fault_seed=params["fault_seed"],
             wait_replicas=params["wait_replicas"],
             exercise=exercise_rule(params["min_completed"], params["min_per_kind"]),
+            plant=plant_name,
         )
     try:
         refuse_nondeterministic(options)
@@ -133,7 +152,8 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     faults = ", ".join(sorted(options.faults)) or "none"
     _say(
         f"deterministic: seed {s.seed}; {options.nodes} nodes, {_flows(s)}, state TTL "
-        f"{options.state_ttl_s:g} s, faults {faults}, fault points {'on' if buggify else 'off'}; "
+        f"{options.state_ttl_s:g} s, faults {faults}, fault points {'on' if buggify else 'off'}"
+        f"{'' if options.plant is None else f', planted defect {options.plant}'}; "
         f"run folder {run_dir}"
     )
     if params["swarm"]:

@@ -116,6 +116,16 @@ def planted_store(wrap: Callable[[NoteStoreAPI], NoteStoreAPI]) -> Iterator[None
         _planted.remove(wrap)
 
 
+def planted_wrap(name: str | None) -> Callable[[NoteStoreAPI], NoteStoreAPI] | None:
+    """The wrap that plants defect ``name`` in a node's store (None: no plant). Imported here
+    only: the plant machinery never reaches a node process."""
+    if name is None:
+        return None
+    from store.simulation.plants import plant
+
+    return plant(name).wrap
+
+
 class DeterministicUsageError(ValueError):
     """A combination ``--deterministic`` cannot make deterministic (the CLI exits 2)."""
 
@@ -179,6 +189,7 @@ def settings_json(
     return {
         "buggify": buggify,
         "skew": skew,
+        "plant": options.plant,
         "nodes": options.nodes,
         "state_ttl_s": options.state_ttl_s,
         "faults": sorted(options.faults),
@@ -207,6 +218,7 @@ async def open_deterministic_target(
     url: str,
     clocks: NodeClocks | None,
     transport_hook: Callable[[Transport], Transport] | None = None,
+    plant: str | None = None,
 ) -> AsyncIterator[InProcessTarget]:
     """``simulate``'s in-process nodes as a ``Target`` over the in-process store at ``url``,
     each node on its own clock (``clocks``; None: the Redis clock), the faults' schedule and the
@@ -225,7 +237,7 @@ async def open_deterministic_target(
         replay_grace_ms=SIM_REPLAY_GRACE_MS,
         store_options=replace(
             store_options(spec, PREFIX, StoreNemeses(seam=seam)),
-            wrap=_planted[-1] if _planted else None,
+            wrap=_planted[-1] if _planted else planted_wrap(plant),
         ),
     ) as cluster:
         await scripts_loaded(cluster)
@@ -287,7 +299,7 @@ async def simulate_deterministic(
     plan = Plan(options.settings, options.exercise, keep_history=options.keep_history)
     with serve_memory_store(server=store_server(store)) as url:
         async with open_deterministic_target(
-            options.nodes_spec(), options.settings, url, clocks, transport_hook
+            options.nodes_spec(), options.settings, url, clocks, transport_hook, options.plant
         ) as target:
             ran = await run(target, plan, folder, on_flow)
     sha = history_sha256(ran.history, options.run_dir)
@@ -377,6 +389,7 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
         injected=None if saved.get("injected") is None else frozenset(saved["injected"]),
         fault_seed=saved["fault_seed"],
         exercise=ExerciseRule(**saved["exercise"]),
+        plant=saved.get("plant"),
         run_dir=run_dir,
         settings=RunSettings(
             flows=int(s["flows"]),

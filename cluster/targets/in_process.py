@@ -50,7 +50,7 @@ from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
-from nodes.config import NodeConfig
+from nodes.config import DEFAULT_IDEMPOTENCY_WINDOW_MS, NodeConfig
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
 from nodes.serving.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
@@ -121,7 +121,11 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
 
 def sim_limits(state_ttl_s: float) -> Limits:
     """The bounds a simulation's nodes are configured with (``simulation_config``)."""
-    return Limits(SIM_LIST_PAGE_SIZE, int(state_ttl_s * 1000))
+    return Limits(
+        SIM_LIST_PAGE_SIZE,
+        int(state_ttl_s * 1000),
+        idempotency_window_ms=DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    )
 
 
 def new_prefix() -> str:

@@ -52,6 +52,9 @@ class SimulateOptions:
     against one store."""
     prefix: str | None = None
     """The store's key prefix; None: a fresh one (its keys are then dropped after the run)."""
+    plant: str | None = None
+    """A planted defect (``store.simulation.plants``) in the nodes' store: a deterministic run
+    only (``simulate --deterministic --plant NAME``); None: none."""
     keep_history: bool | None = None
     """Keep the history in memory too (``Run.history.ops``); None: only for runs of at
     most ``KEEP_OPS_MAX`` flows or without a run folder."""

@@ -26,6 +26,10 @@ MIN_COMPLETED_SHARE = 0.95
 MIN_RUNS_PER_KIND = 3
 """Default: a race kind exercised fewer times than this (scaled down for tiny runs): UNKNOWN."""
 
+LOWERED = "exercise rule lowered"
+"""Words of the ``exercised`` summary when the run was too small for the rule it was given: the
+verdict line repeats them (``loadgen.report``), so a lowered rule is never a silent pass."""
+
 
 @dataclass(frozen=True)
 class ExerciseRule:
@@ -63,6 +67,7 @@ def exercise_verdict(
             f"under the {rule.min_completed_share:.0%} required"
         )
     least = rule.min_runs_per_kind
+    unrequired: list[str] = []
     for family in families:
         flows = sum(sum(tally.kinds.get(k, Counter()).values()) for k in family)
         short = []
@@ -70,17 +75,28 @@ def exercise_verdict(
             need = rule.needed_per_kind(flows, share)
             done = tally.kinds.get(kind, Counter())["completed"]
             least = min(least, need)
+            if need == 0 and rule.min_runs_per_kind > 0:
+                unrequired.append(kind)
             if done < need:
                 short.append(f"{kind} {done} (needs {need})")
         if short:
             reasons.append(f"race kinds exercised too rarely: {', '.join(short)}")
+    lowered = ""
+    if least < rule.min_runs_per_kind:
+        lowered = (
+            f" {LOWERED}: {rule.min_runs_per_kind} runs per kind asked, {total} flows give "
+            f"some kinds only {least}"
+            + (f" (not required: {', '.join(unrequired)})" if unrequired else "")
+            + "."
+        )
     if reasons:
-        return Verdict("exercised", "unknown", "Under-exercised: " + "; ".join(reasons) + ".")
+        text = "Under-exercised: " + "; ".join(reasons) + "." + lowered
+        return Verdict("exercised", "unknown", text)
     return Verdict(
         "exercised",
         "valid",
         f"{completed} of {total} flows got past round 1; every race kind ran at least "
-        f"{least} times.",
+        f"{least} times.{lowered}",
     )
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.check import limits as bounds
 from loadgen.check import reads, writes
+from loadgen.check import records as records_check
 from loadgen.check.context import (
     INVALID_PARAMS,
     INVALID_STATE_MESSAGE,
@@ -55,6 +56,7 @@ from loadgen.history import Op
 
 if TYPE_CHECKING:
     from loadgen.check.limits import FaultWindow, Limits
+    from loadgen.check.records import StoreRecords
     from store.journal import JournalEntry
 
 REPLAY_TTL_SLACK_MS = 1_000
@@ -373,24 +375,37 @@ def check_before_expiry_honoured(ctx: Context, counts: dict[str, int]) -> Verdic
     """10. A before_expiry confirm meant to execute is never refused with the invalid-state
     error when it was sent by the Redis-clock estimate at least ``margin_ms`` before its state's
     exp_ms (``redis_send_ms + margin_ms <= exp_ms``) and answered that early too (the store
-    decides somewhere in between). Without the estimate or the state: skipped."""
+    decides somewhere in between). The same holds for the replay grace: a decided answer sent
+    again (``replay_after_expiry``) that early before ``exp_ms + grace`` is never refused.
+    Without the estimate or the state: skipped."""
     bad: list[Finding] = []
     for c in (c for cs in ctx.confirms.values() for c in cs):
-        if c.invoke.kind != "before_expiry" or c.v.get("expect") != "execute":
+        kind = c.invoke.kind
+        if kind not in ("before_expiry", "replay_after_expiry") or c.v.get("expect") != "execute":
             continue
         st = ctx.states.get(c.nonce)
         sent, margin = int_or_none(c.v.get("redis_send_ms")), int_or_none(c.v.get("margin_ms"))
+        if kind == "replay_after_expiry" and sent is None:
+            continue  # the answer that decided: held to the model
         if st is None or st.exp_ms is None or sent is None or margin is None:
             counts["before_expiry_skipped"] = counts.get("before_expiry_skipped", 0) + 1
             continue
-        if sent + margin > st.exp_ms or _answered_ms(c, sent) + margin > st.exp_ms:
+        deadline = st.exp_ms
+        if kind == "replay_after_expiry":
+            if not any(c.accepts(e) for e in ctx.decisions.get(c.nonce, [])):
+                continue  # nothing was decided: nothing to replay
+            deadline += ctx.grace_ms
+        if sent + margin > deadline or _answered_ms(c, sent) + margin > deadline:
             # Sent too late by its own estimate, or answered so late (a paused or failing store)
             # that the store may have decided after the expiry: no claim either way.
             counts["before_expiry_late"] = counts.get("before_expiry_late", 0) + 1
             continue
         counts["before_expiry_checked"] = counts.get("before_expiry_checked", 0) + 1
         if c.outcome == "fail" and _invalid_state_error(c.result):
-            text = f"confirm at {c.invoke.index} refused {st.exp_ms - sent} ms before expiry"
+            what = (
+                "expiry" if kind == "before_expiry" else "its replay entry's end (expiry + grace)"
+            )
+            text = f"confirm at {c.invoke.index} refused {deadline - sent} ms before {what}"
             bad.append(Finding(text, [*st.ops, *c.indices]))
     ok = "No confirm sent safely before its expiry was refused as expired."
     return verdict("before_expiry_honoured", ok, bad)
@@ -428,12 +443,14 @@ def check(
     grace_ms: int,
     limits: Limits | None = None,
     faults: Sequence[FaultWindow] | None = None,
+    records: StoreRecords | None = None,
 ) -> CheckResult:
     """Every invariant of one run. ``journal`` comes from ``store.journal.read_journal``,
     ``final_notes`` and ``replay_left`` from the store after the run, ``redis_end_ms`` is the
     Redis clock read after listing the replay entries, ``grace_ms`` the store's replay grace,
     ``limits`` the nodes' configured bounds, ``faults`` the run's fault windows (None: not
-    recorded, so unknown outcomes are not held to them)."""
+    recorded, so unknown outcomes are not held to them), ``records`` the operation records and
+    usage counters left (None: not recorded, so their verdicts are unknown)."""
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
     verdicts = (
@@ -454,12 +471,54 @@ def check(
         reads.check_setup(ctx),
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
+        records_check.check_op_records(
+            records, 0 if limits is None else limits.idempotency_window_ms
+        ),
+        records_check.check_usage(records),
+        records_check.check_keyed_retries(ctx),
     )
     report = check_answers(
         ctx, faults
     )  # the sequential model of each state: loadgen.check.model_search
     counts |= report.counts
-    return CheckResult((*verdicts, *model_verdicts(report)), counts, report.table)
+    oddities = check_oddities_explained(counts, faults)
+    return CheckResult((*verdicts, *model_verdicts(report), oddities), counts, report.table)
+
+
+TOLERATED_ODDITIES = {
+    "confirms_forgotten": "acknowledged executions the journal does not hold",
+    "creates_forgotten": "acknowledged creates the journal never made",
+    "model_unchecked": "confirms under a state the history never learned (not held to the model)",
+}
+"""Counters of what the checker tolerates only where a fault explains it: an acknowledged
+write forgotten by a replica promoted in a failover, an answer under a state the load could
+not learn because round 1's reply was lost."""
+
+
+def check_oddities_explained(
+    counts: Mapping[str, int], faults: Sequence[FaultWindow] | None
+) -> Verdict:
+    """``oddities_explained``: every counter of ``TOLERATED_ODDITIES`` is zero, unless a fault of
+    the run explains it (a failover, for forgotten writes; any fault, for unchecked confirms).
+    A run that recorded no faults cannot explain one: unknown."""
+    unbounded = [f for f in faults or () if f.kind not in bounds.BOUNDED_KINDS]
+    bad: list[Finding] = []
+    undecided: list[Finding] = []
+    for name, what in TOLERATED_ODDITIES.items():
+        n = counts.get(name, 0)
+        if n == 0:
+            continue
+        explained = bool(faults) if name == "model_unchecked" else bool(unbounded)
+        if explained:
+            continue
+        text = f"{name} = {n}: {n} {what}, with no fault in the run to explain it"
+        (undecided if faults is None else bad).append(Finding(text))
+    return verdict(
+        "oddities_explained",
+        "Every oddity the checker tolerates is zero or explained by a fault of the run.",
+        bad,
+        undecided,
+    )
 
 
 def model_verdicts(report: ModelReport) -> tuple[Verdict, Verdict]:

@@ -66,6 +66,8 @@ class Limits:
     list_page_size: int
     state_ttl_ms: int
     max_offered: int = MAX_OFFERED
+    idempotency_window_ms: int = 0
+    """How long a write's record under an idempotency key lives (0: not recorded)."""
 
     def to_json(self) -> dict[str, int]:
         """As written into the run folder's ``store/meta.json``."""
@@ -73,12 +75,18 @@ class Limits:
             "list_page_size": self.list_page_size,
             "state_ttl_ms": self.state_ttl_ms,
             "max_offered": self.max_offered,
+            "idempotency_window_ms": self.idempotency_window_ms,
         }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Limits:
         """What ``to_json`` wrote."""
-        return cls(int(d["list_page_size"]), int(d["state_ttl_ms"]), int(d["max_offered"]))
+        return cls(
+            int(d["list_page_size"]),
+            int(d["state_ttl_ms"]),
+            int(d["max_offered"]),
+            int(d.get("idempotency_window_ms", 0)),
+        )
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,6 @@ from loadgen.check.model import (
     EXECUTED,
     INIT,
     PROGRESS,
-    REPLAY_DECLINED,
     REPLAY_EXECUTED,
     Answer,
     ModelReply,
@@ -104,14 +103,14 @@ class ModelReport:
 # --- the search -----------------------------------------------------------------------------
 
 
-def maker_replies(e: JournalEntry) -> tuple[ModelReply, ModelReply]:
-    """What the answer that made decision ``e`` may be told: the decision, or its recorded
-    outcome as a replay. The second is the node's store client re-sending the script after
-    losing its reply (coredis retries a dropped connection): the replay store makes that
-    safe, and the reply is true; ``model_maker_told_replay`` counts it."""
+def maker_replies(e: JournalEntry) -> tuple[ModelReply, ...]:
+    """What the answer that made decision ``e`` may be told: the decision, never a replay. The
+    store records the call that decided (``confirm.lua``'s call id), so even the node's own
+    re-send after a lost Redis reply gets the first run's status back: a deciding answer told
+    "replay" is a finding."""
     if e.op == "decline":
-        return ModelReply(DECLINED), ModelReply(REPLAY_DECLINED)
-    return ModelReply(EXECUTED, e.note), ModelReply(REPLAY_EXECUTED, e.note)
+        return (ModelReply(DECLINED),)
+    return (ModelReply(EXECUTED, e.note),)
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -328,9 +327,8 @@ class Group:
             )
             if fits and (op.observed is None or op.observed in maker_replies(e)):
                 out.append(op)
-        # Try the answers told of a fresh decision first, then unknown outcomes, then replays.
-        rank = {EXECUTED: 0, DECLINED: 0, REPLAY_EXECUTED: 2, REPLAY_DECLINED: 2}
-        out.sort(key=lambda o: 1 if o is None or o.observed is None else rank[o.observed.name])
+        # Try the answers told of a fresh decision first, then unknown outcomes.
+        out.sort(key=lambda o: 1 if o is None or o.observed is None else 0)
         return [*out, None]
 
     def search(self) -> tuple[list[ModelFinding], Timeline, dict[int, Answered | None], bool]:
@@ -449,7 +447,6 @@ def check_answers(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> 
     table: Counter[tuple[str, str, tuple[str, ...], str]] = Counter()
     parts = groups(ops, ctx.states, ctx.journal)
     index = JournalIndex.build(ctx.journal)
-    told_replay = 0
     for nonces, notes in parts:
         group_ops = [op for k in nonces for op in by_nonce[k]]
         events = events_of(nonces, notes, ctx.states, index, causes, ctx.grace_ms)
@@ -460,10 +457,6 @@ def check_answers(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> 
                 ModelFinding("undecided", f.kind, f.text, f.ops, f.journal) for f in findings
             ]
         report.findings.extend(findings)
-        makers = [o for o in chosen.values() if o is not None and o.observed is not None]
-        told_replay += sum(
-            o.observed.name in (REPLAY_EXECUTED, REPLAY_DECLINED) for o in makers if o.observed
-        )
         for op in group.ops:
             names = tuple(sorted(group.legal_names(op, tl, chosen)))
             seen = "info" if op.observed is None else op.observed.name
@@ -475,7 +468,6 @@ def check_answers(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> 
         "model_answers": len(ops),
         "model_ambiguous": sum(n for (_, _, names, _), n in table.items() if len(names) > 1),
         "model_anchors": len(causes),
-        "model_maker_told_replay": told_replay,
     }
     return report
 

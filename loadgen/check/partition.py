@@ -174,6 +174,7 @@ def check_tenant(task: TenantCheck) -> CheckResult:
         grace_ms=task.grace_ms,
         limits=task.limits,
         faults=task.faults,
+        records=facts.records,
     )
 
 

@@ -24,14 +24,17 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadgen.check.records import StoreRecords
 from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file, read_json_lines
 from loadgen.tally import Tally, merge
+from store.api import OP_RECORD_TTL_MS
 from store.client_factory import sync_client
 from store.journal import (
     JournalEntry,
     list_replay_entries,
     read_final_notes,
     read_journal,
+    read_store_records,
     redis_time_ms,
 )
 
@@ -80,6 +83,8 @@ class TenantFacts:
     final_notes: dict[tuple[str, str], str]
     replay_left: dict[tuple[str, str], int]
     redis_end_ms: int
+    records: StoreRecords | None = None
+    """Operation records and usage counters (None: a folder whose facts do not hold them)."""
 
 
 def _write_lines(path: Path, rows: Iterable[Any]) -> None:
@@ -110,13 +115,20 @@ def dump_store_facts(
             journal = read_journal(client, prefix, [tenant], since_ms)
             notes = read_final_notes(client, prefix, [tenant])
             replay = list_replay_entries(client, prefix, [tenant])
+            records = read_store_records(client, prefix, tenant)
             ends[tenant] = redis_time_ms(client)  # after the PTTLs: see check_replay_entries
             _write_lines(out / f"{tenant}.journal.jsonl", (dataclasses.asdict(e) for e in journal))
             _write_lines(out / f"{tenant}.notes.jsonl", ([n, ws] for (_, n), ws in notes.items()))
             _write_lines(out / f"{tenant}.replay.jsonl", ([n, t] for (_, n), t in replay.items()))
+            (out / f"{tenant}.records.json").write_text(json.dumps(records), encoding="utf-8")
     finally:
         client.close()
-    meta: dict[str, Any] = {"grace_ms": grace_ms, "prefix": prefix, "redis_end_ms": ends}
+    meta: dict[str, Any] = {
+        "grace_ms": grace_ms,
+        "prefix": prefix,
+        "redis_end_ms": ends,
+        "op_ttl_ms": OP_RECORD_TTL_MS,
+    }
     if limits is not None:
         meta["limits"] = limits
     if since_ms:
@@ -163,14 +175,27 @@ def read_tenant_facts(run_dir: Path, tenant: str) -> TenantFacts:
     )
     notes = read_json_lines(base / f"{tenant}.notes.jsonl", _note_at, "[note, workspace]")
     replay = read_json_lines(base / f"{tenant}.replay.jsonl", _expires_at, "[nonce, ttl]")
-    end = store_meta(run_dir)["redis_end_ms"][tenant]
+    meta = store_meta(run_dir)
+    end = meta["redis_end_ms"][tenant]
     return TenantFacts(
         tenant,
         journal,
         {(tenant, n): ws for n, ws in notes},
         {(tenant, n): ttl for n, ttl in replay},
         end,
+        _records(base / f"{tenant}.records.json", int(meta.get("op_ttl_ms", 0))),
     )
+
+
+def _records(path: Path, op_ttl_ms: int) -> StoreRecords | None:
+    """A tenant's operation records and usage counters; None in a folder written without them."""
+    if not path.exists():
+        return None
+    found = read_json_file(path, "a tenant's operation records and usage counters")
+    try:
+        return StoreRecords.from_json(found, op_ttl_ms)
+    except SHAPE_ERRORS as exc:
+        raise DamagedRunFile(f"{path}: not operation records and usage ({exc!r})") from None
 
 
 FAULTS_FILE = "faults.json"

@@ -24,6 +24,7 @@ from loadgen.check.exercise import ExerciseRule, exercise_verdict, expected_kind
 from loadgen.check.invariants import check
 from loadgen.check.limits import FaultWindow
 from loadgen.check.partition import check_folders
+from loadgen.check.records import StoreRecords
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, recording
 from loadgen.run.folder import RunFolder, WorkerRecord
@@ -32,8 +33,14 @@ from loadgen.run.results import Results, Settings
 from loadgen.run.target import StoreAccess, Target
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.tally import Tally, merge
+from store.api import OP_RECORD_TTL_MS
 from store.client_factory import sync_client
-from store.journal import list_replay_entries, read_final_notes, read_journal
+from store.journal import (
+    list_replay_entries,
+    read_final_notes,
+    read_journal,
+    read_store_records,
+)
 
 T = TypeVar("T")
 
@@ -290,7 +297,7 @@ async def check_history(
     facts = await off_loop(store, _read_store, store)
     announce("checking the history")
     windows = None if fault_rows is None else [FaultWindow.from_record(r) for r in fault_rows]
-    journal, final, replay, redis_end_ms = facts
+    journal, final, replay, redis_end_ms, records = facts
     return check(
         history.ops,
         journal,
@@ -300,6 +307,7 @@ async def check_history(
         grace_ms=store.replay_grace_ms,
         limits=store.limits,
         faults=windows,
+        records=records,
     )
 
 
@@ -309,17 +317,32 @@ async def _dump_facts(folder: RunFolder, store: StoreAccess) -> None:
     await off_loop(store, dump, store.url, store.prefix, list(store.tenants), store.replay_grace_ms)
 
 
-def _read_store(store: StoreAccess) -> tuple[Any, Any, Any, int]:
+def _read_store(store: StoreAccess) -> tuple[Any, Any, Any, int, StoreRecords]:
     client = sync_client(store.url, decode_responses=True)
     try:
         tenants = list(store.tenants)
         journal = read_journal(client, store.prefix, tenants, store.journal_since_ms)
         final = read_final_notes(client, store.prefix, tenants)
         replay = list_replay_entries(client, store.prefix, tenants)
+        records = _records(client, store.prefix, tenants)
         sec, usec = client.time()
-        return journal, final, replay, int(sec) * 1000 + int(usec) // 1000
+        return journal, final, replay, int(sec) * 1000 + int(usec) // 1000, records
     finally:
         client.close()
+
+
+def _records(client: Any, prefix: str, tenants: Sequence[str]) -> StoreRecords:
+    """Every tenant's operation records and usage counters, as one (tenants never share one:
+    each counter and record name is within its tenant, prefixed by it here)."""
+    ops: dict[str, int] = {}
+    usage: dict[str, int] = {}
+    recount: dict[str, int] = {}
+    for tenant in tenants:
+        found = read_store_records(client, prefix, tenant)
+        ops |= {f"{tenant}/{k}": v for k, v in found["ops"].items()}
+        usage |= {f"{tenant}/{k}": v for k, v in found["usage"].items()}
+        recount |= {f"{tenant}/{k}": v for k, v in found["recount"].items()}
+    return StoreRecords(ops, usage, recount, OP_RECORD_TTL_MS)
 
 
 # --- recheck: finished folders ----------------------------------------------------------------

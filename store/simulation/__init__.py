@@ -2,7 +2,8 @@
 
 Layer: store. ``entropy`` (a seeded source for every random byte, the production draw being
 ``store.randomness``), ``buggify`` (which fault points fire, the sites being
-``store.fault_points``) and ``memory_transport`` (the store's client over an in-process
-fakeredis, ``memory://`` URLs). Production code imports the seams' production sides only; a
-node process never loads this package.
+``store.fault_points``), ``memory_transport`` (the store's client over an in-process
+fakeredis, ``memory://`` URLs) and ``plants`` (planted defects, ``simulate --deterministic
+--plant NAME``). Production code imports the seams' production sides only; a node process never
+loads this package (tests/test_plants.py holds a node process to it).
 """

@@ -108,6 +108,9 @@ class _Pipeline:
     def hget(self, key: str, field: str) -> None:
         self._queued.append(("hget", (key, field)))
 
+    def hmget(self, key: str, *fields: str) -> None:
+        self._queued.append(("hmget", (key, fields)))
+
     def pttl(self, key: str) -> None:
         self._queued.append(("pttl", (key,)))
 
@@ -123,7 +126,8 @@ def _b(value: str | bytes | int) -> bytes:
 
 class LeanSyncClient:
     """The redis-py calls the check makes, answered as redis-py answers them: ``scan_iter``,
-    ``xrange``, ``hget``, ``hmget``, ``get``, ``pttl``, ``time``, ``delete``, ``pipeline``."""
+    ``xrange``, ``hget``, ``hmget``, ``hgetall``, ``get``, ``pttl``, ``time``, ``delete``,
+    ``pipeline``."""
 
     def __init__(self, redis: LeanRedis, *, decode_responses: bool) -> None:
         self._redis = redis
@@ -163,6 +167,10 @@ class LeanSyncClient:
 
     def hmget(self, key: str, fields: Sequence[str]) -> Any:
         return self._out(self._run("HMGET", key, *fields))
+
+    def hgetall(self, key: str) -> dict[Any, Any]:
+        flat = self._out(self._run("HGETALL", key))
+        return dict(zip(flat[::2], flat[1::2], strict=True))
 
     def get(self, key: str) -> Any:
         return self._out(self._run("GET", key))
