@@ -6,15 +6,18 @@ Layer: cluster. Each code means one thing, so a CI job can tell a correctness bu
 0     valid (or, for a serving command, stopped cleanly by SIGTERM or SIGHUP)
 1     a violation: the checker found an invariant broken
 2     usage or configuration: a bad option, URL or config file, a missing extra, a damaged run
-      folder, an unsafe Redis (``maxmemory-policy``), a non-empty ``--out``
+      folder, a folder given to ``check`` that is not one run's, an unsafe Redis
+      (``maxmemory-policy``), a non-empty ``--out``
 3     unknown: the run finished but cannot decide (under-exercised, unchecked)
 4     the run could not be carried out: the store unreachable, interrupted by SIGTERM or SIGHUP,
       an I/O error, a ``--workers`` load process that failed, an incomplete run folder given
-      to ``check``, any other runtime error
+      to ``check``, a ``conformance --target`` that takes no connection, any other runtime error
 130   Ctrl-C (SIGINT)
 ====  ==========================================================================================
 
-A runtime error prints one line (what failed, what to do); ``--debug`` adds the traceback.
+A runtime error prints one line (what failed, what to do); ``--debug`` adds the traceback. A
+closed output pipe (``check RUN | head -1``) is none of these: the output stops, the exit code
+stays the command's own (``cluster.commands.closed_pipe``).
 """
 
 from __future__ import annotations

@@ -13,11 +13,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Callable
 from io import StringIO
+from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
+import pytest
+import trio
 from click.testing import CliRunner
 from rich.console import Console
+from trio.testing import MockClock
 
 from cluster.cli import EXAMPLES, main
 from loadgen import pictures
@@ -181,3 +187,94 @@ def test_the_setup_pages_style_is_allowed_by_its_hash_and_nothing_else() -> None
     assert "<label for='token'>" in body
     assert "id='token'" in body
     assert "role='alert'" in body  # the error is announced
+
+
+def test_the_phases_after_the_flows_show_on_the_progress_line() -> None:
+    """After the bar is full the label says what the run waits for, then what it does."""
+    from cluster.commands.base import with_progress
+    from loadgen.run.phases import announce
+
+    screen = StringIO()
+    terminal = Console(file=screen, force_terminal=True, width=120)
+
+    def work(advance: Callable[[Any], None]) -> str:
+        for _ in range(3):
+            advance(None)
+        announce("waiting 19 s for the last states to expire (then the check)")
+        announce("checking the history")
+        return "done"
+
+    assert with_progress(3, work, terminal) == "done"
+    shown = screen.getvalue()
+    waiting = shown.index("waiting 19 s for the last states to expire (then the check)")
+    assert shown.index("checking the history", waiting) > waiting
+    announce("after the command")  # no listener left behind
+    assert "after the command" not in screen.getvalue()
+
+
+def test_the_wait_for_expiry_announces_itself_with_its_length() -> None:
+    from loadgen.run.phases import listening
+    from loadgen.run.pipeline import EXPIRY_SETTLE_S, settle
+    from loadgen.run.target import StoreAccess
+
+    heard: list[str] = []
+    store = StoreAccess(url="redis://127.0.0.1:1/0", prefix="p", tenants=(), replay_grace_ms=2000)
+    with listening(heard.append):
+        trio.run(settle, store, 0, 15.0, clock=MockClock(autojump_threshold=0))
+    assert heard == [
+        f"waiting {15.0 + 2.0 + EXPIRY_SETTLE_S:.0f} s for the last states to expire "
+        "(then the check)"
+    ]
+
+
+def _fake_node(tmp_path: Path, version: str) -> str:
+    node = tmp_path / "node"
+    node.write_text(f"#!/bin/sh\necho {version}\n", encoding="utf-8")
+    node.chmod(0o755)
+    return str(node)
+
+
+def test_the_conformance_table_says_why_it_leaves_out_the_typescript_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster.lab.sdk_references import table
+    from cluster.lab.sdk_references.references import NODE_ENV
+
+    monkeypatch.setenv(NODE_ENV, _fake_node(tmp_path, "v20.11.1"))
+    assert [c.folder for c in table.columns()] == ["ours", "python", "python-store"]
+    assert table.left_out() == (
+        f"The TypeScript SDK columns are left out: {tmp_path / 'node'} is Node v20.11.1, "
+        "not 22 or later."
+    )
+    monkeypatch.delenv(NODE_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert table.left_out() == (
+        f"The TypeScript SDK columns are left out: no Node 22 found (set {NODE_ENV}, "
+        "or put node on PATH)."
+    )
+
+    async def no_run(redis_url: str, out_dir: Path) -> str:
+        return "| the table |\n"
+
+    monkeypatch.setattr(table, "conformance_table", no_run)
+    args = ["conformance-table", "--redis", "redis://127.0.0.1:1/0", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == table.left_out()
+    assert result.stdout.strip() == "| the table |"
+
+
+def test_a_command_without_a_progress_bar_shows_its_phase_on_a_status_line() -> None:
+    """``check --redis`` and ``simulate --workers``: the wait and the check on a status line
+    (a terminal only; nothing at all otherwise)."""
+    from cluster.commands.base import showing_phases
+    from loadgen.run.phases import announce
+
+    screen = StringIO()
+    with showing_phases(Console(file=screen, force_terminal=True, width=120)):
+        announce("waiting 9 s for the last states to expire (then the check)")
+    assert "waiting 9 s for the last states to expire (then the check)" in screen.getvalue()
+    piped = StringIO()
+    with showing_phases(Console(file=piped, force_terminal=False)):
+        announce("checking the history")
+    assert piped.getvalue() == ""

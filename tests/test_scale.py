@@ -168,6 +168,7 @@ def test_run_folder_rechecks_offline_and_catches_a_planted_violation(tmp_path: P
 
 
 def test_check_without_store_facts_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "history.jsonl").write_text("", encoding="utf-8")
     out = CliRunner().invoke(main, ["check", str(tmp_path)])
     assert out.exit_code == EXIT_USAGE
     assert "no store facts" in out.output

@@ -81,20 +81,51 @@ class DamagedFolder(click.ClickException):
     exit_code = EXIT_USAGE
 
 
+class NotARunFolder(click.ClickException):
+    """A folder given to ``check`` that is not one run's (a parent of several runs, or none):
+    exit 2, one line, nothing read or written."""
+
+    exit_code = EXIT_USAGE
+
+
 def require_extra(extra: str, *, only: tuple[str, ...] | None = None) -> None:
     """Refuse to go on unless the modules of ``extra`` (or ``only`` these of them) are
     installed, naming the extra and how to install it."""
     missing = [m for m in only or EXTRAS[extra] if importlib.util.find_spec(m) is None]
     if missing:
-        raise MissingExtra(
-            f"this command needs the '{extra}' extra (missing: {', '.join(missing)}); "
-            f"install it with: pip install 'notes-cluster[{extra}]'"
-        )
+        raise MissingExtra(_missing_text(extra, missing))
+
+
+def missing_extra(exc: BaseException) -> MissingExtra | None:
+    """The one line naming the extra when ``exc`` is the import of a module an extra provides
+    (a command that did not call ``require_extra`` first still names it)."""
+    for leaf in leaves(exc):
+        name = (getattr(leaf, "name", None) or "").partition(".")[0]
+        if not isinstance(leaf, ModuleNotFoundError) or not name:
+            continue
+        for extra, modules in EXTRAS.items():
+            if name in modules:
+                return MissingExtra(_missing_text(extra, [name]))
+    return None
+
+
+def _missing_text(extra: str, missing: list[str]) -> str:
+    return (
+        f"this command needs the '{extra}' extra (missing: {', '.join(missing)}); "
+        f"install it with: pip install 'notes-cluster[{extra}]'"
+    )
 
 
 class Commands(click.Group):
     """The group: every command's unhandled failure becomes one line and an exit code that means
-    one thing (``cluster.exit_codes``); stop signals end every command cleanly."""
+    one thing (``cluster.exit_codes``); stop signals end every command cleanly; a reader that
+    closes the output pipe stops the output, not the command (``closed_pipe``)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        from cluster.commands.closed_pipe import tolerating_closed_pipes
+
+        with tolerating_closed_pipes():
+            return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
         from cluster.stopping import Stopped, forwarding_stop_signals, received_signal
@@ -123,6 +154,10 @@ class Commands(click.Group):
                 raise stopped(received_signal()) from None
             if not isinstance(exc, Exception):
                 raise  # SystemExit and the like: already an exit
+            missing = missing_extra(exc)
+            if missing is not None:
+                _show_traceback(ctx)
+                raise missing from None
             _show_traceback(ctx)  # a failure nobody handled: one line, never a traceback
             failure = describe_failure(exc)
             mark_stopped(ctx, f"failed: {failure.message}")
@@ -221,12 +256,18 @@ def run_until_stopped(fn: Callable[[], Any]) -> Any:
     return run_stoppable(fn)
 
 
-def with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T]) -> T:
-    """Run ``work`` with a progress bar on stderr (only when stderr is a terminal)."""
+def with_progress(
+    total: int, work: Callable[[Callable[[FlowSample], None]], T], console: Any = None
+) -> T:
+    """Run ``work`` with a progress bar on stderr (only when stderr is a terminal; ``console``:
+    another rich console); once the flows are done, the bar's label names the phase the run is
+    in (``loadgen.run.phases``): the wait for expiry, reading the store, the check."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    err = Console(stderr=True)
+    from loadgen.run.phases import listening
+
+    err = console or Console(stderr=True)
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -236,9 +277,31 @@ def with_progress(total: int, work: Callable[[Callable[[FlowSample], None]], T])
         disable=not err.is_terminal,
         transient=True,
     )
+
     with progress:
         task = progress.add_task("flows", total=total)
-        return work(lambda _: progress.advance(task))
+
+        def phase(text: str) -> None:
+            progress.update(task, description=text, refresh=True)
+
+        with listening(phase):
+            return work(lambda _: progress.advance(task))
+
+
+@contextmanager
+def showing_phases(console: Any = None) -> Iterator[None]:
+    """A status line on stderr (a terminal only) naming the phase a command without a progress
+    bar is in (``loadgen.run.phases``: ``check --redis`` waits for the last states to expire)."""
+    from rich.console import Console
+
+    from loadgen.run.phases import listening
+
+    err = console or Console(stderr=True)
+    if not err.is_terminal:
+        yield
+        return
+    with err.status("checking") as status, listening(lambda text: status.update(text)):
+        yield
 
 
 ALLOW_REMOTE_HELP = (

@@ -15,8 +15,11 @@ import click
 from cluster.commands.base import (
     REDIS_URL,
     DamagedFolder,
+    NotARunFolder,
+    require_extra,
     require_store,
     run_until_stopped,
+    showing_phases,
 )
 from cluster.exit_codes import (
     NotCarriedOut,
@@ -38,7 +41,9 @@ F = TypeVar("F", bound=Callable[..., Any])
     help="Check run folders offline: their histories against the store facts they hold "
     "(exit 0 valid, 1 invalid, 3 unknown). Several folders (one per load process: "
     "`loadgen --process-id K`, on any machine sharing the store) are checked as one run; with "
-    "--redis the store facts are read now, after every process ended, into the first folder.",
+    "--redis the store facts are read now, after every process ended, into the first folder "
+    "(never over facts a folder holds). A folder that is not one run's (the parent of several "
+    "runs) is refused (exit 2).",
 )
 @click.argument(
     "run_dirs",
@@ -89,6 +94,7 @@ def check_cmd(
     as_json: bool,
 ) -> None:
     """``notes-cluster check``."""
+    require_extra("sim", only=("rich", "hdrh"))
     import json
 
     from rich.console import Console
@@ -100,6 +106,7 @@ def check_cmd(
     from loadgen.run.results import Results
     from loadgen.tenants import tenants as tenant_names
 
+    _refuse_not_a_run(run_dirs)
     folders = [RunFolder(d) for d in run_dirs]
     _refuse_incomplete(folders)
     try:
@@ -110,11 +117,13 @@ def check_cmd(
         _check_foreign(folders, redis_url, saved, min_completed, min_per_kind, as_json)
     store = None
     if redis_url is not None:
+        _refuse_to_replace_facts(folders)
         require_store(redis_url)
         store = folders_store(redis_url, prefix, tenant_names(tenants), saved)
     rule = saved.exercise(min_completed, min_per_kind)
     try:
-        checked = run_until_stopped(lambda: recheck(folders, store, exercise=rule, jobs=jobs))
+        with showing_phases():
+            checked = run_until_stopped(lambda: recheck(folders, store, exercise=rule, jobs=jobs))
     except DamagedRunFile as exc:
         raise DamagedFolder(f"{exc}. Nothing was checked.") from None
     except MissingFacts:
@@ -168,4 +177,41 @@ def _refuse_incomplete(folders: list[RunFolder]) -> None:
             raise NotCarriedOut(
                 f"{folder}: its run did not finish, so it holds no complete history or store "
                 f"facts ({INCOMPLETE_FILE}: {reason}). Nothing was checked; run it again."
+            )
+
+
+def _refuse_not_a_run(run_dirs: tuple[Path, ...]) -> None:
+    """Each folder must be one run's (or one load process's): a parent of several runs, or a
+    folder holding none, is refused in one line (exit 2) before anything reads or writes it."""
+    from loadgen.run.folder import HISTORY_FILE, RESULTS_FILE, is_run_folder
+
+    for path in run_dirs:
+        if is_run_folder(path):
+            continue
+        runs = sorted(p.name for p in path.iterdir() if p.is_dir() and is_run_folder(p))
+        if runs:
+            shown = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")
+            raise NotARunFolder(
+                f"{path} is not a run folder but holds {len(runs)} "
+                f"run{'s' if len(runs) > 1 else ''} ({shown}); check each on its own, e.g. "
+                f"notes-cluster check {path / runs[0]}. Nothing was checked."
+            )
+        raise NotARunFolder(
+            f"{path} is not a run folder (no {HISTORY_FILE} or {RESULTS_FILE} in it). "
+            "Nothing was checked."
+        )
+
+
+def _refuse_to_replace_facts(folders: list[RunFolder]) -> None:
+    """``--redis`` writes the store facts it reads into the first folder: never over facts a
+    folder already holds (the run's own, read when its states had just expired), which a
+    later read of a store that moved on would replace with a false verdict."""
+    from loadgen.run.folder import META_FILE, STORE_DIR
+
+    for folder in folders:
+        if folder.has_store_facts():
+            raise NotARunFolder(
+                f"{folder} already holds its store facts ({STORE_DIR}/{META_FILE}); check it "
+                "without --redis (reading the store again would replace them). Nothing was "
+                "checked."
             )

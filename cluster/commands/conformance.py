@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -21,10 +21,8 @@ from cluster.commands.base import (
 from cluster.exit_codes import (
     EXIT_INVALID,
     EXIT_VALID,
+    NotCarriedOut,
 )
-
-if TYPE_CHECKING:
-    pass
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,8 +44,8 @@ Examples (our demo nodes; any server: name its tool with --tool and --arguments)
     help="Check a confirm-before-act tool of any MCP server for exactly-once under retries, "
     "duplicates, lost responses, expiry and forged states (the MRTR conformance pack). Without "
     "--tool the defaults fit our demo nodes (`serve --demo`). Writes checks.json and checks.md "
-    "with --out; exit 0 when no check fails, 1 on a failure, 2 on bad usage.\n"
-    + CONFORMANCE_EXAMPLES,
+    "with --out; exit 0 when no check fails, 1 on a failure, 2 on bad usage, 4 when a target "
+    "cannot be reached (nothing is checked).\n" + CONFORMANCE_EXAMPLES,
 )
 @click.option(
     "--target",
@@ -152,6 +150,7 @@ def conformance(
         except ValueError as exc:
             option = "--" + name.replace("_", "-")
             raise click.UsageError(f"{option}: not a JSON object ({exc})") from None
+    _refuse_unreachable(urls)
     checks = run_until_stopped(
         lambda: run_conformance(urls, contract, out_dir, one_at_a_time=bool(remote))
     )
@@ -160,3 +159,27 @@ def conformance(
     else:
         click.echo(markdown(checks, urls, requirements=False))
     sys.exit(EXIT_INVALID if failed(checks) else EXIT_VALID)
+
+
+CONNECT_TIMEOUT_S = 5.0
+"""How long the reachability probe waits for a target's TCP connection."""
+
+
+def _refuse_unreachable(urls: list[str]) -> None:
+    """Exit 4 in one line when a target's host and port take no connection: a scenario run
+    against nothing would report every check failed, which reads as a violation. The probe is a
+    TCP connection only, so it sends the server nothing."""
+    import socket
+    from urllib.parse import urlsplit
+
+    for url in urls:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname or "", port), CONNECT_TIMEOUT_S):
+                pass
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise NotCarriedOut(
+                f"cannot reach --target {url} ({why}); is the server running? Nothing was checked."
+            ) from None

@@ -185,9 +185,12 @@ def conformance_table_cmd(redis_url: str, out_dir: Path | None) -> None:
     """``notes-cluster conformance-table``."""
     require_extra("sim")
     require_extra("bench")
-    from cluster.lab.sdk_references.table import conformance_table
+    from cluster.lab.sdk_references.table import conformance_table, left_out
 
     folder = out_dir or Path("runs") / time.strftime("conformance-%Y%m%d-%H%M%S")
+    note = left_out()
+    if note is not None:  # said first: the run takes minutes
+        click.echo(note, err=True)
     table = run_until_stopped(lambda: conformance_table(redis_url, folder))
     click.echo(table)
     click.echo(f"written to {folder}", err=True)

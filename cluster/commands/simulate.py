@@ -20,6 +20,7 @@ from cluster.commands.base import (
     require_extra,
     require_store,
     run_until_stopped,
+    showing_phases,
     signal_name,
     with_progress,
 )
@@ -286,7 +287,8 @@ def simulate_cmd(
     folder = RunFolder(run_dir)
     with nodes_log_to(folder.nodes_log if kinds else None), _no_verdict_on_workers_error():
         if workers > 1:
-            sim = run_until_stopped(lambda: simulate_workers(options))
+            with showing_phases():
+                sim = run_until_stopped(lambda: simulate_workers(options))
         else:
             sim = with_progress(
                 flows, lambda advance: run_until_stopped(lambda: simulate(options, advance))

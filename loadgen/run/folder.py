@@ -219,9 +219,10 @@ def read_fault_rows(run_dir: Path) -> list[dict[str, Any]] | None:
 
 
 def history_files(run_dir: Path) -> list[Path]:
-    """The folder's ``history.jsonl`` and those of its subfolders (one per load process)."""
+    """The folder's ``history.jsonl`` and those of its workers' subfolders (one per load
+    process); another subfolder (``shrunk/``, a run of its own) is no part of this run."""
     own = [run_dir / HISTORY_FILE] if (run_dir / HISTORY_FILE).exists() else []
-    return own + sorted(p for p in run_dir.glob(f"*/{HISTORY_FILE}"))
+    return own + sorted(p for p in run_dir.glob(f"{WORKER_PREFIX}*/{HISTORY_FILE}"))
 
 
 # --- naming and claiming run folders ------------------------------------------------------------
@@ -233,6 +234,11 @@ when, and, once known, why it stopped. ``check`` refuses a folder that holds one
 RUN_MARKERS = (HISTORY_FILE, RESULTS_FILE, INCOMPLETE_FILE, PIDS_FILE, FAILOVER_FILE)
 """Files only a run writes: a folder holding one of them is a run's, which ``--replace`` may
 delete; any other non-empty folder is never deleted."""
+
+
+def is_run_folder(path: Path) -> bool:
+    """True when ``path`` holds a file only a run writes (``RUN_MARKERS``)."""
+    return any((path / name).exists() for name in RUN_MARKERS)
 
 
 class RunFolderError(RuntimeError):

@@ -28,6 +28,7 @@ from loadgen.check.records import StoreRecords
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, recording
 from loadgen.run.folder import RunFolder, WorkerRecord
+from loadgen.run.phases import announce
 from loadgen.run.results import Results, Settings
 from loadgen.run.target import StoreAccess, Target
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
@@ -267,7 +268,9 @@ async def settle(store: StoreAccess, last_exp_ms: int, fallback_s: float = 0.0) 
         wait_s = max(0.0, (last_exp_ms - now_ms) / 1000 + grace_s)
     else:
         wait_s = fallback_s + grace_s
-    await trio.sleep(wait_s + EXPIRY_SETTLE_S)
+    total_s = wait_s + EXPIRY_SETTLE_S
+    announce(f"waiting {total_s:.0f} s for the last states to expire (then the check)")
+    await trio.sleep(total_s)
 
 
 # --- check ------------------------------------------------------------------------------------
@@ -284,12 +287,15 @@ async def check_history(
     check streams the folder tenant by tenant (``loadgen.check.partition``); without one, it runs in
     memory. ``fault_rows`` None: unknown outcomes not held to any."""
     await settle(store, history.max_exp_ms)
+    announce("reading the store")
     if folder is not None:
         if fault_rows is not None:
             folder.write_faults(fault_rows)
         await _dump_facts(folder, store)
+        announce("checking the history")
         return await off_loop(store, check_folders, folder.histories(), folder.path)
     facts = await off_loop(store, _read_store, store)
+    announce("checking the history")
     windows = None if fault_rows is None else [FaultWindow.from_record(r) for r in fault_rows]
     journal, final, replay, redis_end_ms, records = facts
     return check(
@@ -382,12 +388,14 @@ async def recheck(
         if not store.journal_since_ms:
             since = await off_loop(store, _journal_since, saved, store.url)
             store = replace(store, journal_since_ms=since)
+        announce("reading the store")
         await _dump_facts(first, store)
     facts = next((f for f in folders if f.has_store_facts()), None)
     if facts is None:
         raise MissingFacts(f"no store facts in {first}: give the store to read them from")
     histories = [p for f in folders for p in f.histories()]
     tally = merge(f.tally() for f in folders)
+    announce("checking the history")
     found = await trio.to_thread.run_sync(check_folders, histories, facts.path, jobs)
     rule = exercise or run.exercise(None, None)
     return Rechecked(judged(found, tally, rule, run), tally, tuple(str(p) for p in histories))

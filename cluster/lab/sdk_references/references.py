@@ -39,14 +39,35 @@ NODE_ENV = "NOTES_CLUSTER_NODE"
 def node_binary() -> str | None:
     """Node 22 to run the TypeScript reference: ``NOTES_CLUSTER_NODE``, else ``node`` on PATH,
     provided its major version is 22 or later and the reference's packages are installed."""
+    node, _ = _node_or_why()
+    return node
+
+
+def node_missing() -> str | None:
+    """Why the TypeScript reference cannot run here (one clause), or None when it can."""
+    return _node_or_why()[1]
+
+
+def _node_or_why() -> tuple[str | None, str | None]:
     node = os.environ.get(NODE_ENV) or shutil.which("node")
-    if not node or not (TS_DIR / "node_modules").is_dir():
-        return None
-    out = subprocess.run(  # noqa: S603 - the operator's own Node binary
-        [node, "--version"], capture_output=True, text=True, check=False
-    )
-    major = out.stdout.strip().lstrip("v").split(".")[0]
-    return node if major.isdigit() and int(major) >= 22 else None
+    if not node:
+        return None, f"no Node 22 found (set {NODE_ENV}, or put node on PATH)"
+    try:
+        out = subprocess.run(  # noqa: S603 - the operator's own Node binary
+            [node, "--version"], capture_output=True, text=True, check=False
+        )
+    except OSError as exc:
+        return None, f"{node} does not run ({exc.strerror or type(exc).__name__})"
+    version = out.stdout.strip()
+    major = version.lstrip("v").split(".")[0]
+    if not (major.isdigit() and int(major) >= 22):
+        return None, f"{node} is Node {version or '(no version)'}, not 22 or later"
+    if not (TS_DIR / "node_modules").is_dir():
+        return (
+            None,
+            f"the TypeScript reference's packages are not installed (npm ci --prefix {TS_DIR})",
+        )
+    return node, None
 
 
 ADDITIONS: dict[Sdk, tuple[str, ...]] = {

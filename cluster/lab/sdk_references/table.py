@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from cluster.lab.sdk_references.references import ADDITIONS, Sdk, node_binary, open_reference
+from cluster.lab.sdk_references.references import ADDITIONS, Sdk, node_missing, open_reference
 from cluster.mrtr_conformance import demo_contract, run_conformance
 from cluster.serve import start_http_nodes
 from loadgen.mrtr_pack.checks import comparison
@@ -72,7 +72,7 @@ def columns() -> list[Column]:
         Column("Python SDK reference", "python", _reference("python", False)),
         Column("Python SDK + used-state store", "python-store", _reference("python", True)),
     ]
-    if node_binary() is not None:
+    if node_missing() is None:
         out += [
             Column("TypeScript SDK reference", "typescript", _reference("typescript", False)),
             Column(
@@ -92,6 +92,14 @@ def _drop_keys(redis_url: str, prefix: str) -> None:
     sync.close()
 
 
+def left_out() -> str | None:
+    """The sentence saying which columns the table leaves out and why, or None."""
+    why = node_missing()
+    if why is None:
+        return None
+    return f"The TypeScript SDK columns are left out: {why}."
+
+
 async def conformance_table(redis_url: str, out_dir: Path) -> str:
     """Run the pack against every target; write the folders and ``table.md``; return it."""
     results: list[tuple[str, list[dict[str, Any]]]] = []
@@ -108,6 +116,9 @@ async def conformance_table(redis_url: str, out_dir: Path) -> str:
             await trio.to_thread.run_sync(_drop_keys, redis_url, prefix)
         results.append((col.label, [c.to_json() for c in checks]))
     table = comparison(results)
+    note = left_out()
+    if note is not None:
+        table = f"{table.rstrip()}\n\n{note}\n"
     (out_dir / "table.md").write_text(table, encoding="utf-8")
     (out_dir / "table.json").write_text(
         json.dumps(dict(results), indent=2) + "\n", encoding="utf-8"
