@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_NOTES, DEMO_TENANT
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_NOTES, DEMO_TENANT
 
 from cluster.stores import demo_removal_hint, seed_demo
 from store.notes import NoteStore

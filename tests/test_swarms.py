@@ -35,7 +35,7 @@ from tests.test_shrink import DuplicateExecutesAgain
 ROOT = Path(__file__).resolve().parent.parent
 PLANT = "tests.test_shrink:DuplicateExecutesAgain"
 SEEDS = 8
-FLOWS = 40
+FLOWS = 60
 
 
 def _plan(planted: str | None, *, shrink: bool) -> SwarmPlan:
@@ -51,7 +51,7 @@ def _plan(planted: str | None, *, shrink: bool) -> SwarmPlan:
         in_flight=3,
         shrink=shrink,
         shrink_budget_s=600,
-        shrink_budget_runs=40,
+        shrink_budget_runs=80,
         planted=planted,
     )
 
