@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_NOTES, DEMO_TENANT
 
 from cluster.stores import demo_removal_hint, seed_demo
+from nodes.serving.demo import ALICE_ARCHIVE, ALICE_NOTES, DEMO_NOTES, DEMO_TENANT
 from store.notes import NoteStore
 from tests.own_redis import free_port, own_redis
 
