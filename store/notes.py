@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 import anyio
 import coredis
@@ -23,20 +23,15 @@ from store.api import (
     NO_QUOTA,
     Confirmation,
     ConfirmOutcome,
-    ConfirmStatus,
     IdempotencyConflict,
-    LookalikeTitle,
     Note,
     NoteHead,
     Quota,
-    QuotaExceeded,
-    QuotaName,
     RecordedWrite,
     SetupOutcome,
     SetupStatus,
     Snapshot,
     StoreFull,
-    StoreOp,
     StoreRefused,
     StoreUnavailable,
     WorkspaceFull,
@@ -48,6 +43,16 @@ from store.fault_points import buggify_delay
 from store.keys import TenantKeys
 from store.redis_errors import ConnectionLost, NotSent, RedisClientError, ReplyTimeout
 from store.refusals import REFUSAL_WAIT_S, pause_s, refusal_deadline, refusal_reason
+from store.replies import (
+    HEAD_FIELDS,
+    QUOTA_STATUSES,
+    SETUP_STATUSES,
+    head_from_fields,
+    note_from_fields,
+    parse_confirm_reply,
+    parse_write_reply,
+    quota_exceeded,
+)
 from store.resp import ReplyError
 from store.resp_client import RespRedis
 from store.resp_cluster import RespCluster
@@ -138,18 +143,6 @@ _UNKNOWN_REPLY_PREFIXES = ("LOADING", "BUSY", "MASTERDOWN", "NOREPLICAS", "CLUST
 above. A full server (``OOM``) wrote nothing, which ``store_error`` says more precisely; callers
 that only ask ``outcome_unknown`` stay safe."""
 
-_CONFIRM_STATUSES: frozenset[str] = frozenset(get_args(ConfirmStatus))
-_SETUP_STATUSES: frozenset[str] = frozenset(get_args(SetupStatus))
-_RECORDED_OPS: dict[str, StoreOp] = {"deleted": "delete", "moved": "move"}
-"""How ``confirm.lua`` words an executed operation in its recorded outcome ``<word>:<note id>``."""
-_QUOTA_STATUSES: dict[str, QuotaName] = {
-    "quota_notes": "notes",
-    "quota_bytes": "bytes",
-    "quota_share": "share",
-    "quota_writes": "writes",
-}
-"""How the scripts word a quota refusal, and the quota it names."""
-
 
 def outcome_unknown(exc: BaseException) -> bool:
     """True when ``exc`` leaves a store call's outcome unknown (see ``_UNKNOWN_OUTCOME``)."""
@@ -168,38 +161,6 @@ def store_error(exc: BaseException, what: str) -> StoreUnavailable | None:
     return None
 
 
-def parse_confirm_reply(reply: list[Any]) -> ConfirmOutcome:
-    """``confirm.lua``'s reply ``{status, recorded outcome, now_ms}`` as a typed outcome: the one
-    place that reads the recorded strings (``deleted:<id>``, ``moved:<id>``, ``declined``, '')."""
-    status, recorded, now = reply
-    st, rec = str(status), str(recorded or "")
-    if st not in _CONFIRM_STATUSES:
-        raise StoreUnavailable(f"confirm: unexpected status {st!r}")
-    confirm_status: ConfirmStatus = st  # type: ignore[assignment]
-    if st == "full" and rec in ("share", "writes"):
-        quota: QuotaName = "share" if rec == "share" else "writes"
-        return ConfirmOutcome(confirm_status, None, None, int(now), quota=quota)
-    if rec in ("", "declined"):
-        return ConfirmOutcome(confirm_status, None, None, int(now))
-    word, sep, note_id = rec.partition(":")
-    op = _RECORDED_OPS.get(word)
-    if op is None or not sep or not note_id:
-        raise StoreUnavailable(f"confirm: unexpected recorded outcome {rec!r}")
-    return ConfirmOutcome(confirm_status, op, note_id, int(now))
-
-
-def _quota_exceeded(status: str, used: int, quota: Quota) -> QuotaExceeded:
-    """The refusal a script's ``quota_*`` status and count amount to."""
-    name = _QUOTA_STATUSES[status]
-    limit = {
-        "notes": quota.notes,
-        "bytes": quota.bytes,
-        "share": quota.workspace_notes,
-        "writes": quota.writes,
-    }[name]
-    return QuotaExceeded(name, used, limit)
-
-
 def script_source(name: str) -> str:
     """A script's source as the store runs it; the write scripts get the operation-record
     functions prepended."""
@@ -213,59 +174,6 @@ def script_source(name: str) -> str:
 def _call_id() -> str:
     """A fresh id for one store call: its re-sends carry it, a later request does not."""
     return randomness.token_hex(8)
-
-
-WRITE_REPLY_FIELDS = 9
-"""Fields of a note write's reply (``op_note_reply`` in ``scripts/op_record.lua``)."""
-
-
-def parse_write_reply(reply: list[Any]) -> tuple[str, NoteHead | None, int, bool]:
-    """A create, update or move reply as (status, note after the write or None, now_ms,
-    replayed). IdempotencyConflict for ``conflict``. For a ``quota_*`` refusal the reply's
-    version field is what the note's owner holds now (the caller reads it from the reply)."""
-    if len(reply) != WRITE_REPLY_FIELDS:
-        raise StoreUnavailable(f"write: unexpected reply of {len(reply)} fields")
-    status, note_id, title, ws, version, created, updated, now, replayed = reply
-    st = str(status)
-    if st == "conflict":
-        raise IdempotencyConflict("the operation id was recorded for another operation")
-    if st == "lookalike":
-        raise LookalikeTitle(str(title))
-    head = None
-    if note_id:
-        head = NoteHead(str(note_id), str(title), str(ws), int(version), int(created), int(updated))
-    return st, head, int(now), str(replayed) == "1"
-
-
-HEAD_FIELDS = 6
-"""Fields of a ``NoteHead`` as ``read_notes.lua`` returns them: id, title, workspace, version,
-created_ms, updated_ms."""
-
-
-def _head_from_fields(f: list[Any], at: int = 0) -> NoteHead:
-    """The ``NoteHead`` whose ``HEAD_FIELDS`` start at ``f[at]`` (no slice copied; the
-    arguments positional, in ``NoteHead``'s field order: keywords cost a third more)."""
-    return NoteHead(
-        str(f[at]),  # note_id
-        str(f[at + 1]),  # title
-        str(f[at + 2]),  # workspace
-        int(f[at + 3]),  # version
-        int(f[at + 4]),  # created_ms
-        int(f[at + 5]),  # updated_ms
-    )
-
-
-def _note_from_fields(f: list[Any]) -> Note:
-    head = _head_from_fields(f)
-    return Note(
-        head.note_id,
-        head.title,
-        head.workspace,
-        head.version,
-        head.created_ms,
-        head.updated_ms,
-        body=str(f[6] or ""),
-    )
 
 
 @dataclass
@@ -447,9 +355,9 @@ class NoteStore:
             status, head, _, replayed = parse_write_reply(reply)
             if status == "full":
                 raise WorkspaceFull(workspace, max_notes)
-            if status in _QUOTA_STATUSES:
+            if status in QUOTA_STATUSES:
                 # A quota refusal's version field is what the owner holds now (create.lua).
-                raise _quota_exceeded(status, int(reply[4]), quota)
+                raise quota_exceeded(status, int(reply[4]), quota)
             if status == "created" and head is not None:
                 return Note(
                     head.note_id,
@@ -466,12 +374,12 @@ class NoteStore:
     async def get(self, tenant: str, note_id: str) -> Note | None:
         """One note by id, body included, or None."""
         fields = await self._fields(tenant, note_id, with_body=True)
-        return None if fields is None else _note_from_fields(fields)
+        return None if fields is None else note_from_fields(fields)
 
     async def head(self, tenant: str, note_id: str) -> NoteHead | None:
         """One note by id without its body, or None."""
         fields = await self._fields(tenant, note_id, with_body=False)
-        return None if fields is None else _head_from_fields(fields)
+        return None if fields is None else head_from_fields(fields)
 
     async def _fields(self, tenant: str, note_id: str, *, with_body: bool) -> list[Any] | None:
         names = ["id", "title", "workspace", "version", "created_ms", "updated_ms"]
@@ -484,7 +392,7 @@ class NoteStore:
         k = self.keys(tenant)
         reply = await self._run("read_notes", [index_key], [f"{k.base}:note:", limit, after])
         now, next_after = int(reply[0]), str(reply[1] or "")
-        heads = [_head_from_fields(reply, i) for i in range(2, len(reply), HEAD_FIELDS)]
+        heads = [head_from_fields(reply, i) for i in range(2, len(reply), HEAD_FIELDS)]
         notes = tuple(sorted(heads, key=lambda n: (n.created_ms, n.note_id)))
         return Snapshot(now, notes, next_after)
 
@@ -774,7 +682,7 @@ class NoteStore:
             ],
         )
         st = str(status)
-        if st not in _SETUP_STATUSES:  # pragma: no cover - the script returns only these
+        if st not in SETUP_STATUSES:  # pragma: no cover - the script returns only these
             raise StoreUnavailable(f"setup: unexpected status {st!r}")
         setup_status: SetupStatus = st  # type: ignore[assignment]
         return SetupOutcome(setup_status, str(who or ""), int(now))

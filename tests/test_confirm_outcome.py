@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from store.api import ConfirmOutcome, StoreUnavailable
-from store.notes import parse_confirm_reply
+from store.replies import parse_confirm_reply
 
 
 @pytest.mark.parametrize(
