@@ -32,7 +32,7 @@ from store.journal import (
     read_journal,
     scan_keys,
 )
-from store.notes import NoteStore, _script
+from store.notes import NoteStore, script_source
 from store.resp import ReplyError
 from store.resp_cluster import RespCluster
 from tests.ci import in_ci
@@ -175,7 +175,7 @@ def strict_slot_store(store: NoteStore) -> NoteStore:
     a clean run is the server's own proof that each script stays in one slot."""
     strict = NoteStore(store.client, prefix=store.prefix, replay_grace_ms=store.replay_grace_ms)
     strict._scripts = {
-        name: store.client.register_script("#!lua\n" + _script(name)) for name in store._scripts
+        name: store.client.register_script("#!lua\n" + script_source(name)) for name in store._scripts
     }
     return strict
 

@@ -1,13 +1,16 @@
 """``notes-cluster loadgen --foreign``: the race workload against a server without our journal.
 
-Layer: cluster. Drives any server that serves the notes tool contract
-(``notes_create``, ``notes_list``, ``notes_delete``, ``notes_archive``) for the load tenants,
-e.g. the SDK references (``cluster.lab.sdk_references.reference_sdk``), over Streamable HTTP.
-Nothing of the server is read: states are opaque (``loadgen.states.OpaqueStates``: the lifetime must
-be told), and after the run the final state is what ``notes_list`` shows. The checker
-(``loadgen.check.blackbox_check``) decides what the history and that state decide, and names what
-needs a journal as ``unknown``. Race kinds that need tools beyond the contract (``race_move``:
-``notes_move``, ``edit_between``: ``notes_update``) are left out.
+Layer: cluster. Drives any server that serves the notes tool contract (``notes_create``,
+``notes_list``, ``notes_delete``, ``notes_archive``) for the load tenants, e.g. the SDK
+references (``cluster.lab.sdk_references.reference_sdk``), over Streamable HTTP. Nothing of the
+server is read: states are opaque (``loadgen.states.OpaqueStates``: the lifetime must be told),
+and after the run the final state is what ``notes_list`` shows. The checker
+(``loadgen.check.blackbox_check``) decides what the history and that state decide, and names
+what needs a journal as ``unknown``. Race kinds that need more than the contract are left out:
+tools beyond it (``race_move``: ``notes_move``; ``edit_between`` and ``concurrent_updates``:
+``notes_update``) and promises of our nodes that no foreign server makes (``shared_key``: the
+idempotency-key extension; ``replay_after_expiry``: a recorded outcome kept past the state's
+expiry).
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ from loadgen.states import OpaqueStates
 from loadgen.transport import HttpTransport
 from loadgen.workload import RACE_KINDS
 
-NEEDS_MORE_TOOLS = frozenset({"race_move", "edit_between"})
-"""Race kinds that use tools beyond the contract a foreign server is asked to serve."""
+NEEDS_MORE_TOOLS = frozenset(
+    {"race_move", "edit_between", "concurrent_updates", "shared_key", "replay_after_expiry"}
+)
+"""Race kinds that need more than the contract a foreign server is asked to serve: more tools,
+or our nodes' extensions (an idempotency key, a replay grace past the expiry)."""
 
 FOREIGN_KINDS: tuple[str, ...] = tuple(k for k in RACE_KINDS if k not in NEEDS_MORE_TOOLS)
 HTTP_POOL = 64
