@@ -8,7 +8,8 @@ is down); the executing send's reply is held 54 ms after its script ran (the fau
 ``store.after_script``), so its twin's ``NodeDown`` and replay arrive first, and the
 ``NodeDown`` send's retry is answered a replay too, all before the executing reply. Paired first
 in, first out, the executing reply was credited to the retry, sent after the journal held the
-execution: a false INVALID. The seed itself runs at the end of this module.
+execution: a false INVALID. A seed that still shows it (seed 7, since the workload gained race
+kinds) runs at the end of this module.
 """
 
 from __future__ import annotations
@@ -264,7 +265,9 @@ def test_a_retry_sent_after_a_replay_told_it_executed_anew_is_invalid() -> None:
 
 # --- the seed that found it ----------------------------------------------------------------
 
-SWARM_SEED = ["simulate", "--deterministic", "--swarm", "--seed", "20", "--flows", "150"]
+SWARM_SEED = ["simulate", "--deterministic", "--swarm", "--seed", "7", "--flows", "150"]
+"""A seed whose replies overtake each other where pairing first in, first out misreads them
+(seed 20 found the shape; a workload change moves which seed shows it)."""
 
 
 def overtaking(ops: list[Op]) -> list[Op]:
@@ -289,12 +292,12 @@ def overtaking(ops: list[Op]) -> list[Op]:
 def test_the_swarm_seed_that_found_it_is_valid_and_its_history_read_in_order_is_not(
     tmp_path: Path,
 ) -> None:
-    out = tmp_path / "seed-20"
+    out = tmp_path / "seed-7"
     code, _, err = run([*SWARM_SEED, "--out", str(out)], tmp_path)
     assert code == EXIT_VALID, err
     ops = list(iter_history(out / "history.jsonl"))
     late = overtaking(ops)
-    assert late, "seed 20 no longer has replies overtaking each other: choose another seed"
+    assert late, "seed 7 no longer has replies overtaking each other: choose another seed"
     assert all(op.completes is not None for op in ops if op.type != "invoke")
     # The same run read as a history written before completions named their invoke: the
     # verdict the seed gave before (the ids, not a change of run, make it valid).
