@@ -175,7 +175,8 @@ def strict_slot_store(store: NoteStore) -> NoteStore:
     a clean run is the server's own proof that each script stays in one slot."""
     strict = NoteStore(store.client, prefix=store.prefix, replay_grace_ms=store.replay_grace_ms)
     strict._scripts = {
-        name: store.client.register_script("#!lua\n" + script_source(name)) for name in store._scripts
+        name: store.client.register_script("#!lua\n" + script_source(name))
+        for name in store._scripts
     }
     return strict
 
