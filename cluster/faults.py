@@ -49,6 +49,7 @@ import trio
 
 from cluster.local import LocalCluster
 from cluster.reply_dropping_proxy import SCRIPT_COMMANDS, ReplyDroppingProxy
+from cluster.reshard import masters as cluster_masters
 from cluster.reshard import reshard_tenant
 from cluster.store_faults import StoreFaults
 from cluster.stores import needs_real_redis
@@ -326,16 +327,7 @@ class RedisControl:
             info: dict[str, Any] = dict(probe.info("cluster"))
             if str(info.get("cluster_enabled", "0")) != "1":
                 return [(host, port)]
-            nodes = str(probe.execute_command("CLUSTER", "NODES"))
-        masters = []
-        for line in nodes.splitlines():
-            fields = line.split()
-            flags = fields[2].split(",") if len(fields) > 2 else []
-            if "master" in flags and "fail" not in flags:
-                address = fields[1].split("@", 1)[0]
-                node_host, _, node_port = address.rpartition(":")
-                masters.append((node_host or host, int(node_port)))
-        return sorted(masters)
+        return [m.address for m in cluster_masters((host, port))]
 
     def _client(self, target: tuple[str, int]) -> redis.Redis:
         return redis.Redis(
