@@ -54,6 +54,7 @@ async def serve_http_node(
     prefix: str = DEFAULT_PREFIX,
     legacy_limits: LegacyLimits | None = None,
     ops: OperatorOptions | None = None,
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
@@ -64,7 +65,7 @@ async def serve_http_node(
     try:
         await _serve_http_node(
             settings, redis_url, embedded, host, port, node_id, prefix, legacy_limits, ops,
-            [] if metrics_socket is None else [metrics_socket], task_status,
+            [] if metrics_socket is None else [metrics_socket], task_status, session_wrap,
         )  # fmt: skip
     finally:
         if metrics_socket is not None and metrics_socket.fileno() != -1:
@@ -83,6 +84,7 @@ async def _serve_http_node(
     ops: OperatorOptions,
     sockets: list[socket.socket],
     task_status: anyio.abc.TaskStatus[str],
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
 ) -> None:
     async with (
         open_note_client(redis_url, embedded=embedded) as notes_client,
@@ -104,6 +106,8 @@ async def _serve_http_node(
         served = store if metrics is None else metered(store, metrics)
         node = Node(replace(settings.node, node_id=node_id), served)
         sessions = SessionStore(notes_client, prefix=prefix, blocking=blocking)
+        if session_wrap is not None:
+            sessions = session_wrap(sessions)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
             with with_operator_endpoints(
                 node, store.check_ready, metrics, ops, legacy
@@ -137,9 +141,11 @@ async def start_http_nodes(
     name: str = "node",
     legacy_limits: LegacyLimits | None = None,
     ops: OperatorOptions | None = None,
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
 ) -> list[str]:
     """Start ``count`` HTTP nodes in ``nursery`` (node i on ``base_port + i``, or on free ports
-    when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs."""
+    when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs.
+    ``session_wrap``: a simulation's planted defect in each node's session store."""
     urls: list[str] = []
     for i in range(count):
         start = partial(
@@ -153,6 +159,7 @@ async def start_http_nodes(
             prefix=prefix,
             legacy_limits=legacy_limits,
             ops=(ops or OperatorOptions()).for_node(i),
+            session_wrap=session_wrap,
         )
         urls.append(await nursery.start(start))
     return urls

@@ -24,6 +24,10 @@ Node choice (a balancer without affinity). Each flow draws a node ``r``: ``initi
                        another node after the call ended (it finds its request answered: 202,
                        dropped)
     legacy_cancel      cancel
+    legacy_foreign_session  a plain accept, and before it a ``notes_create`` carrying the
+                       session id of the tenant's other principal (``loadgen.legacy_sessions``)
+    legacy_stale_session    a plain accept, then a ``notes_create`` on the flow's own session
+                       after its DELETE
 
 Recording. The ``confirm`` of the first answer POST completes with the call's final result from
 the stream (``ok``/``fail`` as modern; ``info`` if the stream broke or timed out), or ``fail``
@@ -33,6 +37,11 @@ completes ``info`` on 202: the node took it or dropped it as a copy, and the cli
 nothing more from it. A second ``elicitation/create`` on the stream (the note changed: a re-ask)
 completes the confirm ``ok`` with ``reask: true`` and the new state's facts, and is answered
 again. Accepts are ``expect: execute``; decline, cancel and the late accept ``no_mutation``.
+
+Every invoke names the flow's ``session``; a confirm names the ``request`` it answers, and its
+completion carries ``posted_redis_ms`` (the load generator's Redis-clock estimate when the node
+took the first POST, 202) and ``no_answer`` when the call ended saying it heard no answer in
+time: the checker judges a legacy answer at the moment it was posted (``loadgen.check.legacy``).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -59,7 +69,12 @@ LEGACY_KINDS: tuple[str, ...] = (
     "legacy_duplicate",
     "legacy_decline",
     "legacy_cancel",
+    "legacy_foreign_session",
+    "legacy_stale_session",
 )
+
+SESSION_KINDS = frozenset({"legacy_foreign_session", "legacy_stale_session"})
+"""The legacy kinds that misuse a session id (``loadgen.legacy_sessions``)."""
 
 LEGACY_VERSION = "2025-11-25"
 """The handshake-era protocol version these clients negotiate."""
@@ -280,11 +295,19 @@ class LegacyEnv:
     process: int
     """The flow's first process; answer copies and late answers use ``process + 1``."""
     first_node: int = 0
+    foreigner: str = ""
+    """The tenant's other principal (whose session a ``legacy_foreign_session`` flow misuses)."""
+    redis_offset_ms: int = 0
+    """The Redis clock minus the wall clock (``redis_now_ms``)."""
     session: str = ""
     tag: str = "run"
     """The run's tag, in the flow's title (``workload.flow_title``)."""
     sent: dict[tuple[int, str], Op] = field(default_factory=dict)
     """The invoke each (process, operation) has in flight, for its completion to name."""
+
+    def redis_now_ms(self) -> int:
+        """The load generator's estimate of the Redis clock."""
+        return int(time.time() * 1000) + self.redis_offset_ms
 
     def node(self, k: int) -> int:
         """The node ``k`` steps after the flow's first one."""
@@ -306,6 +329,10 @@ async def run_legacy_flow(env: LegacyEnv) -> bool:
     """Run one legacy flow of ``env.kind``; False when its setup (initialize, create, ask)
     did not complete."""
     env.first_node = env.rng.randrange(env.http.node_count)
+    if env.kind in SESSION_KINDS:
+        from loadgen.legacy_sessions import run_session_flow
+
+        return await run_session_flow(env)
     if not await _initialize(env):
         return False
     try:
@@ -348,6 +375,7 @@ async def _create(env: LegacyEnv, title: str) -> str | None:
         "workspace": env.inbox,
         "title": title,
         "node": node,
+        "session": env.session,
     }
     env.record(env.process, "invoke", "create", invoke)
     try:
@@ -378,6 +406,7 @@ async def _delete(env: LegacyEnv, title: str, note: str) -> bool:
         "workspace": env.inbox,
         "title": title,
         "node": stream_node,
+        "session": env.session,
     }
     message = legacy_request("tools/call", {"name": DELETE_TOOL, "arguments": args})
     env.record(env.process, "invoke", "ask", invoke)
@@ -463,6 +492,7 @@ async def _answer(
     body = {"jsonrpc": "2.0", "id": asked.request_id, "result": answer}
     env.record(env.process, "invoke", "confirm", invoke)
     refused: Outcome | None = None
+    posted: dict[str, Any] = {}
 
     async def first() -> None:
         nonlocal refused
@@ -472,6 +502,8 @@ async def _answer(
             return  # unknown whether it got in: the stream tells
         if response.status_code != 202:
             refused = _post_outcome(response)
+        else:
+            posted["posted_redis_ms"] = env.redis_now_ms()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(first)
@@ -480,29 +512,47 @@ async def _answer(
     if refused is not None:
         env.record(env.process, refused.type, "confirm", refused.value)
         return None
-    return await _result(env, stream)
+    return await _result(env, stream, posted)
 
 
-async def _result(env: LegacyEnv, stream: Messages) -> Asked | None:
+NO_ANSWER_TEXT = "No answer from the client in time"
+"""How a legacy call's ``isError`` result starts when it ends without having heard an answer."""
+
+
+def _heard_nothing(message: dict[str, Any]) -> bool:
+    result = message.get("result")
+    content = result.get("content") if isinstance(result, dict) else None
+    if not isinstance(content, list) or not content or not isinstance(content[0], dict):
+        return False
+    return str(content[0].get("text", "")).startswith(NO_ANSWER_TEXT)
+
+
+async def _result(
+    env: LegacyEnv, stream: Messages, posted: dict[str, Any] | None = None
+) -> Asked | None:
     """Complete the pending confirm with the call's next message: the final response, or a
-    re-ask (returned, to be answered again)."""
+    re-ask (returned, to be answered again). ``posted``: what the completion adds of the
+    answer's POST (``posted_redis_ms``)."""
+    posted = posted or {}
     while True:
         try:
             message = await stream.next()
         except StreamEnded as exc:
-            env.record(env.process, "info", "confirm", {"reason": f"stream: {exc}"})
+            env.record(env.process, "info", "confirm", {"reason": f"stream: {exc}", **posted})
             return None
         if "method" in message and "id" not in message:
             continue  # a notification (cancelled, elicitation/complete): not the result
         asked = asked_of(message)
         if asked is not None:
-            env.record(env.process, "ok", "confirm", {**REASK_VALUE, **asked.facts()})
+            env.record(env.process, "ok", "confirm", {**REASK_VALUE, **asked.facts(), **posted})
             return asked
         if "method" in message:
-            env.record(env.process, "info", "confirm", {"reason": "unexpected server request"})
+            reason = {"reason": "unexpected server request", **posted}
+            env.record(env.process, "info", "confirm", reason)
             return None
         out = _outcome(message)
-        env.record(env.process, out.type, "confirm", out.value)
+        heard = {"no_answer": True} if _heard_nothing(message) else {}
+        env.record(env.process, out.type, "confirm", {**out.value, **posted, **heard})
         return None
 
 
@@ -525,6 +575,8 @@ def _confirm_invoke(
         "expect": expect,
         "node": node,
         "stream_node": stream_node,
+        "session": env.session,
+        "request": asked.request_id,
     }
 
 

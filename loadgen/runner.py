@@ -259,6 +259,8 @@ class _Wiring:
             inbox=names.inbox(t),
             process=2 * flow,
             tag=self.settings.tag,
+            foreigner=names.principal(t, SIDES[1 - SIDES.index(side)]),
+            redis_offset_ms=self.redis_offset_ms,
         )
 
 

@@ -45,3 +45,11 @@ def principal(t: int, side: str) -> str:
 def tenants(count: int) -> list[str]:
     """The first ``count`` tenants' names, sorted (what a checker reads the journal of)."""
     return sorted(tenant(t) for t in range(count))
+
+
+def principals_of(tenant_name: str) -> list[str]:
+    """The principals of a tenant named as ``tenant`` names them ([] for another name)."""
+    digits = tenant_name.removeprefix("load")
+    if digits == tenant_name or not digits.isdigit():
+        return []
+    return [principal(int(digits), side) for side in SIDES]

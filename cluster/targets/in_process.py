@@ -50,7 +50,8 @@ from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
-from nodes.config import DEFAULT_IDEMPOTENCY_WINDOW_MS, NodeConfig
+from nodes.config import DEFAULT_IDEMPOTENCY_WINDOW_MS, LegacyCaps, NodeConfig
+from nodes.legacy import LegacyLimits
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
 from nodes.serving.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
@@ -58,6 +59,7 @@ from nodes.serving.load_fixture import load_archives, load_tokens, with_load_sco
 from store.client_factory import is_cluster, sync_client
 from store.journal import keys_per_master, scan_keys
 from store.notes import NoteStore
+from store.sessions import SESSION_IDLE_TTL_MS
 
 SIM_REPLAY_GRACE_MS = 1_000
 """Replay grace in simulations: short, so the run can show replay entries really expire."""
@@ -99,6 +101,9 @@ class Nodes:
     injected: frozenset[FaultKind] | None = None
     """The kinds actually injected, a subset of ``faults`` (a shrunk case: the nodes stay
     configured for all of ``faults``); None: all of them."""
+    plant: str | None = None
+    """A planted defect (``store.simulation.plants``) in the nodes' note store and the legacy
+    nodes' session store; None: none."""
 
     def injected_kinds(self) -> frozenset[FaultKind]:
         """The fault kinds the run injects."""
@@ -121,10 +126,14 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
 
 def sim_limits(state_ttl_s: float) -> Limits:
     """The bounds a simulation's nodes are configured with (``simulation_config``)."""
+    state_ttl_ms = int(state_ttl_s * 1000)
     return Limits(
         SIM_LIST_PAGE_SIZE,
-        int(state_ttl_s * 1000),
+        state_ttl_ms,
         idempotency_window_ms=DEFAULT_IDEMPOTENCY_WINDOW_MS,
+        legacy_session_ttl_ms=SESSION_IDLE_TTL_MS,
+        legacy_marker_ttl_ms=state_ttl_ms + LegacyLimits().request_grace_ms,
+        sessions_per_principal=LegacyCaps().sessions_per_principal,
     )
 
 
@@ -221,7 +230,16 @@ def store_options(spec: Nodes, prefix: str, nemeses: StoreNemeses | None = None)
         client_name=prefix if faulty else None,
         connect_url=nemeses.proxy_url,
         store_faults=nemeses.seam,
+        wrap=None if spec.plant is None else _plant(spec.plant).wrap,
     )
+
+
+def _plant(name: str) -> Any:
+    """Planted defect ``name``; imported here only, so the plant machinery never reaches a node
+    process."""
+    from store.simulation.plants import plant
+
+    return plant(name)
 
 
 async def scripts_loaded(cluster: LocalCluster) -> None:
@@ -392,5 +410,6 @@ async def _legacy_nodes(
         tokens=load_tokens(run.tenants),
         replay_grace_ms=SIM_REPLAY_GRACE_MS,
         wait_replicas=spec.wait_replicas,
+        session_wrap=None if spec.plant is None else _plant(spec.plant).wrap_sessions,
     ) as legacy:
         yield legacy

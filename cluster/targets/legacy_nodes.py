@@ -8,7 +8,7 @@ clients (``loadgen.legacy_clients``) reach through a ``LegacyHttp``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import httpx
@@ -20,6 +20,7 @@ from loadgen.legacy_clients import HTTP_POOL, LegacyHttp
 from nodes.auth import TokenTable
 from nodes.config import NodeConfig
 from nodes.serving.settings import ClusterSettings
+from store.sessions import SessionStore
 
 
 @asynccontextmanager
@@ -33,11 +34,12 @@ async def serve_legacy_nodes(
     tokens: dict[str, str],
     replay_grace_ms: int,
     wait_replicas: int = 0,
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
 ) -> AsyncIterator[LegacyHttp]:
     """``nodes`` HTTP nodes on loopback over the store at ``redis_url`` under ``prefix`` (with
     ``config``: the key ring and scope of the in-process nodes beside them; the legacy adapter
     mounted by ``cluster.serve``), and the legacy wire to them. ``tokens``: bearer token ->
-    principal."""
+    principal; ``session_wrap``: a planted defect in each node's session store."""
     settings = ClusterSettings(
         node=config,
         tokens=TokenTable.from_plain(tokens),
@@ -54,6 +56,7 @@ async def serve_legacy_nodes(
             embedded=embedded,
             prefix=prefix,
             name="http-node",
+            session_wrap=session_wrap,
         )
         async with httpx.AsyncClient(limits=limits, timeout=REQUEST_TIMEOUT_S) as client:
             yield LegacyHttp(urls, {p: t for t, p in tokens.items()}, client)

@@ -53,8 +53,9 @@ class SimulateOptions:
     prefix: str | None = None
     """The store's key prefix; None: a fresh one (its keys are then dropped after the run)."""
     plant: str | None = None
-    """A planted defect (``store.simulation.plants``) in the nodes' store: a deterministic run
-    only (``simulate --deterministic --plant NAME``); None: none."""
+    """A planted defect (``store.simulation.plants``) in the nodes' store and the legacy nodes'
+    session store (``simulate --deterministic --plant NAME`` on the command line; the Python
+    API takes it in a real-time run too); None: none."""
     keep_history: bool | None = None
     """Keep the history in memory too (``Run.history.ops``); None: only for runs of at
     most ``KEEP_OPS_MAX`` flows or without a run folder."""
@@ -72,6 +73,7 @@ class SimulateOptions:
             keep_keys=self.keep_keys,
             workers=self.workers,
             injected=self.injected,
+            plant=self.plant,
         )
 
     def plan(self) -> Plan:

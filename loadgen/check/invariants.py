@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadgen.check import limits as bounds
 from loadgen.check import reads, writes
+from loadgen.check import legacy as legacy_check
 from loadgen.check import records as records_check
 from loadgen.check.context import (
     INVALID_PARAMS,
@@ -56,6 +57,7 @@ from loadgen.history import Op
 
 if TYPE_CHECKING:
     from loadgen.check.limits import FaultWindow, Limits
+    from loadgen.check.legacy import LegacyFacts
     from loadgen.check.records import StoreRecords
     from store.journal import JournalEntry
 
@@ -444,13 +446,15 @@ def check(
     limits: Limits | None = None,
     faults: Sequence[FaultWindow] | None = None,
     records: StoreRecords | None = None,
+    legacy: LegacyFacts | None = None,
 ) -> CheckResult:
     """Every invariant of one run. ``journal`` comes from ``store.journal.read_journal``,
     ``final_notes`` and ``replay_left`` from the store after the run, ``redis_end_ms`` is the
     Redis clock read after listing the replay entries, ``grace_ms`` the store's replay grace,
     ``limits`` the nodes' configured bounds, ``faults`` the run's fault windows (None: not
     recorded, so unknown outcomes are not held to them), ``records`` the operation records and
-    usage counters left (None: not recorded, so their verdicts are unknown)."""
+    usage counters left, ``legacy`` the legacy session keyspace (None: not recorded, so their
+    verdicts say they were not checked)."""
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
     verdicts = (
@@ -476,6 +480,10 @@ def check(
         ),
         records_check.check_usage(records),
         records_check.check_keyed_retries(ctx),
+        legacy_check.check_legacy_keys(ctx, legacy, limits),
+        legacy_check.check_legacy_answers_once(ctx, legacy),
+        legacy_check.check_legacy_answers_heard(ctx),
+        legacy_check.check_legacy_sessions_bound(ctx),
     )
     report = check_answers(
         ctx, faults

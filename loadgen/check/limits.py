@@ -68,6 +68,13 @@ class Limits:
     max_offered: int = MAX_OFFERED
     idempotency_window_ms: int = 0
     """How long a write's record under an idempotency key lives (0: not recorded)."""
+    legacy_session_ttl_ms: int = 0
+    """The longest a legacy session record or inbox lives unused (0: not recorded)."""
+    legacy_marker_ttl_ms: int = 0
+    """The longest a legacy request's marker lives: the state TTL plus the adapter's grace for
+    late answers (0: not recorded)."""
+    sessions_per_principal: int = 0
+    """Legacy sessions a principal may hold (0: not recorded)."""
 
     def to_json(self) -> dict[str, int]:
         """As written into the run folder's ``store/meta.json``."""
@@ -76,6 +83,9 @@ class Limits:
             "state_ttl_ms": self.state_ttl_ms,
             "max_offered": self.max_offered,
             "idempotency_window_ms": self.idempotency_window_ms,
+            "legacy_session_ttl_ms": self.legacy_session_ttl_ms,
+            "legacy_marker_ttl_ms": self.legacy_marker_ttl_ms,
+            "sessions_per_principal": self.sessions_per_principal,
         }
 
     @classmethod
@@ -86,6 +96,9 @@ class Limits:
             int(d["state_ttl_ms"]),
             int(d["max_offered"]),
             int(d.get("idempotency_window_ms", 0)),
+            int(d.get("legacy_session_ttl_ms", 0)),
+            int(d.get("legacy_marker_ttl_ms", 0)),
+            int(d.get("sessions_per_principal", 0)),
         )
 
 

@@ -73,6 +73,9 @@ if TYPE_CHECKING:
     from loadgen.check.limits import FaultWindow
     from store.journal import JournalEntry
 
+PER_REQUEST = frozenset({"replay", "posted_redis_ms"})
+"""Fields of a reply that tell of the request, not of the execution it reports."""
+
 MAX_LEAVES = 4096
 """Attributions tried per group before it is left undecided (a group holds one flow's answers
 and its rivals': a few duplicates, so a few dozen leaves at most in practice)."""
@@ -420,7 +423,7 @@ def _same_content(ops: Sequence[Answered]) -> list[ModelFinding]:
     for op in ops:
         if op.observed is None or op.observed.name not in (EXECUTED, REPLAY_EXECUTED):
             continue
-        content = {k: v for k, v in op.call.result.items() if k != "replay"}
+        content = {k: v for k, v in op.call.result.items() if k not in PER_REQUEST}
         seen = first.setdefault(op.nonce, (op, content))
         if seen[1] != content:
             text = (

@@ -175,6 +175,7 @@ def check_tenant(task: TenantCheck) -> CheckResult:
         limits=task.limits,
         faults=task.faults,
         records=facts.records,
+        legacy=facts.legacy,
     )
 
 

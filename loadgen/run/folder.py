@@ -24,9 +24,11 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadgen.check.legacy import LegacyFacts
 from loadgen.check.records import StoreRecords
 from loadgen.history import SHAPE_ERRORS, DamagedRunFile, read_json_file, read_json_lines
 from loadgen.tally import Tally, merge
+from loadgen.tenants import principals_of
 from store.api import OP_RECORD_TTL_MS
 from store.client_factory import sync_client
 from store.journal import (
@@ -37,6 +39,7 @@ from store.journal import (
     read_store_records,
     redis_time_ms,
 )
+from store.session_facts import read_session_facts
 
 STORE_DIR = "store"
 META_FILE = "meta.json"
@@ -85,6 +88,14 @@ class TenantFacts:
     redis_end_ms: int
     records: StoreRecords | None = None
     """Operation records and usage counters (None: a folder whose facts do not hold them)."""
+    legacy: LegacyFacts | None = None
+    """The legacy session keyspace, the whole run's (None: a folder whose facts do not hold
+    it)."""
+
+
+LEGACY_FILE = "legacy.json"
+"""The legacy session keyspace in a run folder's store facts (one file for every tenant: a
+session belongs to a principal, not to a tenant)."""
 
 
 def _write_lines(path: Path, rows: Iterable[Any]) -> None:
@@ -108,6 +119,7 @@ def dump_store_facts(
     ``loadgen.check.limits.Limits.to_json``) when known."""
     out = run_dir / STORE_DIR
     out.mkdir(parents=True, exist_ok=True)
+    tenants = list(tenants)
     client = sync_client(url, decode_responses=True)
     ends: dict[str, int] = {}
     try:
@@ -121,6 +133,9 @@ def dump_store_facts(
             _write_lines(out / f"{tenant}.notes.jsonl", ([n, ws] for (_, n), ws in notes.items()))
             _write_lines(out / f"{tenant}.replay.jsonl", ([n, t] for (_, n), t in replay.items()))
             (out / f"{tenant}.records.json").write_text(json.dumps(records), encoding="utf-8")
+        principals = [p for t in tenants for p in principals_of(t)]
+        legacy = read_session_facts(client, prefix, principals)
+        (out / LEGACY_FILE).write_text(json.dumps(legacy), encoding="utf-8")
     finally:
         client.close()
     meta: dict[str, Any] = {
@@ -184,7 +199,20 @@ def read_tenant_facts(run_dir: Path, tenant: str) -> TenantFacts:
         {(tenant, n): ttl for n, ttl in replay},
         end,
         _records(base / f"{tenant}.records.json", int(meta.get("op_ttl_ms", 0))),
+        read_legacy_facts(run_dir),
     )
+
+
+def read_legacy_facts(run_dir: Path) -> LegacyFacts | None:
+    """The legacy session keyspace of a run folder; None in a folder written without it."""
+    path = run_dir / STORE_DIR / LEGACY_FILE
+    if not path.exists():
+        return None
+    found = read_json_file(path, "the legacy session keyspace")
+    try:
+        return LegacyFacts.from_json(found)
+    except SHAPE_ERRORS as exc:
+        raise DamagedRunFile(f"{path}: not the legacy session keyspace ({exc!r})") from None
 
 
 def _records(path: Path, op_ttl_ms: int) -> StoreRecords | None:

@@ -22,6 +22,7 @@ import trio
 
 from loadgen.check.exercise import ExerciseRule, exercise_verdict, expected_kinds
 from loadgen.check.invariants import check
+from loadgen.check.legacy import LegacyFacts
 from loadgen.check.limits import FaultWindow
 from loadgen.check.partition import check_folders
 from loadgen.check.records import StoreRecords
@@ -33,8 +34,10 @@ from loadgen.run.results import Results, Settings
 from loadgen.run.target import StoreAccess, Target
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.tally import Tally, merge
+from loadgen.tenants import principals_of
 from store.api import OP_RECORD_TTL_MS
 from store.client_factory import sync_client
+from store.session_facts import read_session_facts
 from store.journal import (
     list_replay_entries,
     read_final_notes,
@@ -297,7 +300,7 @@ async def check_history(
     facts = await off_loop(store, _read_store, store)
     announce("checking the history")
     windows = None if fault_rows is None else [FaultWindow.from_record(r) for r in fault_rows]
-    journal, final, replay, redis_end_ms, records = facts
+    journal, final, replay, redis_end_ms, records, legacy = facts
     return check(
         history.ops,
         journal,
@@ -308,6 +311,7 @@ async def check_history(
         limits=store.limits,
         faults=windows,
         records=records,
+        legacy=legacy,
     )
 
 
@@ -317,7 +321,7 @@ async def _dump_facts(folder: RunFolder, store: StoreAccess) -> None:
     await off_loop(store, dump, store.url, store.prefix, list(store.tenants), store.replay_grace_ms)
 
 
-def _read_store(store: StoreAccess) -> tuple[Any, Any, Any, int, StoreRecords]:
+def _read_store(store: StoreAccess) -> tuple[Any, Any, Any, int, StoreRecords, LegacyFacts]:
     client = sync_client(store.url, decode_responses=True)
     try:
         tenants = list(store.tenants)
@@ -325,8 +329,10 @@ def _read_store(store: StoreAccess) -> tuple[Any, Any, Any, int, StoreRecords]:
         final = read_final_notes(client, store.prefix, tenants)
         replay = list_replay_entries(client, store.prefix, tenants)
         records = _records(client, store.prefix, tenants)
+        principals = [p for t in tenants for p in principals_of(t)]
+        legacy = LegacyFacts.from_json(read_session_facts(client, store.prefix, principals))
         sec, usec = client.time()
-        return journal, final, replay, int(sec) * 1000 + int(usec) // 1000, records
+        return journal, final, replay, int(sec) * 1000 + int(usec) // 1000, records, legacy
     finally:
         client.close()
 

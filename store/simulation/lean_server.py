@@ -126,7 +126,7 @@ def _b(value: str | bytes | int) -> bytes:
 
 class LeanSyncClient:
     """The redis-py calls the check makes, answered as redis-py answers them: ``scan_iter``,
-    ``xrange``, ``hget``, ``hmget``, ``hgetall``, ``get``, ``pttl``, ``time``, ``delete``,
+    ``xrange``, ``hget``, ``hmget``, ``hgetall``, ``get``, ``pttl``, ``zcard``, ``time``, ``delete``,
     ``pipeline``."""
 
     def __init__(self, redis: LeanRedis, *, decode_responses: bool) -> None:
@@ -177,6 +177,9 @@ class LeanSyncClient:
 
     def pttl(self, key: str) -> int:
         return int(self._run("PTTL", key))
+
+    def zcard(self, key: str) -> int:
+        return int(self._run("ZCARD", key))
 
     def time(self) -> tuple[int, int]:
         sec, usec = self._run("TIME")

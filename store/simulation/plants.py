@@ -6,7 +6,8 @@ breaks in ``--help``) and the suite's mutation test (tests/test_plants.py runs e
 few hundred deterministic flows, each paired with its control, and fails when the checker
 misses one).
 
-A plant is one defect, made one of two ways, both applied to the simulated store only:
+A plant is one defect, made one of two ways, both applied to the simulated store only (the
+note store, or the legacy session store: ``Plant.wrap``, ``Plant.wrap_sessions``):
 
 - **in a Lua script**: a piece of the script's text replaced by another (``ScriptEdit``), the
   edited script then run in place of the real one (``NoteStore.use_script``). Each edit must
@@ -14,6 +15,9 @@ A plant is one defect, made one of two ways, both applied to the simulated store
   nothing;
 - **in the store client**: the node's store wrapped (``StoreOptions.wrap``) by a class that
   misbehaves in one method, as a buggy client library or a node that misreads a reply would.
+
+A legacy plant (``legacy_share`` above 0) shows only in a run with that share of legacy flows:
+tests/test_legacy_plants.py runs those in a real-time in-process simulation.
 
 Off unless asked: nothing here runs unless a deterministic simulation names a plant, and no
 node process imports this module (tests/test_plants.py checks a node process's imports).
@@ -37,6 +41,7 @@ from store.api import (
     WriteOutcome,
 )
 from store.notes import NoteStore, script_source
+from store.sessions import SESSION_SCRIPTS, SessionRecord, SessionStore
 
 SEARCH_LIMIT = 1000
 """How many notes ``notes_search`` reads per workspace (``nodes.tools.search``): a search's
@@ -231,6 +236,11 @@ class Plant:
     """Fault kinds the run must inject for the defect to show (added to the run's)."""
     also: tuple[str, ...] = ()
     """Other invariants it breaks (the suite holds it to them too)."""
+    session_edits: tuple[ScriptEdit, ...] = ()
+    """Edits of the legacy session scripts (``store.sessions.SESSION_SCRIPTS``)."""
+    session_wrapper: Callable[[SessionStore], SessionStore] | None = None
+    legacy_share: float = 0.0
+    """The share of legacy flows a run needs for the defect to show (0: none)."""
 
     def wrap(self, store: NoteStoreAPI) -> NoteStoreAPI:
         """``store`` with the defect in it (its scripts edited, then wrapped)."""
@@ -241,20 +251,63 @@ class Plant:
                 store.use_script(script, self.source(script))
         return store if self.wrapper is None else self.wrapper(store)
 
+    def wrap_sessions(self, store: SessionStore) -> SessionStore:
+        """The legacy session store ``store`` with the defect in it (scripts, then wrapper)."""
+        for script in sorted({e.script for e in self.session_edits}):
+            store.use_script(
+                script, _edited(self.name, script, SESSION_SCRIPTS[script], self.session_edits)
+            )
+        return store if self.session_wrapper is None else self.session_wrapper(store)
+
     def source(self, script: str) -> str:
         """Script ``script``'s source with this plant's edits of it."""
-        text = script_source(script)
-        for e in self.edits:
-            if e.script != script:
-                continue
-            found = text.count(e.old)
-            if found != 1:
-                raise ValueError(
-                    f"plant {self.name}: {e.old!r} occurs {found} times in {script}.lua "
-                    "(the script changed: update the plant)"
-                )
-            text = text.replace(e.old, e.new)
-        return text
+        return _edited(self.name, script, script_source(script), self.edits)
+
+
+def _edited(plant: str, script: str, text: str, edits: tuple[ScriptEdit, ...]) -> str:
+    """``text`` (script ``script``'s source) with ``edits`` of it made, each found once."""
+    for e in edits:
+        if e.script != script:
+            continue
+        found = text.count(e.old)
+        if found != 1:
+            raise ValueError(
+                f"plant {plant}: {e.old!r} occurs {found} times in script {script} "
+                "(the script changed: update the plant)"
+            )
+        text = text.replace(e.old, e.new)
+    return text
+
+
+class _Anyone(str):
+    """A principal's name that compares equal to every name."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str)
+
+    def __ne__(self, other: object) -> bool:
+        return not isinstance(other, str)
+
+    __hash__ = str.__hash__
+
+
+def shares_sessions(store: SessionStore) -> SessionStore:
+    """The session store reads a session's owner as anybody: any principal's token may use
+    any session id it holds."""
+    load = store.load
+
+    async def anyones(session_id: str) -> SessionRecord | None:
+        found = await load(session_id)
+        return None if found is None else replace(found, principal=_Anyone(found.principal))
+
+    store.load = anyones  # type: ignore[method-assign]
+    return store
+
+
+_LEGACY_SHARE = 0.3
+"""The legacy share the legacy plants run at (``simulate --legacy-share 0.3``)."""
 
 
 _EXPIRED = "if now >= exp then return {'expired', '', now} end"
@@ -490,6 +543,56 @@ PLANTS: dict[str, Plant] = {
             "setup_answers",
             ("setup",),
             wrapper=SetupSaysCompleted,
+        ),
+        Plant(
+            "legacy-answer-taken-twice",
+            "the legacy deliver script never marks a request answered: every copy of an answer "
+            "is taken again as a fresh one",
+            "legacy_answers_act_once",
+            ("legacy_plain",),
+            session_edits=(
+                ScriptEdit("deliver", "redis.call('SET', KEYS[2], 'answered', 'KEEPTTL')\n", ""),
+            ),
+            legacy_share=_LEGACY_SHARE,
+        ),
+        Plant(
+            "legacy-marker-kept",
+            "a legacy request's marker is set without an expiry: markers pile up forever",
+            "legacy_keys_expire",
+            ("legacy_plain",),
+            session_edits=(
+                ScriptEdit(
+                    "open_request",
+                    "redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])",
+                    "redis.call('SET', KEYS[2], ARGV[1])",
+                ),
+            ),
+            legacy_share=_LEGACY_SHARE,
+        ),
+        Plant(
+            "legacy-answers-dropped",
+            "the legacy deliver script says 'ok' and appends nothing: every legacy answer is "
+            "lost, and each call waits out its state",
+            "legacy_answers_heard",
+            ("legacy_plain",),
+            session_edits=(
+                ScriptEdit(
+                    "deliver",
+                    "redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'kind', 'answer', "
+                    "'rid', ARGV[1],\n  'body', ARGV[2])\n",
+                    "",
+                ),
+            ),
+            legacy_share=_LEGACY_SHARE,
+        ),
+        Plant(
+            "legacy-session-shared",
+            "the session store reads a legacy session without its owner: another principal's "
+            "token may use it",
+            "legacy_sessions_bound",
+            ("legacy_foreign_session",),
+            session_wrapper=shares_sessions,
+            legacy_share=_LEGACY_SHARE,
         ),
         Plant(
             "pretends-lost-replies",

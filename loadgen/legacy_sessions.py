@@ -1,0 +1,136 @@
+"""Legacy flows that carry a session id the principal may not use: another principal's, or one
+already ended.
+
+Layer: loadgen. Each flow is an ordinary legacy deletion (``loadgen.legacy_clients``: its own
+session, a create, an accepted confirmation) plus one request that must be refused:
+
+    legacy_foreign_session  before its deletion, the flow's principal sends ``tools/call
+                            notes_create`` with the session id of its tenant's other principal
+                            (a live session that principal opened for the purpose)
+    legacy_stale_session    after its deletion and its session's ``DELETE``, the flow sends
+                            ``tools/call notes_create`` on the deleted session
+
+The misuse is recorded as an operation ``session``: invoke ``{principal, tenant, workspace,
+title, node, session, misuse: "foreign" | "stale", owner}`` (``owner``: whose session it is),
+completed ``fail {status: 404}`` when refused as the adapter must (an unknown session and
+another principal's look the same), ``ok``/``fail`` as ``loadgen.clients.classify`` reads any
+other answer, ``info`` when the node could not be reached. Its title is the flow's own plus a
+suffix, so the journal shows whether it created anything (``loadgen.check.legacy``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.clients import classify
+from loadgen.flow_steps import flow_title
+from loadgen.legacy_clients import (
+    LEGACY_CAPABILITIES,
+    LEGACY_VERSION,
+    SESSION_HEADER,
+    LegacyEnv,
+    _create,
+    _delete,
+    _initialize,
+    legacy_request,
+)
+from loadgen.transport import NodeDown, Reply
+
+MISUSE_SUFFIX = " misused"
+"""Appended to the flow's title for the request that carries a session it may not use."""
+
+
+async def run_session_flow(env: LegacyEnv) -> bool:
+    """Run a ``legacy_foreign_session`` or ``legacy_stale_session`` flow; False when its setup
+    did not complete."""
+    if env.kind == "legacy_foreign_session":
+        return await _foreign(env)
+    return await _stale(env)
+
+
+async def _deletion(env: LegacyEnv) -> bool:
+    """The flow's ordinary part on its own session: create a note, delete it with an accept."""
+    title = flow_title(env.tag, env.flow)
+    note = await _create(env, title)
+    if note is None:
+        return False
+    return await _delete(env, title, note)
+
+
+async def _foreign(env: LegacyEnv) -> bool:
+    victim = await _open_session(env, env.foreigner)
+    if victim is None:
+        return False
+    try:
+        if not await _initialize(env):
+            return False
+        try:
+            await _misuse(env, victim, "foreign", env.foreigner)
+            return await _deletion(env)
+        finally:
+            await env.http.delete(env.node(2), env.principal, env.session)
+    finally:
+        await env.http.delete(env.node(3), env.foreigner, victim)
+
+
+async def _stale(env: LegacyEnv) -> bool:
+    if not await _initialize(env):
+        return False
+    try:
+        done = await _deletion(env)
+    finally:
+        await env.http.delete(env.node(2), env.principal, env.session)
+    if not done:
+        return False
+    await _misuse(env, env.session, "stale", env.principal)
+    return True
+
+
+async def _open_session(env: LegacyEnv, principal: str) -> str | None:
+    """A fresh session of ``principal`` (None when it could not be opened)."""
+    params = {
+        "protocolVersion": LEGACY_VERSION,
+        "capabilities": LEGACY_CAPABILITIES,
+        "clientInfo": {"name": "notes-cluster-loadgen-legacy", "version": "0.1"},
+    }
+    try:
+        response = await env.http.post(
+            env.node(3), principal, None, legacy_request("initialize", params)
+        )
+    except NodeDown:
+        return None
+    session = response.headers.get(SESSION_HEADER)
+    return session if response.status_code == 200 and session else None
+
+
+async def _misuse(env: LegacyEnv, session: str, misuse: str, owner: str) -> None:
+    """``tools/call notes_create`` on ``session`` (``owner``'s), recorded as ``session``."""
+    node = env.node(2)
+    title = flow_title(env.tag, env.flow) + MISUSE_SUFFIX
+    invoke: dict[str, Any] = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": env.inbox,
+        "title": title,
+        "node": node,
+        "session": session,
+        "misuse": misuse,
+        "owner": owner,
+    }
+    args = {"workspaceUri": env.inbox, "title": title, "body": f"legacy flow {env.flow}"}
+    message = legacy_request("tools/call", {"name": "notes_create", "arguments": args})
+    env.record(env.process, "invoke", "session", invoke)
+    try:
+        response = await env.http.post(node, env.principal, session, message)
+    except NodeDown as exc:
+        env.record(env.process, "info", "session", {"reason": f"unreachable: {exc}"})
+        return
+    if response.status_code == 404:
+        env.record(env.process, "fail", "session", {"status": 404})
+        return
+    try:
+        body = response.json() if response.content else None
+    except ValueError:
+        body = None
+    out = classify(Reply(response.status_code, body))
+    env.record(env.process, out.type, "session", {**out.value, "status": response.status_code})
