@@ -326,13 +326,10 @@ class LegacyEnv:
 
 
 async def run_legacy_flow(env: LegacyEnv) -> bool:
-    """Run one legacy flow of ``env.kind``; False when its setup (initialize, create, ask)
-    did not complete."""
+    """Run one legacy deletion flow of ``env.kind`` (a kind of ``SESSION_KINDS`` runs through
+    ``loadgen.legacy_sessions.run_any_legacy_flow``); False when its setup (initialize, create,
+    ask) did not complete."""
     env.first_node = env.rng.randrange(env.http.node_count)
-    if env.kind in SESSION_KINDS:
-        from loadgen.legacy_sessions import run_session_flow
-
-        return await run_session_flow(env)
     if not await _initialize(env):
         return False
     try:

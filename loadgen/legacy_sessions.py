@@ -28,11 +28,13 @@ from loadgen.legacy_clients import (
     LEGACY_CAPABILITIES,
     LEGACY_VERSION,
     SESSION_HEADER,
+    SESSION_KINDS,
     LegacyEnv,
     _create,
     _delete,
     _initialize,
     legacy_request,
+    run_legacy_flow,
 )
 from loadgen.transport import NodeDown, Reply
 
@@ -40,9 +42,12 @@ MISUSE_SUFFIX = " misused"
 """Appended to the flow's title for the request that carries a session it may not use."""
 
 
-async def run_session_flow(env: LegacyEnv) -> bool:
-    """Run a ``legacy_foreign_session`` or ``legacy_stale_session`` flow; False when its setup
-    did not complete."""
+async def run_any_legacy_flow(env: LegacyEnv) -> bool:
+    """Run one legacy flow of any kind (``loadgen.legacy_clients.LEGACY_KINDS``); False when its
+    setup did not complete."""
+    if env.kind not in SESSION_KINDS:
+        return await run_legacy_flow(env)
+    env.first_node = env.rng.randrange(env.http.node_count)
     if env.kind == "legacy_foreign_session":
         return await _foreign(env)
     return await _stale(env)

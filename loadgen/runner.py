@@ -21,7 +21,8 @@ from loadgen import tenants as names
 from loadgen.clients import DELIBERATE, Client
 from loadgen.flow_steps import FlowEnv
 from loadgen.history import History, Op
-from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp, run_legacy_flow
+from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, LegacyHttp
+from loadgen.legacy_sessions import run_any_legacy_flow
 from loadgen.states import SealedStates, StateReader
 from loadgen.tally import Tally
 from loadgen.tenants import LOAD_TENANTS, SIDES
@@ -311,7 +312,7 @@ async def run_load(
         frng = random.Random(f"{settings.seed}:{flow}")
         kind = pick_kind(flow)
         if kind in LEGACY_KINDS:
-            ok = await run_legacy_flow(wiring.legacy_env(flow, kind, frng))
+            ok = await run_any_legacy_flow(wiring.legacy_env(flow, kind, frng))
             done(FlowSample(kind, intended, 0.0, ok, "completed" if ok else "setup_failed"))
             return
         env = wiring.flow_env(flow, kind, frng)

@@ -56,8 +56,8 @@ def read_session_facts(
                 out["sessions"][sid] = {"principal": _text(principal), "ttl": ttl}
         elif rest == "inbox":
             answers: dict[str, int] = {}
-            for _, fields in client.xrange(key):
-                f = {_text(a): _text(b) for a, b in fields.items()}
+            for _, fields in client.xrange(key) or ():
+                f = {_text(a): _text(b) for a, b in (fields or {}).items()}
                 if f.get("kind") == "answer":
                     answers[f.get("rid", "")] = answers.get(f.get("rid", ""), 0) + 1
             out["inboxes"][sid] = {"ttl": ttl, "answers": answers}

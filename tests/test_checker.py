@@ -56,6 +56,10 @@ NAMES = {
     "op_records_expire",
     "usage_matches_notes",
     "keyed_retries_marked",
+    "legacy_keys_expire",
+    "legacy_answers_act_once",
+    "legacy_answers_heard",
+    "legacy_sessions_bound",
     "oddities_explained",
 }
 

@@ -25,7 +25,8 @@ from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.check.invariants import check
 from loadgen.check.verdict import CheckResult
 from loadgen.history import History, Op
-from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv, run_legacy_flow
+from loadgen.legacy_clients import LEGACY_KINDS, LegacyEnv
+from loadgen.legacy_sessions import run_any_legacy_flow
 from loadgen.run.pipeline import check_history
 from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
@@ -140,8 +141,9 @@ async def test_a_violation_planted_in_a_legacy_history_is_invalid(
                 tenant="load0",
                 inbox="file:///load/t0/inbox",
                 process=2 * flow,
+                foreigner="u0b",
             )
-            completed[kind] = await run_legacy_flow(env)
+            completed[kind] = await run_any_legacy_flow(env)
 
         async with trio.open_nursery() as nursery:
             for flow, kind in enumerate(LEGACY_KINDS):
@@ -168,7 +170,8 @@ async def test_a_violation_planted_in_a_legacy_history_is_invalid(
     store = StoreAccess(redis_url, key_prefix, tuple(tenants), SIM_REPLAY_GRACE_MS)
     honest = await check_history(history, store)
     assert honest.status == "valid", [v for v in honest.verdicts if v.status != "valid"]
-    assert honest.counts["deletes"] == 3  # plain, cross_node, duplicate (once)
+    # plain, cross_node, duplicate (once), and the two session kinds' own deletions
+    assert honest.counts["deletes"] == 5
     journal, final, replay, end_ms = await trio.to_thread.run_sync(
         _read, redis_url, key_prefix, tenants
     )

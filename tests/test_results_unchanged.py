@@ -17,7 +17,9 @@ joined (the store facts keep operation records and usage counters), the count
 model_maker_told_replay went (the model no longer tolerates a deciding answer told "replay"), and
 the exercised summary says when a 200-flow run lowers the rule of 3 runs per kind; then the
 expectation was written again from a run of this code, when the race kinds replay_after_expiry,
-shared_key and concurrent_updates joined (every count, kind and model row moved with them).
+shared_key and concurrent_updates joined (every count, kind and model row moved with them); the
+verdicts legacy_keys_expire, legacy_answers_act_once, legacy_answers_heard and
+legacy_sessions_bound joined (the store facts keep the legacy session keyspace).
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from loadgen.check import legacy as legacy_check
 from loadgen.check import limits as bounds
 from loadgen.check import reads, writes
-from loadgen.check import legacy as legacy_check
 from loadgen.check import records as records_check
 from loadgen.check.context import (
     INVALID_PARAMS,
@@ -56,8 +56,8 @@ from loadgen.check.verdict import CheckResult, Finding, Verdict, verdict
 from loadgen.history import Op
 
 if TYPE_CHECKING:
-    from loadgen.check.limits import FaultWindow, Limits
     from loadgen.check.legacy import LegacyFacts
+    from loadgen.check.limits import FaultWindow, Limits
     from loadgen.check.records import StoreRecords
     from store.journal import JournalEntry
 

@@ -181,7 +181,10 @@ def check_legacy_answers_heard(ctx: Context) -> Verdict:
                 )
             )
     return verdict(
-        name, f"All {judged} legacy answers taken in time were heard by their call.", bad, []
+        name,
+        f"All {judged} legacy answers taken (202) were judged when posted: none was dropped.",
+        bad,
+        [],
     )
 
 

@@ -37,13 +37,13 @@ from loadgen.tally import Tally, merge
 from loadgen.tenants import principals_of
 from store.api import OP_RECORD_TTL_MS
 from store.client_factory import sync_client
-from store.session_facts import read_session_facts
 from store.journal import (
     list_replay_entries,
     read_final_notes,
     read_journal,
     read_store_records,
 )
+from store.session_facts import read_session_facts
 
 T = TypeVar("T")
 

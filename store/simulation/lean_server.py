@@ -126,8 +126,8 @@ def _b(value: str | bytes | int) -> bytes:
 
 class LeanSyncClient:
     """The redis-py calls the check makes, answered as redis-py answers them: ``scan_iter``,
-    ``xrange``, ``hget``, ``hmget``, ``hgetall``, ``get``, ``pttl``, ``zcard``, ``time``, ``delete``,
-    ``pipeline``."""
+    ``xrange``, ``hget``, ``hmget``, ``hgetall``, ``get``, ``pttl``, ``zcard``, ``time``,
+    ``delete``, ``pipeline``."""
 
     def __init__(self, redis: LeanRedis, *, decode_responses: bool) -> None:
         self._redis = redis
