@@ -28,6 +28,8 @@ Node choice (a balancer without affinity). Each flow draws a node ``r``: ``initi
                        session id of the tenant's other principal (``loadgen.legacy_sessions``)
     legacy_stale_session    a plain accept, then a ``notes_create`` on the flow's own session
                        after its DELETE
+    legacy_evicted     a session opened, then the per-principal cap's worth more, then a
+                       ``notes_create`` on the first (evicted)
 
 Recording. The ``confirm`` of the first answer POST completes with the call's final result from
 the stream (``ok``/``fail`` as modern; ``info`` if the stream broke or timed out), or ``fail``
@@ -71,9 +73,10 @@ LEGACY_KINDS: tuple[str, ...] = (
     "legacy_cancel",
     "legacy_foreign_session",
     "legacy_stale_session",
+    "legacy_evicted",
 )
 
-SESSION_KINDS = frozenset({"legacy_foreign_session", "legacy_stale_session"})
+SESSION_KINDS = frozenset({"legacy_foreign_session", "legacy_stale_session", "legacy_evicted"})
 """The legacy kinds that misuse a session id (``loadgen.legacy_sessions``)."""
 
 LEGACY_VERSION = "2025-11-25"

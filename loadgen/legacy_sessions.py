@@ -1,5 +1,5 @@
-"""Legacy flows that carry a session id the principal may not use: another principal's, or one
-already ended.
+"""Legacy flows that carry a session id the principal may not use: another principal's, one
+already ended, or one ended by the per-principal session cap.
 
 Layer: loadgen. Each flow is an ordinary legacy deletion (``loadgen.legacy_clients``: its own
 session, a create, an accepted confirmation) plus one request that must be refused:
@@ -9,10 +9,20 @@ session, a create, an accepted confirmation) plus one request that must be refus
                             (a live session that principal opened for the purpose)
     legacy_stale_session    after its deletion and its session's ``DELETE``, the flow sends
                             ``tools/call notes_create`` on the deleted session
+    legacy_evicted          the flow opens a session, then ``SESSIONS_PER_PRINCIPAL`` more of
+                            the same principal (the cap: the first one is evicted, ended by the
+                            node), then sends ``tools/call notes_create`` on the first; it
+                            deletes nothing, and ends the sessions it opened
+
+Eviction flows run as the tenant's second principal (side ``b``) and every other legacy flow as
+its first (``loadgen.runner``): the cap evicts a principal's oldest sessions, so an eviction
+flow ends only sessions of its own principal that are not waiting for anything (another eviction
+flow's, or a ``legacy_foreign_session`` flow's victim session, whose misuse is then refused all
+the same), never a deletion flow's.
 
 The misuse is recorded as an operation ``session``: invoke ``{principal, tenant, workspace,
-title, node, session, misuse: "foreign" | "stale", owner}`` (``owner``: whose session it is),
-completed ``fail {status: 404}`` when refused as the adapter must (an unknown session and
+title, node, session, misuse: "foreign" | "stale" | "evicted", owner}`` (``owner``: whose
+session it is), completed ``fail {status: 404}`` when refused as the adapter must (an unknown session and
 another principal's look the same), ``ok``/``fail`` as ``loadgen.clients.classify`` reads any
 other answer, ``info`` when the node could not be reached. Its title is the flow's own plus a
 suffix, so the journal shows whether it created anything (``loadgen.check.legacy``).
@@ -37,6 +47,10 @@ from loadgen.legacy_clients import (
     run_legacy_flow,
 )
 from loadgen.transport import NodeDown, Reply
+from nodes.config import LegacyCaps
+
+SESSIONS_PER_PRINCIPAL = LegacyCaps().sessions_per_principal
+"""The nodes' per-principal session cap (the default a simulation's nodes run with)."""
 
 MISUSE_SUFFIX = " misused"
 """Appended to the flow's title for the request that carries a session it may not use."""
@@ -50,6 +64,8 @@ async def run_any_legacy_flow(env: LegacyEnv) -> bool:
     env.first_node = env.rng.randrange(env.http.node_count)
     if env.kind == "legacy_foreign_session":
         return await _foreign(env)
+    if env.kind == "legacy_evicted":
+        return await _evicted(env)
     return await _stale(env)
 
 
@@ -89,6 +105,24 @@ async def _stale(env: LegacyEnv) -> bool:
         return False
     await _misuse(env, env.session, "stale", env.principal)
     return True
+
+
+async def _evicted(env: LegacyEnv) -> bool:
+    first = await _open_session(env, env.principal)
+    if first is None:
+        return False
+    later: list[str] = []
+    try:
+        for _ in range(SESSIONS_PER_PRINCIPAL):
+            opened = await _open_session(env, env.principal)
+            if opened is None:
+                return False
+            later.append(opened)
+        await _misuse(env, first, "evicted", env.principal)
+        return True
+    finally:
+        for k, session in enumerate([first, *later]):
+            await env.http.delete(env.node(k), env.principal, session)
 
 
 async def _open_session(env: LegacyEnv, principal: str) -> str | None:

@@ -245,10 +245,13 @@ class _Wiring:
         )
 
     def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:
-        """A legacy flow's environment (the same draws as ``flow_env``)."""
+        """A legacy flow's environment (the same draws as ``flow_env``): the tenant's first
+        principal, or its second for a ``legacy_evicted`` flow, whose sessions past the cap
+        evict only that principal's (``loadgen.legacy_sessions``)."""
         assert self.legacy is not None
         t = frng.randrange(self.settings.tenants)
-        side = frng.choice(SIDES)
+        frng.choice(SIDES)
+        side = SIDES[1] if kind == "legacy_evicted" else SIDES[0]
         return LegacyEnv(
             flow=flow,
             kind=kind,

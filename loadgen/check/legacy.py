@@ -17,9 +17,9 @@ Layer: loadgen.check. Pure module: no I/O, no node code. Four verdicts for
   Redis-clock estimate at the 202) could have been told "executed" then; a call that instead
   ends saying it heard no answer in time dropped it. (Judged when the call ends, such an answer
   looks expired: the call waits out the state's lifetime.)
-- ``legacy_sessions_bound``: a request carrying another principal's session id, or the id of
-  a session already deleted, is refused as an unknown session (404) and creates nothing: the
-  journal holds no note of its title.
+- ``legacy_sessions_bound``: a request carrying another principal's session id, the id of a
+  session already deleted, or of one the per-principal cap evicted, is refused as an unknown
+  session (404) and creates nothing: the journal holds no note of its title.
 
 Without ``LegacyFacts`` (a synthetic history, a folder written before the facts held them) the
 first two say "Not checked" of the store's side, as ``op_records_expire`` does.
@@ -182,7 +182,7 @@ def check_legacy_answers_heard(ctx: Context) -> Verdict:
             )
     return verdict(
         name,
-        f"All {judged} legacy answers taken (202) were judged when posted: none was dropped.",
+        f"All {judged} legacy answers a node took were judged when posted: none was dropped.",
         bad,
         [],
     )
@@ -200,7 +200,9 @@ def check_legacy_sessions_bound(ctx: Context) -> Verdict:
             continue
         n += 1
         misuse, sid = c.v.get("misuse"), c.v.get("session")
-        whose = f"{c.v.get('owner')}'s" if misuse == "foreign" else "a deleted"
+        whose = {"foreign": f"{c.v.get('owner')}'s", "evicted": "an evicted"}.get(
+            str(misuse), "a deleted"
+        )
         what = f"[{c.invoke.kind}] the request at {c.invoke.index} carrying {whose} session {sid}"
         if (str(c.v.get("tenant", "")), str(c.v.get("title", ""))) in created:
             bad.append(Finding(f"{what} created a note", c.indices))
