@@ -22,10 +22,10 @@ the same), never a deletion flow's.
 
 The misuse is recorded as an operation ``session``: invoke ``{principal, tenant, workspace,
 title, node, session, misuse: "foreign" | "stale" | "evicted", owner}`` (``owner``: whose
-session it is), completed ``fail {status: 404}`` when refused as the adapter must (an unknown session and
-another principal's look the same), ``ok``/``fail`` as ``loadgen.clients.classify`` reads any
-other answer, ``info`` when the node could not be reached. Its title is the flow's own plus a
-suffix, so the journal shows whether it created anything (``loadgen.check.legacy``).
+session it is), completed ``fail {status: 404}`` when refused as the adapter must (an unknown
+session and another principal's look the same), ``ok``/``fail`` as ``loadgen.clients.classify``
+reads any other answer, ``info`` when the node could not be reached. Its title is the flow's
+own plus a suffix, so the journal shows whether it created anything (``loadgen.check.legacy``).
 """
 
 from __future__ import annotations
