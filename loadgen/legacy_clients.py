@@ -30,6 +30,9 @@ Node choice (a balancer without affinity). Each flow draws a node ``r``: ``initi
                        after its DELETE
     legacy_evicted     a session opened, then the per-principal cap's worth more, then a
                        ``notes_create`` on the first (evicted)
+    legacy_roots       a session declaring roots (the tenant's root); between the elicitation
+                       and the accept the roots change to include a root over ungranted
+                       workspaces too; then a ``notes_create`` in an ungranted workspace
 
 Recording. The ``confirm`` of the first answer POST completes with the call's final result from
 the stream (``ok``/``fail`` as modern; ``info`` if the stream broke or timed out), or ``fail``
@@ -74,9 +77,12 @@ LEGACY_KINDS: tuple[str, ...] = (
     "legacy_foreign_session",
     "legacy_stale_session",
     "legacy_evicted",
+    "legacy_roots",
 )
 
-SESSION_KINDS = frozenset({"legacy_foreign_session", "legacy_stale_session", "legacy_evicted"})
+SESSION_KINDS = frozenset(
+    {"legacy_foreign_session", "legacy_stale_session", "legacy_evicted", "legacy_roots"}
+)
 """The legacy kinds that misuse a session id (``loadgen.legacy_sessions``)."""
 
 LEGACY_VERSION = "2025-11-25"
@@ -92,6 +98,9 @@ candidates}`` of its sealed state, which this node adds for harnesses that recor
 
 LEGACY_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}}
 """Declared once, at ``initialize``: form elicitation only (no roots, so no ``roots/list``)."""
+
+ROOTS_CAPABILITIES: dict[str, Any] = {**LEGACY_CAPABILITIES, "roots": {"listChanged": True}}
+"""Declared by a ``legacy_roots`` flow: its calls ask it for its roots (``LegacyEnv.roots``)."""
 
 HTTP_POOL = 256
 """Connections the legacy clients keep to the nodes (each flow holds a stream and POSTs too)."""
@@ -303,6 +312,8 @@ class LegacyEnv:
     redis_offset_ms: int = 0
     """The Redis clock minus the wall clock (``redis_now_ms``)."""
     session: str = ""
+    roots: list[str] | None = None
+    """The roots this client lists when a node asks (None: it declares no roots capability)."""
     tag: str = "run"
     """The run's tag, in the flow's title (``workload.flow_title``)."""
     sent: dict[tuple[int, str], Op] = field(default_factory=dict)
@@ -346,9 +357,10 @@ async def run_legacy_flow(env: LegacyEnv) -> bool:
 
 
 async def _initialize(env: LegacyEnv) -> bool:
+    capabilities = LEGACY_CAPABILITIES if env.roots is None else ROOTS_CAPABILITIES
     params = {
         "protocolVersion": LEGACY_VERSION,
-        "capabilities": LEGACY_CAPABILITIES,
+        "capabilities": capabilities,
         "clientInfo": {"name": "notes-cluster-loadgen-legacy", "version": "0.1"},
     }
     try:
@@ -425,13 +437,28 @@ async def _delete(env: LegacyEnv, title: str, note: str) -> bool:
     return True
 
 
+async def answer_roots(env: LegacyEnv, message: dict[str, Any]) -> bool:
+    """Answer a node's ``roots/list`` request with ``env.roots``; False for another message
+    (or a client without roots)."""
+    if message.get("method") != "roots/list" or env.roots is None or "id" not in message:
+        return False
+    roots = [{"uri": uri, "name": uri.rsplit("/", 1)[-1]} for uri in env.roots]
+    body = {"jsonrpc": "2.0", "id": message["id"], "result": {"roots": roots}}
+    with suppress(NodeDown):
+        await env.http.post(env.node(3), env.principal, env.session, body)
+    return True
+
+
 async def _first_ask(env: LegacyEnv, stream: Messages) -> Asked | None:
-    """Complete the ask with the stream's first message."""
-    try:
-        message = await stream.next()
-    except StreamEnded as exc:
-        env.record(env.process, "info", "ask", {"reason": f"stream: {exc}"})
-        return None
+    """Complete the ask with the stream's first message (past the roots it was asked for)."""
+    while True:
+        try:
+            message = await stream.next()
+        except StreamEnded as exc:
+            env.record(env.process, "info", "ask", {"reason": f"stream: {exc}"})
+            return None
+        if not await answer_roots(env, message):
+            break
     asked = asked_of(message)
     if asked is not None:
         env.record(env.process, "ok", "ask", {**REASK_VALUE, **asked.facts()})
@@ -439,6 +466,19 @@ async def _first_ask(env: LegacyEnv, stream: Messages) -> Asked | None:
     out = _outcome(message) if "method" not in message else Outcome("info", {"reason": "request"})
     env.record(env.process, out.type, "ask", out.value)
     return None
+
+
+WIDE_ROOT = "file:///load"
+"""A root above every load tenant's workspaces: it covers workspaces the principal is not
+granted (roots only narrow what a principal may touch, never widen it)."""
+
+
+async def change_roots(env: LegacyEnv, roots: list[str]) -> None:
+    """List ``roots`` from now on, and tell the session (``notifications/roots/list_changed``)."""
+    env.roots = roots
+    changed = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
+    with suppress(NodeDown):
+        await env.http.post(env.node(0), env.principal, env.session, changed)
 
 
 def _answer_body(action: str, note: str | None, yes: bool) -> dict[str, Any]:
@@ -461,6 +501,8 @@ async def _answer_flow(
     if kind == "legacy_cancel":
         await _answer(env, stream, stream_node, asked, [env.node(2)], "cancel", None, True)
         return
+    if kind == "legacy_roots" and env.roots is not None:
+        await change_roots(env, [*env.roots, WIDE_ROOT])
     if kind == "legacy_plain":
         nodes = [stream_node]
     elif kind == "legacy_duplicate":
@@ -542,6 +584,8 @@ async def _result(
             return None
         if "method" in message and "id" not in message:
             continue  # a notification (cancelled, elicitation/complete): not the result
+        if await answer_roots(env, message):
+            continue
         asked = asked_of(message)
         if asked is not None:
             env.record(env.process, "ok", "confirm", {**REASK_VALUE, **asked.facts(), **posted})

@@ -9,6 +9,11 @@ session, a create, an accepted confirmation) plus one request that must be refus
                             (a live session that principal opened for the purpose)
     legacy_stale_session    after its deletion and its session's ``DELETE``, the flow sends
                             ``tools/call notes_create`` on the deleted session
+    legacy_roots            the note is created on a plain session; a second session declares
+                            roots (the tenant's root, listed when a call asks) and deletes it,
+                            its roots changing mid-call (``roots/list_changed``) to add a root
+                            over workspaces nobody is granted; then that session sends
+                            ``tools/call notes_create`` in one of those (``UNGRANTED``)
     legacy_evicted          the flow opens a session, then ``SESSIONS_PER_PRINCIPAL`` more of
                             the same principal (the cap: the first one is evicted, ended by the
                             node), then sends ``tools/call notes_create`` on the first; it
@@ -21,9 +26,10 @@ flow's, or a ``legacy_foreign_session`` flow's victim session, whose misuse is t
 the same), never a deletion flow's.
 
 The misuse is recorded as an operation ``session``: invoke ``{principal, tenant, workspace,
-title, node, session, misuse: "foreign" | "stale" | "evicted", owner}`` (``owner``: whose
-session it is), completed ``fail {status: 404}`` when refused as the adapter must (an unknown
-session and another principal's look the same), ``ok``/``fail`` as ``loadgen.clients.classify``
+title, node, session, misuse: "foreign" | "stale" | "evicted" | "ungranted_root", owner}``
+(``owner``: whose session it is), completed ``fail {status: 404}`` when refused as the adapter
+must (an unknown session and another principal's look the same; an ungranted workspace is
+refused on the call's own answer), ``ok``/``fail`` as ``loadgen.clients.classify``
 reads any other answer, ``info`` when the node could not be reached. Its title is the flow's
 own plus a suffix, so the journal shows whether it created anything (``loadgen.check.legacy``).
 """
@@ -39,10 +45,15 @@ from loadgen.legacy_clients import (
     LEGACY_VERSION,
     SESSION_HEADER,
     SESSION_KINDS,
+    WIDE_ROOT,
     LegacyEnv,
+    Messages,
+    StreamEnded,
     _create,
     _delete,
     _initialize,
+    _outcome,
+    answer_roots,
     legacy_request,
     run_legacy_flow,
 )
@@ -51,6 +62,9 @@ from nodes.config import LegacyCaps
 
 SESSIONS_PER_PRINCIPAL = LegacyCaps().sessions_per_principal
 """The nodes' per-principal session cap (the default a simulation's nodes run with)."""
+
+UNGRANTED = f"{WIDE_ROOT}/ungranted/inbox"
+"""A workspace under the wide root that no principal is granted."""
 
 MISUSE_SUFFIX = " misused"
 """Appended to the flow's title for the request that carries a session it may not use."""
@@ -66,6 +80,8 @@ async def run_any_legacy_flow(env: LegacyEnv) -> bool:
         return await _foreign(env)
     if env.kind == "legacy_evicted":
         return await _evicted(env)
+    if env.kind == "legacy_roots":
+        return await _roots(env)
     return await _stale(env)
 
 
@@ -105,6 +121,67 @@ async def _stale(env: LegacyEnv) -> bool:
         return False
     await _misuse(env, env.session, "stale", env.principal)
     return True
+
+
+async def _roots(env: LegacyEnv) -> bool:
+    title = flow_title(env.tag, env.flow)
+    if not await _initialize(env):
+        return False
+    try:
+        note = await _create(env, title)
+    finally:
+        await env.http.delete(env.node(2), env.principal, env.session)
+    if note is None:
+        return False
+    env.roots = [env.inbox.rsplit("/", 1)[0]]
+    if not await _initialize(env):
+        return False
+    try:
+        if not await _delete(env, title, note):
+            return False
+        await _ungranted(env)
+        return True
+    finally:
+        await env.http.delete(env.node(2), env.principal, env.session)
+
+
+async def _ungranted(env: LegacyEnv) -> None:
+    """``tools/call notes_create`` in ``UNGRANTED``, inside the session's roots; recorded as
+    ``session`` (misuse ``ungranted_root``)."""
+    node = env.node(2)
+    title = flow_title(env.tag, env.flow) + MISUSE_SUFFIX
+    invoke: dict[str, Any] = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": UNGRANTED,
+        "title": title,
+        "node": node,
+        "session": env.session,
+        "misuse": "ungranted_root",
+        "owner": env.principal,
+        "roots": list(env.roots or ()),
+    }
+    args = {"workspaceUri": UNGRANTED, "title": title, "body": f"legacy flow {env.flow}"}
+    message = legacy_request("tools/call", {"name": "notes_create", "arguments": args})
+    env.record(env.process, "invoke", "session", invoke)
+    try:
+        async with env.http.call(node, env.principal, env.session, message) as stream:
+            reply = await _final(env, stream)
+    except (NodeDown, StreamEnded) as exc:
+        env.record(env.process, "info", "session", {"reason": f"unreachable: {exc}"})
+        return
+    out = _outcome(reply)
+    env.record(env.process, out.type, "session", {**out.value, "status": reply["_status"]})
+
+
+async def _final(env: LegacyEnv, stream: Messages) -> dict[str, Any]:
+    """The call's response, past the roots requests it made (answered)."""
+    while True:
+        message = await stream.next()
+        if "method" in message and "id" not in message:
+            continue
+        if not await answer_roots(env, message):
+            return message
 
 
 async def _evicted(env: LegacyEnv) -> bool:

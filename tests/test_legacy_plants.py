@@ -29,36 +29,41 @@ LEGACY_PLANTS = sorted(name for name, p in PLANTS.items() if p.legacy_share > 0)
 
 
 @cache
-def run(name: str | None) -> tuple[CheckResult, dict[int, str]]:
+def run(name: str | None) -> tuple[CheckResult, dict[int, str], set[str]]:
     """One real-time run with plant ``name`` (None: the control), memoised per session: its
-    verdicts and each history index's race kind."""
+    verdicts, each history index's race kind, and the session misuses it sent."""
     share = LEGACY_SHARE if name is None else plant(name).legacy_share
     settings = RunSettings(flows=FLOWS, seed=SEED, tenants=tenants_for(FLOWS), legacy_share=share)
     ran = trio.run(simulate, SimulateOptions(plant=name, settings=settings))
     print(f"plant {name}: seed {SEED}, {ran.result.status}")
-    return ran.result, {op.index: op.kind for op in ran.history.ops}
+    ops = ran.history.ops
+    misuses = {str(op.value["misuse"]) for op in ops if op.f == "session" and op.type == "invoke"}
+    return ran.result, {op.index: op.kind for op in ops}, misuses
 
 
 def test_the_control_is_valid() -> None:
-    result, _ = run(None)
+    result, _, _ = run(None)
     assert result.status == "valid", [v for v in result.verdicts if v.status != "valid"]
     names = {v.name for v in result.verdicts}
     for invariant in {plant(n).invariant for n in LEGACY_PLANTS}:
         assert invariant in names
 
 
-def test_every_legacy_kind_is_a_kind_of_the_control() -> None:
-    result, _ = run(None)
+def test_the_control_exercises_every_legacy_kind_and_session_misuse() -> None:
+    result, kind_at, misuses = run(None)
     exercised = next(v for v in result.verdicts if v.name == "exercised")
     assert exercised.status == "valid", exercised.summary
-    assert {"legacy_foreign_session", "legacy_stale_session"} <= set(LEGACY_KINDS)
+    assert set(LEGACY_KINDS) <= set(kind_at.values())
+    assert misuses == {"foreign", "stale", "evicted", "ungranted_root"}
+    bound = next(v for v in result.verdicts if v.name == "legacy_sessions_bound")
+    assert bound.status == "valid", bound.summary
 
 
 @pytest.mark.planted(control="test_the_control_is_valid")
 @pytest.mark.parametrize("name", LEGACY_PLANTS)
 def test_every_legacy_plant_is_caught_naming_its_invariant(name: str) -> None:
     p = plant(name)
-    result, kind_at = run(name)
+    result, kind_at, _ = run(name)
     v = next(v for v in result.verdicts if v.name == p.invariant)
     assert result.status == "invalid"
     assert v.status == "invalid", f"plant {name} missed: {v.summary}"

@@ -19,7 +19,9 @@ Layer: loadgen.check. Pure module: no I/O, no node code. Four verdicts for
   looks expired: the call waits out the state's lifetime.)
 - ``legacy_sessions_bound``: a request carrying another principal's session id, the id of a
   session already deleted, or of one the per-principal cap evicted, is refused as an unknown
-  session (404) and creates nothing: the journal holds no note of its title.
+  session (404) and creates nothing: the journal holds no note of its title. A session's roots
+  only narrow what its principal may touch: a create in a workspace its roots cover but nobody
+  is granted is refused too (an error or an ``isError`` result), creating nothing.
 
 Without ``LegacyFacts`` (a synthetic history, a folder written before the facts held them) the
 first two say "Not checked" of the store's side, as ``op_records_expire`` does.
@@ -200,12 +202,18 @@ def check_legacy_sessions_bound(ctx: Context) -> Verdict:
             continue
         n += 1
         misuse, sid = c.v.get("misuse"), c.v.get("session")
-        whose = {"foreign": f"{c.v.get('owner')}'s", "evicted": "an evicted"}.get(
-            str(misuse), "a deleted"
-        )
+        whose = {
+            "foreign": f"{c.v.get('owner')}'s",
+            "evicted": "an evicted",
+            "ungranted_root": "its own",
+        }.get(str(misuse), "a deleted")
         what = f"[{c.invoke.kind}] the request at {c.invoke.index} carrying {whose} session {sid}"
         if (str(c.v.get("tenant", "")), str(c.v.get("title", ""))) in created:
             bad.append(Finding(f"{what} created a note", c.indices))
+        elif misuse == "ungranted_root":
+            if c.outcome == "ok" and not c.result.get("isError"):
+                served = f"{what} was served in a workspace nobody is granted"
+                bad.append(Finding(served, c.indices))
         elif c.outcome == "ok" or (c.outcome == "fail" and c.result.get("status") != 404):
             status = c.result.get("status")
             bad.append(
