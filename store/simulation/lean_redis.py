@@ -32,12 +32,12 @@ import lupa.lua51 as lua51
 MAX_ID = (1 << 64) - 1
 
 Reply = Any
-"""A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``list``, ``Status``,
+"""A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``list``, ``SimpleString``,
 ``Error``."""
 
 
-class Status(bytes):
-    """A status reply (``+OK``)."""
+class SimpleString(bytes):
+    """A simple-string reply (``+OK``): RESP's status reply."""
 
 
 class Error(Exception):
@@ -168,7 +168,7 @@ class LeanRedis:
             b"TIME": self._time,
             b"XADD": self._xadd,
             b"XRANGE": self._xrange,
-            b"PING": lambda _: Status(b"PONG"),
+            b"PING": lambda _: SimpleString(b"PONG"),
             b"ROLE": lambda _: [b"master", 0, []],  # one server, never a replica
         }
         self._top: dict[bytes, Callable[[list[bytes]], Reply]] = {
@@ -296,7 +296,7 @@ class LeanRedis:
         if self._lua_type(value) == "table":
             ok = value[b"ok"]
             if ok is not None:
-                return Status(ok)
+                return SimpleString(ok)
             err = value[b"err"]
             if err is not None:
                 return Error(err.decode("utf-8", "replace"))
@@ -338,7 +338,7 @@ class LeanRedis:
             return False
         if type(reply) is list:
             return self._table([self._to_lua(r) for r in reply])
-        if type(reply) is Status:
+        if type(reply) is SimpleString:
             return self._table({b"ok": bytes(reply)})
         return reply
 
@@ -404,12 +404,12 @@ class LeanRedis:
         value: bytes | None = self._typed(args[1], bytes)
         return value
 
-    def _set(self, args: list[bytes]) -> Status:
+    def _set(self, args: list[bytes]) -> SimpleString:
         if len(args) != 3:
             raise Error("ERR lean store: SET takes no options here")
         self.data[args[1]] = bytes(args[2])
         self.expires.pop(args[1], None)
-        return Status(b"OK")
+        return SimpleString(b"OK")
 
     # -- hashes ----------------------------------------------------------------------------------
 
@@ -564,7 +564,7 @@ class LeanRedis:
 
 def encode(reply: Reply) -> bytes:
     """``reply`` as RESP2 bytes (what a server would write)."""
-    if type(reply) is Status:
+    if type(reply) is SimpleString:
         return b"+" + bytes(reply) + b"\r\n"
     if isinstance(reply, Error):
         return b"-" + reply.text.encode() + b"\r\n"
@@ -581,7 +581,7 @@ def encode(reply: Reply) -> bytes:
 
 def decoded(reply: Reply, error: Callable[[str], Exception]) -> Any:
     """``reply`` as ``store.resp.RespCore`` (hiredis, UTF-8) would hand it to the client."""
-    if type(reply) is bytes or type(reply) is Status:
+    if type(reply) is bytes or type(reply) is SimpleString:
         return reply.decode("utf-8")
     if type(reply) is list:
         return [decoded(r, error) for r in reply]
