@@ -365,7 +365,7 @@ class LegacyHandler(Protocol):
         """Whether the request is a legacy one (``message`` is None for a DELETE)."""
         ...
 
-    async def serve(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
+    async def respond(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
         """Answer the request through ``send`` (possibly streaming)."""
         ...
 
@@ -486,7 +486,7 @@ class StreamableHTTPApp:
 
         assert self.legacy is not None
         try:
-            await self.legacy.serve(request, receive, tracked)
+            await self.legacy.respond(request, receive, tracked)
         except Exception:
             log.exception("unexpected error answering a legacy request")
             if not status:
