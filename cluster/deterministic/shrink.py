@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.deterministic.run import (
-    DeterministicSimulation,
+    DeterministicRun,
     options_from_json,
     read_settings,
     run_deterministic,
@@ -122,9 +122,7 @@ def options_of(case: Candidate, original: SimulateOptions) -> SimulateOptions:
     )
 
 
-def run_case(
-    case: Candidate, original: SimulateOptions, run_dir: Path | None
-) -> DeterministicSimulation:
+def run_case(case: Candidate, original: SimulateOptions, run_dir: Path | None) -> DeterministicRun:
     """One deterministic run of ``case`` (into ``run_dir``, or checked in memory)."""
     return run_deterministic(
         replace(options_of(case, original), run_dir=run_dir),
@@ -133,7 +131,7 @@ def run_case(
     )
 
 
-def invalid_names(sim: DeterministicSimulation) -> set[str]:
+def invalid_names(sim: DeterministicRun) -> set[str]:
     """The invariants a run found invalid."""
     return {v.name for v in sim.result.verdicts if v.status == "invalid"}
 
@@ -164,7 +162,7 @@ class Shrunk:
     """A finished shrink: the search's result and the minimal case's run."""
 
     found: ShrinkResult
-    sim: DeterministicSimulation
+    sim: DeterministicRun
     out: Path
     replay: str
     """The command that replays the minimal case."""
