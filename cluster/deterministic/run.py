@@ -36,7 +36,7 @@ from cluster.targets.in_process import (
     SIM_REPLAY_GRACE_MS,
     STORE_SEAM_KINDS,
     InProcessTarget,
-    Nodes,
+    NodesSpec,
     StoreNemeses,
     scripts_loaded,
     sim_limits,
@@ -213,7 +213,7 @@ def settings_json(
 
 @asynccontextmanager
 async def open_deterministic_target(
-    spec: Nodes,
+    spec: NodesSpec,
     plan: RunSettings,
     url: str,
     clocks: NodeClocks | None,
