@@ -27,7 +27,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nodes.http import ASGIApp, Receive, Scope, Send, StreamableHTTPApp, make_app
+from nodes.http import ASGIApp, ASGIScope, Receive, Send, StreamableHTTPApp, make_app
 from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.logging_setup import configure_logging
 from nodes.metrics import NodeMetrics, metered
@@ -93,7 +93,7 @@ class NodeApp:
         self.on_build: list[Callable[[StreamableHTTPApp], None]] = []
         """Called with the HTTP app once built (before serving): a place to add routes."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         served = self.served
         if served is not None and scope["type"] == "http":
             await served(scope, receive, send)
@@ -105,7 +105,7 @@ class NodeApp:
             # A server without lifespan support never started the node.
             await _plain_answer(send, 503, b"node not started")
 
-    async def serve_metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def serve_metrics(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         """A request on the metrics port, handed over by the server
         (``NodeOptions.server_routes_metrics_port``): the metrics, at any path."""
         if scope["type"] != "http":
