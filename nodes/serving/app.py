@@ -86,7 +86,7 @@ class NodeApp:
         """The node's HTTP app, once started."""
         self.served: ASGIApp | None = None
         """What requests go to: ``http`` inside the operator's middleware (health, metrics)."""
-        self.operations: OperatorEndpoints | None = None
+        self.operator: OperatorEndpoints | None = None
         self.metrics_app: ASGIApp | None = None
         """What ``serve_metrics`` serves, once started with a metrics port."""
         self._stack = AsyncExitStack()
@@ -119,8 +119,8 @@ class NodeApp:
     async def drain(self) -> None:
         """The server has stopped accepting: ``/readyz`` answers 503 from now on, and legacy
         streams end."""
-        if self.operations is not None:
-            self.operations.readiness.draining = True
+        if self.operator is not None:
+            self.operator.readiness.draining = True
         if self.http is not None:
             await self.http.drain()
 
@@ -136,7 +136,7 @@ class NodeApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                self.served = self.http = self.operations = self.metrics_app = None
+                self.served = self.http = self.operator = self.metrics_app = None
                 await self._stack.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -169,7 +169,7 @@ class NodeApp:
         legacy = await stack.enter_async_context(
             open_legacy_adapter(node, sessions, o.legacy_limits)
         )
-        operations = stack.enter_context(
+        operator = stack.enter_context(
             with_operator_endpoints(node, store.check_ready, metrics, o.ops, legacy)
         )
         http = make_app(
@@ -181,10 +181,10 @@ class NodeApp:
         )
         for hook in self.on_build:
             hook(http)
-        self.operations = operations
+        self.operator = operator
         self.http = http
-        self.served = operations.wrap(http, route_metrics_port=not o.server_routes_metrics_port)
-        self.metrics_app = operations.metrics_endpoint()
+        self.served = operator.wrap(http, route_metrics_port=not o.server_routes_metrics_port)
+        self.metrics_app = operator.metrics_endpoint()
         log.info("node %s serving, store %s", o.node_id, "embedded" if o.embedded else "Redis")
 
 
