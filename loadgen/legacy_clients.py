@@ -457,13 +457,19 @@ async def _first_ask(env: LegacyEnv, stream: Messages) -> Asked | None:
         except StreamEnded as exc:
             env.record(env.process, "info", "ask", {"reason": f"stream: {exc}"})
             return None
+        if "method" in message and "id" not in message:
+            continue  # a notification: not the question
         if not await answer_roots(env, message):
             break
     asked = asked_of(message)
     if asked is not None:
         env.record(env.process, "ok", "ask", {**REASK_VALUE, **asked.facts()})
         return asked
-    out = _outcome(message) if "method" not in message else Outcome("info", {"reason": "request"})
+    if "method" in message:
+        unexpected = {"reason": "request", "method": str(message["method"])}
+        env.record(env.process, "info", "ask", {**unexpected, "message": _brief(message)})
+        return None
+    out = _outcome(message)
     env.record(env.process, out.type, "ask", out.value)
     return None
 
@@ -479,6 +485,11 @@ async def change_roots(env: LegacyEnv, roots: list[str]) -> None:
     changed = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
     with suppress(NodeDown):
         await env.http.post(env.node(0), env.principal, env.session, changed)
+
+
+def _brief(message: dict[str, Any]) -> str:
+    """A request the client did not expect, cut short for the history."""
+    return json.dumps(message, separators=(",", ":"))[:400]
 
 
 def _answer_body(action: str, note: str | None, yes: bool) -> dict[str, Any]:

@@ -18,8 +18,10 @@ import trio
 from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.check.verdict import CheckResult
 from loadgen.legacy_clients import LEGACY_KINDS
+from loadgen.legacy_sessions import SESSIONS_PER_PRINCIPAL
 from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
+from nodes.config import LegacyCaps
 from store.simulation.plants import PLANTS, plant
 
 SEED = 11
@@ -70,6 +72,10 @@ def test_every_legacy_plant_is_caught_naming_its_invariant(name: str) -> None:
     if v.ops:  # a marker's TTL names no operation
         kinds = {kind_at[i] for i in v.ops}
         assert set(p.kinds) <= kinds, f"{name}: evidence from {sorted(kinds)}"
+
+
+def test_an_eviction_flow_opens_the_nodes_cap_of_sessions() -> None:
+    assert LegacyCaps().sessions_per_principal == SESSIONS_PER_PRINCIPAL
 
 
 def test_the_legacy_plants_cover_the_legacy_invariants() -> None:
