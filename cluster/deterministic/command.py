@@ -99,6 +99,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     else:
         seed = params["seed"]
         planted_faults: frozenset[Any] = frozenset()
+        legacy_share = params["legacy_share"]
         if plant_name is not None:
             from store.simulation.plants import plant
 
@@ -106,6 +107,8 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
                 needs = ",".join(sorted(plant(plant_name).faults))
             except ValueError as exc:
                 raise click.UsageError(f"--plant: {exc}") from None
+            # A legacy plant shows only in legacy flows: its run takes its share of them.
+            legacy_share = max(legacy_share, plant(plant_name).legacy_share)
             planted_faults = parse_fault_kinds(needs, embedded=True) if needs else frozenset()
             seed = PLANT_SEED if seed is None else seed
         if seed is None:
@@ -121,7 +124,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
                 concurrency=params["concurrency"],
                 rate=params["rate"],
                 seed=seed,
-                legacy_share=params["legacy_share"],
+                legacy_share=legacy_share,
                 tenants=tenants_for(flows),
             ),
             faults=parse_fault_kinds(params["fault_kinds"], embedded=True) | planted_faults,
