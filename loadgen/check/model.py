@@ -29,6 +29,9 @@ A legacy (2025-11-25) client never sees a requestState, so the adapter tells it 
 state with an ``isError`` result ("The request expired before it completed", or "No answer from
 the client in time" when its answer reached the call only past the state's lifetime): for a
 legacy answer (``World.legacy``) that is the expired state's one reply in place of the refusal.
+The model judges an answer where its call ended; a legacy call waits out its state, so an
+answer a node took in time and the call then never heard looks expired here:
+``loadgen.check.legacy`` judges it at the moment it was posted (``legacy_answers_heard``).
 """
 
 from __future__ import annotations
