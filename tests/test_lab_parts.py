@@ -16,7 +16,7 @@ import pytest
 from cluster.bench.http_scenarios import aggregate
 from cluster.lab.metrics_switch import summarize
 from cluster.lab.parts import PARTS, parts_summary, targets
-from cluster.lab.parts_report import BUDGET_ROWS, budget_lines, render_parts_markdown
+from cluster.lab.parts_report import BUDGET_ROWS, parts_budget_lines, render_parts_markdown
 from tests.test_bench_budget import slot, table_of
 
 CPU = {"ours": (0.25, 0.05), "ours_coredis": (0.40, 0.05), "fixed": (0.09, 0.0)}
@@ -107,11 +107,11 @@ def test_without_client_figures_the_estimate_is_left_out_not_invented() -> None:
     out = parts_summary(parts_block(), switch_block(), [])
     assert out["redis_client_us_per_call"] == {}
     assert out["sides"]["ours"]["redis_client_ms_per_flow"] is None
-    assert "not measured" in "\n".join(budget_lines(out))
+    assert "not measured" in "\n".join(parts_budget_lines(out))
 
 
 def test_the_budget_table_puts_the_parts_side_by_side_then_the_ratios_and_their_targets() -> None:
-    lines = budget_lines(parts_summary(parts_block(), switch_block(), CLIENT_ROWS))
+    lines = parts_budget_lines(parts_summary(parts_block(), switch_block(), CLIENT_ROWS))
     assert lines[0] == "## The budget per flow: what one node's CPU is made of"
     table = table_of(lines)
     head, rows = table[0], table[2:]

@@ -39,7 +39,7 @@ RATIOS = (
 BOUNDS = {"≤ 0.2": 0.2, "≤ 1.03": 1.03, "< 1": 0.999}
 
 
-def budget_lines(budget: dict[str, Any]) -> list[str]:
+def parts_budget_lines(budget: dict[str, Any]) -> list[str]:
     """The budget per flow of each side, then the ratios against their targets."""
     sides = budget["sides"]
     head = ["per completed delete flow", *(PART_COLUMNS[side] for side in sides)]
@@ -168,7 +168,7 @@ def render_parts_markdown(result: dict[str, Any]) -> str:
         f"{result.get('elapsed_s', 'n/a')} s. Only ratios within this one run are meaningful: "
         "the machine is shared and noisy.",
         "",
-        *budget_lines(result["budget"]),
+        *parts_budget_lines(result["budget"]),
         *parts_lines(sc["parts"]),
         *switch_lines(sc["metrics_switch"]),
         *clients_lines(sc["clients"]),
