@@ -119,6 +119,8 @@ class FlowEnv:
     tag: str = "run"
     root: str = ""
     """The root both principals of the tenant are granted (``notes_search``'s roots)."""
+    stranger_root: str = "file:///load/ungranted"
+    """A root the flow's principal is not granted (another tenant's): ``roots_ungranted``."""
     clean_up_cut_short: bool = False
     """Whether this flow, cut short, deletes what it created (``run_flow``)."""
     exact_expiry: bool = False

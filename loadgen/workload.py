@@ -2,8 +2,10 @@
 (the ``archive`` flow: a two-round ``notes_archive``, its confirmation sent to several nodes).
 Beside the confirmations, flows drive the rest of the tool surface (``TOOLS_DRIVEN``): every
 write (create, update, move, archive), the reads (``notes_list`` page by page, ``notes_search``
-with and without roots), ``notes_setup`` up to its URL-mode elicitation, and their misuses (a
-state or a cursor used by another principal, for another workspace or title, for another tool).
+with and without roots, the roots including a workspace the principal is not granted, a pick
+drawn among the workspaces offered), ``notes_setup`` up to its URL-mode elicitation, and their
+misuses (a state or a cursor used by another principal, for another workspace or title, for
+another tool).
 
 Layer: loadgen. Drives nodes through ``loadgen.clients``; learns each state's nonce and expiry
 for the history through a ``loadgen.states.StateReader`` (our nodes: the key ring opens it, a
@@ -45,6 +47,7 @@ from loadgen.race_flows import (
 )
 from loadgen.surface_flows import (
     flow_list_pages,
+    flow_roots_ungranted,
     flow_search,
     flow_setup,
     flow_write_retry,
@@ -81,6 +84,7 @@ RACE_KINDS: tuple[str, ...] = (
     "replay_after_expiry",
     "shared_key",
     "concurrent_updates",
+    "roots_ungranted",
 )
 """Every race kind a run exercises (``loadgen.check.exercise`` holds each to it)."""
 
@@ -95,7 +99,7 @@ TOOLS_DRIVEN: dict[str, tuple[str, ...]] = {
     "notes_move": ("race_move", "write_retry"),
     "notes_update": ("edit_between", "write_retry", "concurrent_updates"),
     "notes_list": ("list_pages",),
-    "notes_search": ("search",),
+    "notes_search": ("search", "roots_ungranted"),
     "notes_setup": ("setup",),
 }
 """Which kinds drive each tool the node serves (tests/test_workload_surface.py holds this to
@@ -147,6 +151,7 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "replay_after_expiry": flow_replay_after_expiry,
     "shared_key": flow_shared_key,
     "concurrent_updates": flow_concurrent_updates,
+    "roots_ungranted": flow_roots_ungranted,
 }
 
 

@@ -107,6 +107,7 @@ def test_the_plants_cover_the_store_facing_flow_kinds() -> None:
         "setup",
         "write_retry",
         "replay_after_expiry",
+        "roots_ungranted",
     } <= kinds
 
 

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from loadgen.run.target import StoreAccess
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
+from nodes.config import NodeConfig
 from store.api import NoteStoreAPI
 from store.simulation.buggify import Buggify, buggify_on
 from store.simulation.lean_server import LeanServer
@@ -124,6 +126,25 @@ def planted_wrap(name: str | None) -> Callable[[NoteStoreAPI], NoteStoreAPI] | N
     from store.simulation.plants import plant
 
     return plant(name).wrap
+
+
+@contextmanager
+def planted_node(name: str | None) -> Iterator[None]:
+    """Plant defect ``name``'s node code for the block, when it has any
+    (``cluster.deterministic.node_plants``); nothing otherwise."""
+    node = "" if name is None else _plant_node(name)
+    if not node:
+        yield
+        return
+    module, _, attr = node.partition(":")
+    with getattr(import_module(module), attr)():
+        yield
+
+
+def _plant_node(name: str) -> str:
+    from store.simulation.plants import plant
+
+    return plant(name).node
 
 
 class DeterministicUsageError(ValueError):
@@ -225,6 +246,21 @@ async def open_deterministic_target(
     store seam drawn from the seed, the store read inline; ``transport_hook`` wraps the
     transport (tests plant nondeterminism with it)."""
     config = simulation_config(spec.state_ttl_s, plan.tenants)  # key ring: seeded bytes
+    with planted_node(plant):
+        async with _open_target(spec, plan, url, clocks, transport_hook, plant, config) as target:
+            yield target
+
+
+@asynccontextmanager
+async def _open_target(
+    spec: Nodes,
+    plan: RunSettings,
+    url: str,
+    clocks: NodeClocks | None,
+    transport_hook: Callable[[Transport], Transport] | None,
+    plant: str | None,
+    config: NodeConfig,
+) -> AsyncIterator[InProcessTarget]:
     seed = plan.seed if spec.fault_seed is None else spec.fault_seed
     kinds = spec.injected_kinds()
     seam = StoreFaults(seed, stream_timeout(spec)) if kinds & STORE_SEAM_KINDS else None

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loadgen.check import limits as bounds
-from loadgen.check import reads, writes
+from loadgen.check import reads, roots, writes
 from loadgen.check import records as records_check
 from loadgen.check.context import (
     INVALID_PARAMS,
@@ -469,6 +469,7 @@ def check(
         writes.check_moves(ctx),
         reads.check_reads(ctx, faults),
         reads.check_setup(ctx),
+        roots.check_roots(ctx),
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
         records_check.check_op_records(

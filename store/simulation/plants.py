@@ -13,7 +13,11 @@ A plant is one defect, made one of two ways, both applied to the simulated store
   find its text exactly once, so a plant whose target moved fails loudly instead of planting
   nothing;
 - **in the store client**: the node's store wrapped (``StoreOptions.wrap``) by a class that
-  misbehaves in one method, as a buggy client library or a node that misreads a reply would.
+  misbehaves in one method, as a buggy client library or a node that misreads a reply would;
+- **in node code** a store cannot reach (which workspaces a search offers for its roots): a
+  context manager of ``cluster.deterministic.node_plants``, named by ``Plant.node`` as
+  ``module:name`` (this layer imports nothing of the node), that swaps one function of a node
+  module for the run's length.
 
 Off unless asked: nothing here runs unless a deterministic simulation names a plant, and no
 node process imports this module (tests/test_plants.py checks a node process's imports).
@@ -231,6 +235,9 @@ class Plant:
     """Fault kinds the run must inject for the defect to show (added to the run's)."""
     also: tuple[str, ...] = ()
     """Other invariants it breaks (the suite holds it to them too)."""
+    node: str = ""
+    """``module:name`` of a context manager that plants the defect in node code for the run
+    (``cluster.deterministic.node_plants``); "" for a plant in the store."""
 
     def wrap(self, store: NoteStoreAPI) -> NoteStoreAPI:
         """``store`` with the defect in it (its scripts edited, then wrapped)."""
@@ -256,6 +263,9 @@ class Plant:
             text = text.replace(e.old, e.new)
         return text
 
+
+NODE_PLANTS = "cluster.deterministic.node_plants"
+"""Where the plants in node code live (above this layer: named, never imported here)."""
 
 _EXPIRED = "if now >= exp then return {'expired', '', now} end"
 _ACCEPT_KEEP = """  'call', ARGV[16] or '')
@@ -490,6 +500,22 @@ PLANTS: dict[str, Plant] = {
             "setup_answers",
             ("setup",),
             wrapper=SetupSaysCompleted,
+        ),
+        Plant(
+            "pick-outside-roots",
+            "notes_search's pick form offers every workspace the principal is granted, not only "
+            "those inside the roots the client gave",
+            "roots_respected",
+            ("search",),
+            node=f"{NODE_PLANTS}:pick_outside_roots",
+        ),
+        Plant(
+            "roots-ungranted-honoured",
+            "notes_search honours a root its principal is not granted: another tenant's "
+            "workspaces are offered and searched",
+            "roots_respected",
+            ("roots_ungranted",),
+            node=f"{NODE_PLANTS}:roots_ungranted_honoured",
         ),
         Plant(
             "pretends-lost-replies",
