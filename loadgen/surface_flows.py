@@ -357,6 +357,8 @@ async def write(
     }
     if f == "create":
         invoke["title"] = args["title"]
+        invoke["bytes"] = len(args["title"].encode("utf-8")) + len(args["body"].encode("utf-8"))
+        invoke["redis_ms"] = env.redis_now_ms()
     else:
         invoke["noteId"] = args["noteId"]
     if f == "move":

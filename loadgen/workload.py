@@ -26,6 +26,7 @@ from loadgen.edge_flows import (
     flow_shared_key,
 )
 from loadgen.flow_steps import TWINS, Asked, FlowEnv, cleanup, start_flow
+from loadgen.quota_flows import flow_quota_boundary
 from loadgen.race_flows import (
     flow_answer_changed,
     flow_archive,
@@ -85,6 +86,7 @@ RACE_KINDS: tuple[str, ...] = (
     "shared_key",
     "concurrent_updates",
     "roots_ungranted",
+    "quota_boundary",
 )
 """Every race kind a run exercises (``loadgen.check.exercise`` holds each to it)."""
 
@@ -93,7 +95,7 @@ KEYED_KINDS: tuple[str, ...] = ()
 node honoured the idempotency key)."""
 
 TOOLS_DRIVEN: dict[str, tuple[str, ...]] = {
-    "notes_create": ("every kind (setup)",),
+    "notes_create": ("every kind (setup)", "quota_boundary"),
     "notes_delete": ("every kind (round 1, the race, cleanup)",),
     "notes_archive": ("archive", "wrong_tool"),
     "notes_move": ("race_move", "write_retry"),
@@ -152,6 +154,7 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "shared_key": flow_shared_key,
     "concurrent_updates": flow_concurrent_updates,
     "roots_ungranted": flow_roots_ungranted,
+    "quota_boundary": flow_quota_boundary,
 }
 
 

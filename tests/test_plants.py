@@ -108,6 +108,7 @@ def test_the_plants_cover_the_store_facing_flow_kinds() -> None:
         "write_retry",
         "replay_after_expiry",
         "roots_ungranted",
+        "quota_boundary",
     } <= kinds
 
 

@@ -48,9 +48,17 @@ from loadgen.check.limits import Limits
 from loadgen.legacy_clients import LegacyHttp
 from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
+from loadgen.tenants import SIDES, SMALL_QUOTAS, quota_principal, quota_root
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
-from nodes.config import DEFAULT_IDEMPOTENCY_WINDOW_MS, NodeConfig
+from nodes.config import (
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_MAX_BYTES_PER_PRINCIPAL,
+    DEFAULT_MAX_NOTES_PER_PRINCIPAL,
+    DEFAULT_MAX_WRITES_PER_PRINCIPAL,
+    NodeConfig,
+    TenantQuota,
+)
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
 from nodes.serving.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
@@ -105,17 +113,39 @@ class Nodes:
         return self.faults if self.injected is None else self.injected
 
 
+def quota_scope() -> tuple[dict[str, str], dict[str, tuple[str, ...]], dict[str, str]]:
+    """The small-quota tenants' workspaces, grants and archives (``loadgen.tenants``)."""
+    workspaces: dict[str, str] = {}
+    grants: dict[str, tuple[str, ...]] = {}
+    archives: dict[str, str] = {}
+    for name in SMALL_QUOTAS:
+        root = quota_root(name)
+        workspaces |= {f"{root}/inbox": name, f"{root}/archive": name}
+        archives[f"{root}/inbox"] = f"{root}/archive"
+        grants |= {quota_principal(name, side): (root,) for side in SIDES}
+    return workspaces, grants, archives
+
+
+def small_quotas() -> dict[str, TenantQuota]:
+    """The small-quota tenants' own quotas (``loadgen.tenants.SMALL_QUOTAS``)."""
+    return {name: TenantQuota(*q) for name, q in SMALL_QUOTAS.items()}
+
+
 def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
-    """The demo scope plus the load tenants, a fresh key ring, and the run's state expiry."""
-    scope = with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS), tenants)
+    """The demo scope plus the load tenants and the small-quota tenants (with their quotas), a
+    fresh key ring, and the run's state expiry."""
+    workspaces, grants, archives = quota_scope()
+    base = Scope.build({**DEMO_WORKSPACES, **workspaces}, {**DEMO_GRANTS, **grants})
+    scope = with_load_scope(base, tenants)
     return NodeConfig(
         server_name=DEMO_SERVER_NAME,
         scope=scope,
         key_ring=KeyRing.generate(),
         state_ttl_ms=int(state_ttl_s * 1000),
-        archives={**DEMO_ARCHIVES, **load_archives(tenants)},
+        archives={**DEMO_ARCHIVES, **load_archives(tenants), **archives},
         list_page_size=SIM_LIST_PAGE_SIZE,
         public_url=SIM_PUBLIC_URL,
+        tenant_quotas=small_quotas(),
     )
 
 
@@ -125,6 +155,14 @@ def sim_limits(state_ttl_s: float) -> Limits:
         SIM_LIST_PAGE_SIZE,
         int(state_ttl_s * 1000),
         idempotency_window_ms=DEFAULT_IDEMPOTENCY_WINDOW_MS,
+        quotas={
+            name: {
+                "notes": q.notes or DEFAULT_MAX_NOTES_PER_PRINCIPAL,
+                "bytes": q.bytes or DEFAULT_MAX_BYTES_PER_PRINCIPAL,
+                "writes": q.writes or DEFAULT_MAX_WRITES_PER_PRINCIPAL,
+            }
+            for name, q in small_quotas().items()
+        },
     )
 
 

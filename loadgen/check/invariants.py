@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loadgen.check import limits as bounds
-from loadgen.check import reads, roots, writes
+from loadgen.check import quotas, reads, roots, writes
 from loadgen.check import records as records_check
 from loadgen.check.context import (
     INVALID_PARAMS,
@@ -453,6 +453,9 @@ def check(
     usage counters left (None: not recorded, so their verdicts are unknown)."""
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
+    seen: dict[str, int] = {}
+    quotas_held = quotas.judge_quotas(ctx, None if limits is None else limits.quotas, seen)
+    counts |= quotas.reached_counts(seen)
     verdicts = (
         check_no_double_delete(ctx),
         check_no_double_execution(ctx),
@@ -470,6 +473,7 @@ def check(
         reads.check_reads(ctx, faults),
         reads.check_setup(ctx),
         roots.check_roots(ctx),
+        quotas_held,
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
         records_check.check_op_records(

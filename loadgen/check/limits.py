@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadgen.check.context import Call
@@ -68,15 +68,21 @@ class Limits:
     max_offered: int = MAX_OFFERED
     idempotency_window_ms: int = 0
     """How long a write's record under an idempotency key lives (0: not recorded)."""
+    quotas: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Tenant -> its per-principal quotas held to the run (``notes``, ``bytes``, ``writes``;
+    ``loadgen.check.quotas``): the small-quota tenants of a simulation (empty: none recorded)."""
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, Any]:
         """As written into the run folder's ``store/meta.json``."""
-        return {
+        out: dict[str, Any] = {
             "list_page_size": self.list_page_size,
             "state_ttl_ms": self.state_ttl_ms,
             "max_offered": self.max_offered,
             "idempotency_window_ms": self.idempotency_window_ms,
         }
+        if self.quotas:
+            out["quotas"] = {t: dict(q) for t, q in sorted(self.quotas.items())}
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Limits:
@@ -86,6 +92,10 @@ class Limits:
             int(d["state_ttl_ms"]),
             int(d["max_offered"]),
             int(d.get("idempotency_window_ms", 0)),
+            {
+                str(t): {str(k): int(v) for k, v in q.items()}
+                for t, q in (d.get("quotas") or {}).items()
+            },
         )
 
 

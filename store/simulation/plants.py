@@ -268,6 +268,7 @@ NODE_PLANTS = "cluster.deterministic.node_plants"
 """Where the plants in node code live (above this layer: named, never imported here)."""
 
 _EXPIRED = "if now >= exp then return {'expired', '', now} end"
+_NOTES_QUOTA = "if max_notes > 0 and notes >= max_notes then"
 _ACCEPT_KEEP = """  'call', ARGV[16] or '')
 redis.call('PEXPIREAT', KEYS[1], keep_until)
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[12], '*', 'op', ARGV[10],"""
@@ -516,6 +517,21 @@ PLANTS: dict[str, Plant] = {
             "roots_respected",
             ("roots_ungranted",),
             node=f"{NODE_PLANTS}:roots_ungranted_honoured",
+        ),
+        Plant(
+            "quota-off-by-one",
+            "create.lua compares notes > max_notes: a principal at its notes quota may create "
+            "one note more",
+            "quotas_held",
+            ("quota_boundary",),
+            (ScriptEdit("create", _NOTES_QUOTA, _NOTES_QUOTA.replace(">=", ">")),),
+        ),
+        Plant(
+            "quota-refused-early",
+            "create.lua refuses a create one note under the notes quota",
+            "quotas_held",
+            ("quota_boundary",),
+            (ScriptEdit("create", _NOTES_QUOTA, _NOTES_QUOTA.replace(">=", ">= -1 +")),),
         ),
         Plant(
             "pretends-lost-replies",
