@@ -47,8 +47,8 @@ SMALL_QUOTAS: dict[str, tuple[int, int, int]] = {"loadq": (3, 256, 0), "loadw": 
 own), so a run reaches each quota's exact boundary: ``loadq`` holds the notes and the bytes
 quotas, ``loadw`` the writes quota (writes are counted for a whole idempotency window, so a
 tenant whose writes run out refuses every create after; the others stay usable). The
-``quota_boundary`` flows write there; a simulation's nodes are configured with them
-(``cluster.targets.in_process.simulation_config``)."""
+``quota_boundary`` flows write there; a cluster serving the load is configured with them
+(``nodes.serving.load_fixture.SMALL_QUOTAS``, which must agree)."""
 
 
 def quota_root(name: str) -> str:

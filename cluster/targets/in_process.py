@@ -48,7 +48,6 @@ from loadgen.check.limits import Limits
 from loadgen.legacy_clients import LegacyHttp
 from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
-from loadgen.tenants import SIDES, SMALL_QUOTAS, quota_principal, quota_root
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
 from nodes.config import (
@@ -57,12 +56,16 @@ from nodes.config import (
     DEFAULT_MAX_NOTES_PER_PRINCIPAL,
     DEFAULT_MAX_WRITES_PER_PRINCIPAL,
     NodeConfig,
-    TenantQuota,
 )
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
 from nodes.serving.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
-from nodes.serving.load_fixture import load_archives, load_tokens, with_load_scope
+from nodes.serving.load_fixture import (
+    load_archives,
+    load_quotas,
+    load_tokens,
+    with_load_scope,
+)
 from store.client_factory import is_cluster, sync_client
 from store.journal import keys_per_master, scan_keys
 from store.notes import NoteStore
@@ -113,39 +116,19 @@ class Nodes:
         return self.faults if self.injected is None else self.injected
 
 
-def quota_scope() -> tuple[dict[str, str], dict[str, tuple[str, ...]], dict[str, str]]:
-    """The small-quota tenants' workspaces, grants and archives (``loadgen.tenants``)."""
-    workspaces: dict[str, str] = {}
-    grants: dict[str, tuple[str, ...]] = {}
-    archives: dict[str, str] = {}
-    for name in SMALL_QUOTAS:
-        root = quota_root(name)
-        workspaces |= {f"{root}/inbox": name, f"{root}/archive": name}
-        archives[f"{root}/inbox"] = f"{root}/archive"
-        grants |= {quota_principal(name, side): (root,) for side in SIDES}
-    return workspaces, grants, archives
-
-
-def small_quotas() -> dict[str, TenantQuota]:
-    """The small-quota tenants' own quotas (``loadgen.tenants.SMALL_QUOTAS``)."""
-    return {name: TenantQuota(*q) for name, q in SMALL_QUOTAS.items()}
-
-
 def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
     """The demo scope plus the load tenants and the small-quota tenants (with their quotas), a
     fresh key ring, and the run's state expiry."""
-    workspaces, grants, archives = quota_scope()
-    base = Scope.build({**DEMO_WORKSPACES, **workspaces}, {**DEMO_GRANTS, **grants})
-    scope = with_load_scope(base, tenants)
+    scope = with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS), tenants)
     return NodeConfig(
         server_name=DEMO_SERVER_NAME,
         scope=scope,
         key_ring=KeyRing.generate(),
         state_ttl_ms=int(state_ttl_s * 1000),
-        archives={**DEMO_ARCHIVES, **load_archives(tenants), **archives},
+        archives={**DEMO_ARCHIVES, **load_archives(tenants)},
         list_page_size=SIM_LIST_PAGE_SIZE,
         public_url=SIM_PUBLIC_URL,
-        tenant_quotas=small_quotas(),
+        tenant_quotas=load_quotas(),
     )
 
 
@@ -161,7 +144,7 @@ def sim_limits(state_ttl_s: float) -> Limits:
                 "bytes": q.bytes or DEFAULT_MAX_BYTES_PER_PRINCIPAL,
                 "writes": q.writes or DEFAULT_MAX_WRITES_PER_PRINCIPAL,
             }
-            for name, q in small_quotas().items()
+            for name, q in load_quotas().items()
         },
     )
 

@@ -14,7 +14,7 @@ Layer: loadgen.check. Pure module: no I/O, no node code. One verdict for
 
 Each quota counts as *reached* when a run saw its exact boundary: a create that took a
 principal to the bound, and a create refused for that quota (``reached``, which
-``loadgen.check.bounds_reached`` reports).
+``loadgen.check.invariants.check`` reports).
 """
 
 from __future__ import annotations
