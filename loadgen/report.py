@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.check.bounds_reached import never_reached
 from loadgen.check.exercise import LOWERED
 from loadgen.fault_windows import LISTED_MAX, share, summarize
 from loadgen.run.results import Results
@@ -81,12 +82,16 @@ def kinds_table(kinds: dict[str, Any]) -> Table:
 
 
 def verdict_line(results: Results) -> str:
-    """``Verdict: VALID``, with what weakens it: an exercise rule lowered for the run's size."""
+    """``Verdict: VALID``, with what weakens it: an exercise rule lowered for the run's size,
+    configured bounds the run never reached."""
     line = f"Verdict: {results.verdict.upper()}"
     for inv in results.invariants:
         summary = str(inv.get("summary", ""))
         if inv.get("name") == "exercised" and LOWERED in summary:
             line += f" ({summary[summary.index(LOWERED) :].rstrip('.')})"
+    unreached = never_reached(results.counts)
+    if unreached:
+        line += f" (bounds never reached: {', '.join(unreached)})"
     return line
 
 

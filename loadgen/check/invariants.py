@@ -34,8 +34,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from loadgen.check import bounds_reached, quotas, reads, roots, writes
 from loadgen.check import limits as bounds
-from loadgen.check import quotas, reads, roots, writes
 from loadgen.check import records as records_check
 from loadgen.check.context import (
     INVALID_PARAMS,
@@ -456,6 +456,7 @@ def check(
     seen: dict[str, int] = {}
     quotas_held = quotas.judge_quotas(ctx, None if limits is None else limits.quotas, seen)
     counts |= quotas.reached_counts(seen)
+    counts |= bounds_reached.reached(ctx, limits, counts, _invalid_state_error)
     verdicts = (
         check_no_double_delete(ctx),
         check_no_double_execution(ctx),
