@@ -307,6 +307,11 @@ class LossyTransport:
             raise ResponseLost(f"node-{node_index} answered; the reply was lost")
         return reply
 
+    def __getattr__(self, name: str) -> Any:
+        # What else the wrapped transport offers (a setup page, ``loadgen.transport.PageTransport``)
+        # passes through, never lost: a page is a browser's, not the MCP client's.
+        return getattr(self.inner, name)
+
 
 class RedisControl:
     """The injector's own connections to the Redis servers behind the store (every master of a

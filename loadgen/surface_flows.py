@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 
@@ -38,6 +39,7 @@ from loadgen.flow_steps import (
     state_facts,
 )
 from loadgen.race_flows import tamper
+from loadgen.transport import NodeDown
 
 log = logging.getLogger("loadgen.workload")
 
@@ -302,15 +304,66 @@ def _setup_facts(env: FlowEnv, out: Outcome, tool: str) -> dict[str, Any]:
     return {"state_nonce": facts["nonce"], "exp_ms": facts["exp_ms"], "state_tool": facts["tool"]}
 
 
+COMPLETE_SHARE = 0.5
+"""Share of ``setup`` flows that complete the setup page in between (where the transport can
+open one, ``loadgen.transport.PageTransport``)."""
+
+SIMULATED_CREDENTIAL = "simulated-report-key"
+"""What the workload types into the setup page: the report service is simulated."""
+
+
+def link_path(result: dict[str, Any] | None) -> str:
+    """The path of the setup link a ``notes_setup`` round 1 offers ("" when there is none)."""
+    requests = (result or {}).get("inputRequests") or {}
+    ask = requests.get(SETUP_KEY) if isinstance(requests, dict) else None
+    params = ask.get("params") if isinstance(ask, dict) else None
+    url = params.get("url") if isinstance(params, dict) else None
+    return urlsplit(url).path if isinstance(url, str) else ""
+
+
+async def open_setup_page(env: FlowEnv, path: str, nonce: object) -> None:
+    """Complete the setup page at ``path`` as the flow's principal (a non-browser client with
+    its bearer token), recorded as a ``setup_page`` op: ``ok {status}`` with the page's HTTP
+    status, or ``info`` when the node could not be reached or did not answer in time."""
+    c = env.client
+    opener = getattr(c.transport, "open_page", None)
+    if opener is None:
+        return
+    node = c.pick_node()
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": env.inbox,
+        "state_nonce": nonce,
+        "redis_ms": env.redis_now_ms(),
+        "node": node,
+    }
+    sent = c.history.record(c.process, "invoke", "setup_page", env.flow, env.kind, invoke)
+    value: dict[str, Any] = {"reason": "timeout"}
+    kind: Any = "info"
+    with trio.move_on_after(c.timeout_s):
+        try:
+            status = await opener(node, env.principal, path, {"api_key": SIMULATED_CREDENTIAL})
+            kind, value = "ok", {"status": int(status)}
+        except (NodeDown, OSError) as exc:
+            value = {"reason": f"unreachable: {type(exc).__name__}"}
+    c.history.record(c.process, kind, "setup_page", env.flow, env.kind, value, sent.index)
+    c.last_type = kind
+
+
 async def flow_setup(env: FlowEnv, asked: Asked, note: str) -> None:
-    # Up to the URL-mode elicitation (the setup page is not driven: nobody completes it, so
-    # the tool may never say configured). Silence or an accept re-offer the link; decline and
-    # cancel end it unconfigured; the setup state is refused by notes_delete, and the delete
-    # state by notes_setup.
+    # Up to the URL-mode elicitation; in half of the flows (where the transport opens pages)
+    # the setup page is completed and an accept must then say configured. Silence or an
+    # accept before it re-offer the link; decline and cancel end it unconfigured; the setup
+    # state is refused by notes_delete, and the delete state by notes_setup.
     first = await setup_call(env, "round1")
     token = str((first.result or {}).get("requestState") or "")
     if token:
         await setup_call(env, env.rng.choice(("silence", "accept")), token=token)
+        path = link_path(first.result)
+        if path and env.rng.random() < COMPLETE_SHARE:
+            await open_setup_page(env, path, first.value.get("state_nonce"))
+            await setup_call(env, "accept", token=token)
         await setup_call(env, "accept", token=token, tool=DELETE_TOOL, misuse="setup_state")
         await setup_call(env, env.rng.choice(("decline", "cancel")), token=token)
     await setup_call(env, "accept", token=asked.token, misuse="delete_state")

@@ -22,6 +22,7 @@ import trio
 
 from loadgen.edge_flows import (
     flow_concurrent_updates,
+    flow_full_pick,
     flow_replay_after_expiry,
     flow_shared_key,
 )
@@ -87,6 +88,7 @@ RACE_KINDS: tuple[str, ...] = (
     "concurrent_updates",
     "roots_ungranted",
     "quota_boundary",
+    "full_pick",
 )
 """Every race kind a run exercises (``loadgen.check.exercise`` holds each to it)."""
 
@@ -112,6 +114,7 @@ DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
     "duplicate": 3.0,
     "expired": 0.6,
     "before_expiry": 0.6,
+    "full_pick": 0.6,
 }
 
 
@@ -155,6 +158,7 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "concurrent_updates": flow_concurrent_updates,
     "roots_ungranted": flow_roots_ungranted,
     "quota_boundary": flow_quota_boundary,
+    "full_pick": flow_full_pick,
 }
 
 

@@ -454,7 +454,12 @@ def check(
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
     seen: dict[str, int] = {}
-    quotas_held = quotas.judge_quotas(ctx, None if limits is None else limits.quotas, seen)
+    quotas_held = quotas.judge_quotas(
+        ctx,
+        None if limits is None else limits.quotas,
+        seen,
+        0 if limits is None else limits.idempotency_window_ms,
+    )
     counts |= quotas.reached_counts(seen)
     counts |= bounds_reached.reached(ctx, limits, counts, _invalid_state_error)
     verdicts = (

@@ -45,7 +45,15 @@ class _Usage:
     notes: int = 0
     bytes: int = 0
     writes: int = 0
+    window_ends: int = 0
+    """When the writes' window ends (Redis ms): as ``charge_write`` keeps it, a window opens at
+    the first write after the last one ended."""
     steps: list[tuple[int, int, int, int]] = field(default_factory=list)
+
+    def at(self, at_ms: int, window_ms: int) -> None:
+        """Move to ``at_ms``: the writes count starts again once the window has ended."""
+        if window_ms and at_ms >= self.window_ends:
+            self.writes, self.window_ends = 0, at_ms + window_ms
 
     def step(self, at_ms: int) -> None:
         self.steps.append((at_ms, self.notes, self.bytes, self.writes))
@@ -76,10 +84,15 @@ def reached_counts(seen: Mapping[str, int]) -> dict[str, int]:
 
 
 def judge_quotas(
-    ctx: Context, quotas: Mapping[str, Mapping[str, int]] | None, reached: dict[str, int]
+    ctx: Context,
+    quotas: Mapping[str, Mapping[str, int]] | None,
+    reached: dict[str, int],
+    window_ms: int = 0,
 ) -> Verdict:
     """``quotas_held`` (see the module), counting into ``reached`` what the run saw of each
-    quota's boundary (``<tenant>:<quota>:last`` and ``:refused`` -> 1; ``reached_counts``)."""
+    quota's boundary (``<tenant>:<quota>:last`` and ``:refused`` -> 1; ``reached_counts``).
+    ``window_ms``: the writes quota's window (the nodes' idempotency window; 0: one window for
+    the whole run)."""
     name = "quotas_held"
     if not quotas:
         return Verdict(name, "valid", "Not checked: no quotas recorded.")
@@ -107,6 +120,7 @@ def judge_quotas(
         key = (e.tenant, e.note)
         if e.op == "create":
             u = usage[(e.tenant, e.principal)]
+            u.at(e.at_ms, window_ms)
             size = sizes.get(key, 0)
             made = creates.get(key)
             for quota in QUOTAS:
@@ -130,6 +144,7 @@ def judge_quotas(
             u.step(e.at_ms)
         elif e.op not in UNCHARGED and e.principal:
             u = usage[(e.tenant, e.principal)]
+            u.at(e.at_ms, window_ms)
             u.writes += 1
             u.step(e.at_ms)
     for c in refused:

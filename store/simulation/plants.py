@@ -204,6 +204,14 @@ class SetupSaysCompleted(Wrapped):
         return self.creators.get(tenant)
 
 
+class SetupCompletionMisfiled(Wrapped):
+    """The setup page's completion recorded under another link's key: the page says done,
+    the tool never learns it."""
+
+    async def complete_setup(self, tenant: str, nonce: str, principal: str, exp_ms: int) -> Any:
+        return await self.inner.complete_setup(tenant, nonce + "-misfiled", principal, exp_ms)
+
+
 class PretendsLostReplies(Wrapped):
     """Every second create a node sends answered "outcome unknown", though it landed and
     nothing failed."""
@@ -532,6 +540,14 @@ PLANTS: dict[str, Plant] = {
             "quotas_held",
             ("quota_boundary",),
             (ScriptEdit("create", _NOTES_QUOTA, _NOTES_QUOTA.replace(">=", ">= -1 +")),),
+        ),
+        Plant(
+            "setup-completion-misfiled",
+            "the setup page records its completion under another key: notes_setup keeps "
+            "offering a link that was completed",
+            "setup_answers",
+            ("setup",),
+            wrapper=SetupCompletionMisfiled,
         ),
         Plant(
             "pretends-lost-replies",
