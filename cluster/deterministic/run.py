@@ -253,7 +253,7 @@ async def open_deterministic_target(
 
 @asynccontextmanager
 async def _open_target(
-    spec: Nodes,
+    spec: NodesSpec,
     plan: RunSettings,
     url: str,
     clocks: NodeClocks | None,
