@@ -112,9 +112,9 @@ the node's ``tools/list``)."""
 DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
     "plain": 3.0,
     "duplicate": 3.0,
-    "expired": 0.6,
-    "before_expiry": 0.6,
-    "full_pick": 0.6,
+    "expired": 0.7,
+    "before_expiry": 0.7,
+    "full_pick": 0.7,
 }
 
 
