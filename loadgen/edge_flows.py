@@ -15,6 +15,7 @@ import trio
 from loadgen.check.limits import MAX_OFFERED
 from loadgen.flow_steps import (
     CLEANUP_KIND,
+    CLEANUP_ROUNDS_OF,
     EXPIRY_MARGIN_MS,
     Asked,
     FlowEnv,
@@ -68,7 +69,7 @@ async def flow_concurrent_updates(env: FlowEnv, asked: Asked, note: str) -> None
         await confirm(env, again, note)
 
 
-CLEAR_ROUNDS = MAX_OFFERED + 4
+CLEAR_ROUNDS = CLEANUP_ROUNDS_OF["full_pick"]
 """Most deletes a ``full_pick`` flow makes to clear its title (its notes, and a few whose
 create's outcome was unknown)."""
 

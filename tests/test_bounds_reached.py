@@ -3,7 +3,7 @@
 Layer: tests. One ``simulate --deterministic`` run on the defaults (300 flows) at ``SEED``: its
 ``results.json`` lists every bound of ``loadgen.check.bounds_reached.BOUNDS`` with how often the
 run met it exactly; each must be reached but those in ``UNREACHED`` (with the reason), and the
-verdict line names exactly those as never reached.
+line printed under the verdict names exactly those as never reached.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from cluster.cli import main
 from loadgen.check.bounds_reached import BOUNDS, bounds_seen, never_reached
-from loadgen.report import verdict_line
+from loadgen.report import bounds_line, verdict_line
 from loadgen.run.results import Results
 
 SEED = 11
@@ -37,8 +37,9 @@ def test_a_default_deterministic_run_reaches_every_bound(tmp_path: Path) -> None
     assert set(bounds) == set(BOUNDS)
     missed = {name for name, n in bounds.items() if n == 0}
     assert missed == set(UNREACHED), bounds
-    line = verdict_line(Results.from_json(got))
-    assert f"bounds never reached: {', '.join(UNREACHED)}" in line
+    assert bounds_line(Results.from_json(got)) == f"bounds never reached: {', '.join(UNREACHED)}"
+    assert verdict_line(Results.from_json(got)) == "Verdict: VALID"
+    assert bounds_line(Results.from_json(got)) in result.output
 
 
 def test_a_bound_never_reached_is_named_and_one_reached_is_not() -> None:

@@ -4,11 +4,11 @@ said to hold, so every run reports each one it reached, and how often.
 Layer: loadgen.check. Pure module: no I/O, no node code. ``reached`` counts, per partition, the
 requests that met each bound of ``BOUNDS`` exactly (``bound_<name>`` counts, summed over the
 partitions as every count is); ``bounds_seen`` reads them back for the results
-(``loadgen.run.results.Results``, ``bounds``) and the verdict line (``loadgen.report``), which
-names every bound a run never reached. The invariants that hold each bound to what the run saw
-are ``bounds_respected`` (page size, pick list, state TTL), ``replay_entries_expire`` and
-``before_expiry_honoured`` (replay grace), ``quotas_held`` (quotas) and ``op_records_expire``
-(idempotency window).
+(``loadgen.run.results.Results``, ``bounds``) and the line under the verdict
+(``loadgen.report.bounds_line``), which names every bound a run never reached. The
+invariants that hold each bound to what the run saw are ``bounds_respected`` (page size, pick
+list, state TTL), ``replay_entries_expire`` and ``before_expiry_honoured`` (replay grace),
+``quotas_held`` (quotas) and ``op_records_expire`` (idempotency window).
 """
 
 from __future__ import annotations
