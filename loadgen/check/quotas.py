@@ -40,15 +40,18 @@ link is not a note write)."""
 @dataclass
 class _Usage:
     """One principal's usage after each journal entry that changed it: (Redis ms, notes,
-    bytes, writes)."""
+    bytes, writes, notes of unknown size). ``bytes`` counts the notes whose size the history
+    knows (a create answered ok); a create of unknown outcome that landed has a size nobody
+    saw, so while such a note lives the bytes held are only known from below."""
 
     notes: int = 0
     bytes: int = 0
     writes: int = 0
+    unsized: int = 0
     window_ends: int = 0
     """When the writes' window ends (Redis ms): as ``charge_write`` keeps it, a window opens at
     the first write after the last one ended."""
-    steps: list[tuple[int, int, int, int]] = field(default_factory=list)
+    steps: list[tuple[int, int, int, int, int]] = field(default_factory=list)
 
     def at(self, at_ms: int, window_ms: int) -> None:
         """Move to ``at_ms``: the writes count starts again once the window has ended."""
@@ -56,7 +59,7 @@ class _Usage:
             self.writes, self.window_ends = 0, at_ms + window_ms
 
     def step(self, at_ms: int) -> None:
-        self.steps.append((at_ms, self.notes, self.bytes, self.writes))
+        self.steps.append((at_ms, self.notes, self.bytes, self.writes, self.unsized))
 
 
 def _over(quota: str, bound: int, notes: int, held: int, writes: int, size: int) -> bool:
@@ -134,6 +137,7 @@ def judge_quotas(
             held_ok += 1
             owner[key] = e.principal
             u.notes, u.bytes, u.writes = u.notes + 1, u.bytes + size, u.writes + 1
+            u.unsized += key not in sizes
             u.step(e.at_ms)
             for quota, now in (("notes", u.notes), ("bytes", u.bytes), ("writes", u.writes)):
                 if now == bound[quota]:
@@ -141,6 +145,7 @@ def judge_quotas(
         elif e.op == "delete" and key in owner:
             u = usage[(e.tenant, owner.pop(key))]
             u.notes, u.bytes = u.notes - 1, u.bytes - sizes.get(key, 0)
+            u.unsized -= key not in sizes
             u.step(e.at_ms)
         elif e.op not in UNCHARGED and e.principal:
             u = usage[(e.tenant, e.principal)]
@@ -159,9 +164,10 @@ def judge_quotas(
         steps = usage[(tenant, who)].steps if (tenant, who) in usage else []
         before = [s for s in steps if s[0] < lo]
         during = [s for s in steps if lo <= s[0] <= hi]
-        seen = ([before[-1]] if before else [(lo, 0, 0, 0)]) + during
+        seen = ([before[-1]] if before else [(lo, 0, 0, 0, 0)]) + during
         size = int(c.v.get("bytes", 0))
-        if any(_over(quota, most_allowed, n, b, w, size) for _, n, b, w in seen):
+        unknown = quota == "bytes" and any(s[4] for s in seen)  # bytes held not known
+        if unknown or any(_over(quota, most_allowed, n, b, w, size) for _, n, b, w, _ in seen):
             reached[f"{tenant}:{quota}:refused"] = 1
             continue
         most = [max(s[i] for s in seen) for i in (1, 2, 3)]
