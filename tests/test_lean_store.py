@@ -22,7 +22,7 @@ from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
 from store.simulation.lean_redis import Error as LeanError
 from store.simulation.lean_redis import LeanRedis
-from store.simulation.lean_server import LeanServer, Recorded
+from store.simulation.lean_server import LeanServer, RecordedRequest
 from tests.own_clock import clocked_redis
 from tests.store_replay import (
     end_state_probe,
@@ -72,7 +72,7 @@ def test_a_seed_writes_the_same_history_bytes_on_the_lean_store_as_on_fakeredis(
     assert reference.result.status in ("valid", "unknown")  # the unplanted runs violate nothing
 
 
-def _recorded(seed: int, faults: frozenset[FaultKind], swarmed: bool) -> list[Recorded]:
+def _recorded(seed: int, faults: frozenset[FaultKind], swarmed: bool) -> list[RecordedRequest]:
     """The run's requests, then a probe of the state they left (``end_state_probe``)."""
     server = LeanServer()
     server.recording = []
@@ -81,7 +81,7 @@ def _recorded(seed: int, faults: frozenset[FaultKind], swarmed: bool) -> list[Re
 
 
 @pytest.fixture(scope="module")
-def streams() -> list[tuple[str, list[Recorded]]]:
+def streams() -> list[tuple[str, list[RecordedRequest]]]:
     """Command streams of three runs (every race kind, faults of every kind, a swarm shape),
     each followed by its end-state probe."""
     return [
@@ -91,12 +91,12 @@ def streams() -> list[tuple[str, list[Recorded]]]:
     ]
 
 
-def _commands(stream: list[Recorded]) -> set[bytes]:
+def _commands(stream: list[RecordedRequest]) -> set[bytes]:
     return {args[0].upper() for _, _, commands, _ in stream for args in commands}
 
 
 def test_the_recorded_streams_hold_scripts_reads_and_script_loading(
-    streams: list[tuple[str, list[Recorded]]],
+    streams: list[tuple[str, list[RecordedRequest]]],
 ) -> None:
     seen = set().union(*(_commands(s) for _, s in streams))
     assert {b"EVALSHA", b"SCRIPT", b"HMGET", b"GET"} <= seen, seen
@@ -104,7 +104,7 @@ def test_the_recorded_streams_hold_scripts_reads_and_script_loading(
 
 
 def test_recorded_streams_get_the_same_reply_bytes_from_lean_fakeredis_and_a_real_redis(
-    streams: list[tuple[str, list[Recorded]]], tmp_path: Path
+    streams: list[tuple[str, list[RecordedRequest]]], tmp_path: Path
 ) -> None:
     for name, stream in streams:
         start_us = round(stream[0][1] * 1_000_000)
@@ -141,7 +141,7 @@ class _NoEmptySetDrop(LeanRedis):
 
 @pytest.mark.parametrize("planted", [_OffByOneCounts, _NoEmptySetDrop])
 def test_a_difference_planted_in_the_lean_store_is_caught(
-    streams: list[tuple[str, list[Recorded]]], planted: type[LeanRedis]
+    streams: list[tuple[str, list[RecordedRequest]]], planted: type[LeanRedis]
 ) -> None:
     name, stream = streams[0]
     with fakeredis_replier() as fake:

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cluster.cli import main
-from cluster.deterministic.run import DeterministicSimulation, run_deterministic
+from cluster.deterministic.run import DeterministicRun, run_deterministic
 from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE
 from cluster.serve import NODE_PROCESS_MODULE
 from cluster.targets.simulate import SimulateOptions
@@ -53,7 +53,7 @@ UNREACHED = {
 
 
 @cache
-def run(name: str | None, faults: tuple[str, ...] = ()) -> DeterministicSimulation:
+def run(name: str | None, faults: tuple[str, ...] = ()) -> DeterministicRun:
     """One deterministic run with plant ``name`` (None: none), memoised per session."""
     settings = RunSettings(flows=FLOWS, seed=SEED, tenants=tenants_for(FLOWS))
     options = SimulateOptions(plant=name, faults=frozenset(faults), settings=settings)  # type: ignore[arg-type]

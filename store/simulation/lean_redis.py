@@ -31,13 +31,13 @@ import lupa.lua51 as lua51
 
 MAX_ID = (1 << 64) - 1
 
-Reply = Any
-"""A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``list``, ``Status``,
+RawReply = Any
+"""A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``list``, ``SimpleString``,
 ``Error``."""
 
 
-class Status(bytes):
-    """A status reply (``+OK``)."""
+class SimpleString(bytes):
+    """A simple-string reply (``+OK``): RESP's status reply."""
 
 
 class Error(Exception):
@@ -146,7 +146,7 @@ class LeanRedis:
         self._lua_type = lua51.lua_type
         self.calls = 0
         """Commands run, script calls included (``statistics``)."""
-        self._commands: dict[bytes, Callable[[list[bytes]], Reply]] = {
+        self._commands: dict[bytes, Callable[[list[bytes]], RawReply]] = {
             b"DEL": self._del,
             b"EXISTS": self._exists,
             b"GET": self._get_cmd,
@@ -168,10 +168,10 @@ class LeanRedis:
             b"TIME": self._time,
             b"XADD": self._xadd,
             b"XRANGE": self._xrange,
-            b"PING": lambda _: Status(b"PONG"),
+            b"PING": lambda _: SimpleString(b"PONG"),
             b"ROLE": lambda _: [b"master", 0, []],  # one server, never a replica
         }
-        self._top: dict[bytes, Callable[[list[bytes]], Reply]] = {
+        self._top: dict[bytes, Callable[[list[bytes]], RawReply]] = {
             b"EVALSHA": self._evalsha,
             b"EVAL": self._eval,
             b"SCRIPT": self._script,
@@ -216,7 +216,7 @@ class LeanRedis:
 
     # -- entry points ----------------------------------------------------------------------------
 
-    def command(self, args: list[bytes]) -> Reply:
+    def command(self, args: list[bytes]) -> RawReply:
         """One client command's reply (an ``Error`` value for an error reply)."""
         self.now_ms = self.clock_us() // 1000
         try:
@@ -234,7 +234,7 @@ class LeanRedis:
 
     # -- scripts ---------------------------------------------------------------------------------
 
-    def _script(self, args: list[bytes]) -> Reply:
+    def _script(self, args: list[bytes]) -> RawReply:
         sub = args[1].upper() if len(args) > 1 else b""
         if sub == b"LOAD" and len(args) == 3:
             return self.load(args[2])
@@ -253,12 +253,12 @@ class LeanRedis:
             self.scripts[sha] = body
         return sha
 
-    def _eval(self, args: list[bytes]) -> Reply:
+    def _eval(self, args: list[bytes]) -> RawReply:
         if len(args) < 3:
             raise Error("ERR wrong number of arguments for 'eval' command")
         return self._call_script(self.load(args[1]), args[2], args[3:])
 
-    def _evalsha(self, args: list[bytes]) -> Reply:
+    def _evalsha(self, args: list[bytes]) -> RawReply:
         if len(args) < 3:
             raise Error("ERR wrong number of arguments for 'evalsha' command")
         sha = args[1].lower()
@@ -266,7 +266,7 @@ class LeanRedis:
             raise Error(NOSCRIPT)
         return self._call_script(sha, args[2], args[3:])
 
-    def _call_script(self, sha: bytes, numkeys: bytes, rest: list[bytes]) -> Reply:
+    def _call_script(self, sha: bytes, numkeys: bytes, rest: list[bytes]) -> RawReply:
         nkeys = _int(numkeys, "ERR value is not an integer or out of range")
         if nkeys > len(rest):
             raise Error("ERR Number of keys can't be greater than number of args")
@@ -282,7 +282,7 @@ class LeanRedis:
             return [self._from_lua(item) for item in result]
         return self._from_lua(result[0])
 
-    def _from_lua(self, value: Any) -> Reply:
+    def _from_lua(self, value: Any) -> RawReply:
         """A script's result as Redis converts it (numbers truncated, a table's array part up
         to its first nil, ``{ok=...}`` / ``{err=...}`` as status and error)."""
         if type(value) is bytes or type(value) is int:
@@ -296,11 +296,11 @@ class LeanRedis:
         if self._lua_type(value) == "table":
             ok = value[b"ok"]
             if ok is not None:
-                return Status(ok)
+                return SimpleString(ok)
             err = value[b"err"]
             if err is not None:
                 return Error(err.decode("utf-8", "replace"))
-            out: list[Reply] = []
+            out: list[RawReply] = []
             i = 1
             while True:
                 item = value[i]
@@ -322,7 +322,7 @@ class LeanRedis:
             return self._table({b"err": reply.text.encode()})
         return self._to_lua(reply)
 
-    def _inner(self, name: Any, args: tuple[Any, ...]) -> Reply:
+    def _inner(self, name: Any, args: tuple[Any, ...]) -> RawReply:
         try:
             command = [_lua_arg(name), *map(_lua_arg, args)]
             handler = self._commands.get(command[0]) or self._commands.get(command[0].upper())
@@ -333,12 +333,12 @@ class LeanRedis:
         except Error as exc:
             return exc
 
-    def _to_lua(self, reply: Reply) -> Any:
+    def _to_lua(self, reply: RawReply) -> Any:
         if reply is None:
             return False
         if type(reply) is list:
             return self._table([self._to_lua(r) for r in reply])
-        if type(reply) is Status:
+        if type(reply) is SimpleString:
             return self._table({b"ok": bytes(reply)})
         return reply
 
@@ -404,12 +404,12 @@ class LeanRedis:
         value: bytes | None = self._typed(args[1], bytes)
         return value
 
-    def _set(self, args: list[bytes]) -> Status:
+    def _set(self, args: list[bytes]) -> SimpleString:
         if len(args) != 3:
             raise Error("ERR lean store: SET takes no options here")
         self.data[args[1]] = bytes(args[2])
         self.expires.pop(args[1], None)
-        return Status(b"OK")
+        return SimpleString(b"OK")
 
     # -- hashes ----------------------------------------------------------------------------------
 
@@ -562,9 +562,9 @@ class LeanRedis:
 # -- replies as bytes and as the client reads them ---------------------------------------------
 
 
-def encode(reply: Reply) -> bytes:
+def encode(reply: RawReply) -> bytes:
     """``reply`` as RESP2 bytes (what a server would write)."""
-    if type(reply) is Status:
+    if type(reply) is SimpleString:
         return b"+" + bytes(reply) + b"\r\n"
     if isinstance(reply, Error):
         return b"-" + reply.text.encode() + b"\r\n"
@@ -579,9 +579,9 @@ def encode(reply: Reply) -> bytes:
     raise TypeError(f"no RESP2 form for {type(reply).__name__}")
 
 
-def decoded(reply: Reply, error: Callable[[str], Exception]) -> Any:
+def decoded(reply: RawReply, error: Callable[[str], Exception]) -> Any:
     """``reply`` as ``store.resp.RespCore`` (hiredis, UTF-8) would hand it to the client."""
-    if type(reply) is bytes or type(reply) is Status:
+    if type(reply) is bytes or type(reply) is SimpleString:
         return reply.decode("utf-8")
     if type(reply) is list:
         return [decoded(r, error) for r in reply]

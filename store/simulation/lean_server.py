@@ -24,7 +24,7 @@ from store.redis_errors import ConnectionLost, NotSent, UnknownOutcome
 from store.resp import ReplyError
 from store.simulation.lean_redis import Error, LeanRedis, decoded, encode
 
-Recorded = tuple[int, float, list[list[bytes]], list[bytes]]
+RecordedRequest = tuple[int, float, list[list[bytes]], list[bytes]]
 """One request: connection number, the store's clock then (seconds), its commands (arguments),
 each reply's RESP bytes."""
 
@@ -35,7 +35,7 @@ class LeanServer:
     def __init__(self) -> None:
         self.redis = LeanRedis()
         self.connections = itertools.count(1)
-        self.recording: list[Recorded] | None = None
+        self.recording: list[RecordedRequest] | None = None
 
     def connect(self) -> LeanConnection:
         """A new connection to this store."""

@@ -1,6 +1,6 @@
 """One node process serving the same node twice, metrics off and on, switching between them.
 
-Layer: cluster (the bench). ``python -m cluster.bench.metrics_switch_node`` takes
+Layer: cluster (the lab). ``python -m cluster.lab.metrics_switch_node`` takes
 ``nodes.serving.process``'s command line (``cluster.serve.ProcessNode`` writes it) and a few
 options of its own after it. It builds two ``NodeApp``s exactly as a node process builds one,
 one without metrics and one with them (``OperatorOptions.metrics_port``: a metered store, the HTTP
@@ -13,7 +13,7 @@ guard (requests in flight at the switch finish in it), this process's CPU clock,
 completed and Redis' CPU (``--redis-pid``).
 
 Why one process: two node processes started once differ by more than metrics cost (hash seed,
-memory layout, the core's neighbours: the last bench runs read 0.93 and 1.19 of the same
+memory layout, the core's neighbours: two runs of one bench read 0.93 and 1.19 of the same
 code), so comparing them is a draw. One process switching every few hundred milliseconds puts
 each mode beside the other under the same load, in the same process, many times over.
 
@@ -23,7 +23,7 @@ Control (on the MCP port, answered by ``SwitchApp`` itself, never by a node):
 - ``GET /switch/windows``: the windows recorded since the mark, as JSON.
 
 ``--on-extra-us N`` makes the metered app burn N µs of CPU per request: a known cost, to check
-that the measure sees one (``tests/test_bench_metrics_switch.py``); ``--same`` builds both
+that the measure sees one (``tests/test_lab_metrics_switch.py``); ``--same`` builds both
 without metrics: the measure's A/A check, which should read 1 within its interval.
 """
 
@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from nodes.http import Receive, Scope, Send
+from nodes.http import ASGIScope, Receive, Send
 from nodes.serving.app import NodeApp, NodeOptions
 from nodes.serving.http_server import bind_socket
 from nodes.serving.operator import OperatorOptions, bind_metrics
@@ -106,7 +106,7 @@ class SwitchApp:
     windows: list[dict[str, Any]] = field(default_factory=list)
     recording: bool = False
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(scope, receive, send)
             return
@@ -147,7 +147,7 @@ class SwitchApp:
             if self.recording:
                 self.windows.append(_window(MODES[mode], start, end))
 
-    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _lifespan(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         """Start both apps (each through its own lifespan), then the clock; stop them alike."""
         async with anyio.create_task_group() as tasks:
             inboxes, outboxes = [], []
@@ -179,7 +179,7 @@ class SwitchApp:
             tasks.cancel_scope.cancel()
             await send({"type": "lifespan.shutdown.complete"})
 
-    async def _control(self, scope: Scope, send: Send) -> None:
+    async def _control(self, scope: ASGIScope, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if path == MARK and method == "POST":
             self.windows = []
