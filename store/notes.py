@@ -220,6 +220,10 @@ class NoteStore:
         self._grace_arg = str(replay_grace_ms)
         self._maxlen_arg = str(journal_maxlen)
         self._stats = StoreStatistics()
+        self.lost_reply_observer: Callable[[str, float], None] | None = None
+        """Told of every reply this store lost (a timeout, a dropped connection, a command not
+        sent): what was sent and the seconds it waited. A simulation's harness records them as
+        observed faults, the honest cause of the "outcome unknown" answers they lead to."""
         self._keys: dict[str, TenantKeys] = {}
         # A script goes by EVALSHA and, on NOSCRIPT (it did not run), once in full
         # (``RespRedis.evalsha``): a restarted or failed-over Redis that forgot its script cache
@@ -605,9 +609,12 @@ class NoteStore:
         lost = refused = 0
         until: float | None = None
         while True:
+            sent = anyio.current_time()
             try:
                 return await command(*args)
             except _LOST_REPLY as exc:
+                if self.lost_reply_observer is not None:
+                    self.lost_reply_observer(what, anyio.current_time() - sent)
                 if lost == RESENDS:
                     report_lost_reply(self.client, exc)
                     raise self._failed(exc, what) from exc
