@@ -37,6 +37,7 @@ from store.api import (
     WriteOutcome,
 )
 from store.notes import NoteStore, script_source
+from store.sessions import SessionStore
 
 SEARCH_LIMIT = 1000
 """How many notes ``notes_search`` reads per workspace (``nodes.tools.search``): a search's
@@ -231,6 +232,10 @@ class Plant:
     """Fault kinds the run must inject for the defect to show (added to the run's)."""
     also: tuple[str, ...] = ()
     """Other invariants it breaks (the suite holds it to them too)."""
+    sessions_wrapper: Callable[[SessionStore], SessionStore] | None = None
+    """A defect of the legacy session store (``store.sessions``): each legacy node's wrapped."""
+    legacy_share: float = 0.0
+    """Share of legacy 2025-11-25 flows the run needs for the defect to show."""
 
     def wrap(self, store: NoteStoreAPI) -> NoteStoreAPI:
         """``store`` with the defect in it (its scripts edited, then wrapped)."""
