@@ -142,7 +142,7 @@ def planted_sessions(name: str | None) -> Callable[[SessionStore], SessionStore]
         return None
     from store.simulation.plants import plant
 
-    return plant(name).sessions_wrapper
+    return plant(name).wrap_sessions
 
 
 class DeterministicUsageError(ValueError):
