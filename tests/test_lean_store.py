@@ -4,7 +4,9 @@ Layer: tests. Two holds: a deterministic run writes the same history bytes on th
 on fakeredis (seeds 7, 11, 20 and a swarm seed, fault points on, faults in some); and the
 command streams such runs send (several seeds, every race kind, faults included), replayed
 through a fresh lean store, fakeredis and a real ``redis-server`` on the recorded clock
-(``tests.own_clock``), get the same reply bytes from all three. A difference planted in the
+(``tests.own_clock``), get the same reply bytes from all three; one of them a run with a share
+of legacy flows (the session store's scripts, sorted sets, inbox and wake streams, blocking
+reads, recorded as the read that answered them). A difference planted in the
 lean store is caught by the same comparison (its control: the unplanted store, above).
 """
 
@@ -21,7 +23,7 @@ from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
 from store.simulation.lean_redis import Error as LeanError
-from store.simulation.lean_redis import LeanRedis
+from store.simulation.lean_redis import LeanRedis, ZSet
 from store.simulation.lean_server import LeanServer, Recorded
 from tests.own_clock import clocked_redis
 from tests.store_replay import (
@@ -38,12 +40,21 @@ FLOWS = 120
 ALL_FAULTS: frozenset[FaultKind] = frozenset({"nodes", "client", "lost-reply", "stall"})
 
 
+LEGACY_SHARE = 0.3
+"""The legacy stream's share of legacy flows: sessions, inboxes, blocking reads, sorted sets."""
+
+
 def _options(
-    seed: int, faults: frozenset[FaultKind] = frozenset(), *, swarmed: bool = False
+    seed: int,
+    faults: frozenset[FaultKind] = frozenset(),
+    *,
+    swarmed: bool = False,
+    legacy_share: float = 0.0,
 ) -> SimulateOptions:
-    options = SimulateOptions(
-        settings=RunSettings(flows=FLOWS, seed=seed, tenants=tenants_for(FLOWS)), faults=faults
+    settings = RunSettings(
+        flows=FLOWS, seed=seed, tenants=tenants_for(FLOWS), legacy_share=legacy_share
     )
+    options = SimulateOptions(settings=settings, faults=faults)
     return swarm(options) if swarmed else options
 
 
@@ -72,23 +83,31 @@ def test_a_seed_writes_the_same_history_bytes_on_the_lean_store_as_on_fakeredis(
     assert reference.result.status in ("valid", "unknown")  # the unplanted runs violate nothing
 
 
-def _recorded(seed: int, faults: frozenset[FaultKind], swarmed: bool) -> list[Recorded]:
+def _recorded(
+    seed: int, faults: frozenset[FaultKind], swarmed: bool, legacy_share: float = 0.0
+) -> list[Recorded]:
     """The run's requests, then a probe of the state they left (``end_state_probe``)."""
     server = LeanServer()
     server.recording = []
-    run_deterministic(_options(seed, faults, swarmed=swarmed), buggify=True, store=server)
+    options = _options(seed, faults, swarmed=swarmed, legacy_share=legacy_share)
+    run_deterministic(options, buggify=True, store=server)
     return server.recording + end_state_probe(server.recording, server.redis)
 
 
 @pytest.fixture(scope="module")
 def streams() -> list[tuple[str, list[Recorded]]]:
-    """Command streams of three runs (every race kind, faults of every kind, a swarm shape),
-    each followed by its end-state probe."""
+    """Command streams of four runs (every race kind, faults of every kind, a swarm shape, a
+    legacy share with faults), each followed by its end-state probe."""
     return [
         ("seed-11-faults", _recorded(11, ALL_FAULTS, False)),
         ("seed-7", _recorded(7, frozenset(), False)),
         ("swarm-seed-33", _recorded(33, frozenset(), True)),
+        ("seed-5-legacy", _recorded(5, ALL_FAULTS, False, LEGACY_SHARE)),
     ]
+
+
+def _legacy(streams: list[tuple[str, list[Recorded]]]) -> list[Recorded]:
+    return next(s for name, s in streams if name.endswith("-legacy"))
 
 
 def _commands(stream: list[Recorded]) -> set[bytes]:
@@ -101,6 +120,18 @@ def test_the_recorded_streams_hold_scripts_reads_and_script_loading(
     seen = set().union(*(_commands(s) for _, s in streams))
     assert {b"EVALSHA", b"SCRIPT", b"HMGET", b"GET"} <= seen, seen
     assert all(len(s) > 300 for _, s in streams)
+
+
+def test_the_legacy_stream_holds_the_session_stores_commands(
+    streams: list[tuple[str, list[Recorded]]],
+) -> None:
+    legacy = _legacy(streams)
+    assert {b"XREAD", b"XREVRANGE", b"ZREM", b"EVALSHA"} <= _commands(legacy)
+    scripts = b"".join(a[1] for _, _, cs, _ in legacy for a in cs if a[0].upper() == b"EVAL")
+    for inner in (b"ZADD", b"ZREMRANGEBYSCORE", b"ZCARD", b"PEXPIRE", b"'KEEPTTL'", b"'PX'"):
+        assert inner in scripts, inner  # the session scripts were loaded, so they ran
+    zsets = [r for _, _, cs, _ in legacy for a in cs for r in [a] if a[0] == b"ZRANGE"]
+    assert zsets, "the end-state probe read a sorted set"
 
 
 def test_recorded_streams_get_the_same_reply_bytes_from_lean_fakeredis_and_a_real_redis(
@@ -139,11 +170,23 @@ class _NoEmptySetDrop(LeanRedis):
         return before - len(s)
 
 
-@pytest.mark.parametrize("planted", [_OffByOneCounts, _NoEmptySetDrop])
+class _NoEmptyZsetDrop(LeanRedis):
+    """A planted difference: a sorted set emptied by ZREM stays as a key."""
+
+    def _remove(self, key: bytes, z: ZSet, members: list[bytes]) -> int:
+        for member in members:
+            del z[member]
+        return len(members)
+
+
+@pytest.mark.parametrize(
+    ("planted", "which"),
+    [(_OffByOneCounts, 0), (_NoEmptySetDrop, 0), (_NoEmptyZsetDrop, 3)],
+)
 def test_a_difference_planted_in_the_lean_store_is_caught(
-    streams: list[tuple[str, list[Recorded]]], planted: type[LeanRedis]
+    streams: list[tuple[str, list[Recorded]]], planted: type[LeanRedis], which: int
 ) -> None:
-    name, stream = streams[0]
+    name, stream = streams[which]
     with fakeredis_replier() as fake:
         found = first_difference(stream, {"lean": lean_replier(planted()), "fakeredis": fake})
     assert found is not None, f"{name}: the planted {planted.__name__} went unnoticed"

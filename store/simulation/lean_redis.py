@@ -34,6 +34,7 @@ from store.simulation.lean_streams import Blocked, Stream, StreamCommands
 from store.simulation.lean_values import (
     HASH_NOT_INTEGER,
     NOSCRIPT,
+    NULL_ARRAY,
     SYNTAX,
     Error,
     Reply,
@@ -286,7 +287,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
             return exc
 
     def _to_lua(self, reply: Reply) -> Any:
-        if reply is None:
+        if reply is None or reply is NULL_ARRAY:
             return False
         if type(reply) is list:
             return self._table([self._to_lua(r) for r in reply])
@@ -492,6 +493,8 @@ def encode(reply: Reply) -> bytes:
         return b":%d\r\n" % reply
     if reply is None:
         return b"$-1\r\n"
+    if reply is NULL_ARRAY:
+        return b"*-1\r\n"
     if type(reply) is list:
         return b"*%d\r\n" % len(reply) + b"".join(encode(r) for r in reply)
     raise TypeError(f"no RESP2 form for {type(reply).__name__}")
@@ -505,4 +508,6 @@ def decoded(reply: Reply, error: Callable[[str], Exception]) -> Any:
         return [decoded(r, error) for r in reply]
     if isinstance(reply, Error):
         return error(reply.text)
+    if reply is NULL_ARRAY:
+        return None
     return reply

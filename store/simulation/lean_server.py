@@ -31,6 +31,7 @@ import hiredis
 from store.redis_errors import ConnectionLost, NotSent, UnknownOutcome
 from store.resp import ReplyError
 from store.simulation.lean_redis import Blocked, Error, LeanRedis, decoded, encode
+from store.simulation.lean_values import NULL_ARRAY
 
 Recorded = tuple[int, float, list[list[bytes]], list[bytes]]
 """One request: connection number, the store's clock then (seconds), its commands (arguments),
@@ -138,7 +139,9 @@ class LeanConnection:
             if not self.alive:
                 raise ConnectionLost("lean store: connection closed during a blocking read")
             reply = redis.command(blocked.again)
-            if reply is not None or (deadline is not None and anyio.current_time() >= deadline):
+            if reply is not NULL_ARRAY or (
+                deadline is not None and anyio.current_time() >= deadline
+            ):
                 return [blocked.again], [reply]
 
     def _record(self, parsed: list[list[bytes]], raw: list[Any]) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.simulation.lean_values import (
+    NULL_ARRAY,
     SYNTAX,
     Error,
     KeySpace,
@@ -235,4 +236,4 @@ class StreamCommands(KeySpace):
             return out
         if block is not None and not self.in_script:
             return Blocked(tuple(keys), block, kept + args[i:])
-        return None
+        return NULL_ARRAY

@@ -14,12 +14,22 @@ from typing import Any
 MAX_ID = (1 << 64) - 1
 
 Reply = Any
-"""A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``list``, ``Status``,
-``Error``."""
+"""A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``NULL_ARRAY``, ``list``,
+``Status``, ``Error``."""
 
 
 class Status(bytes):
     """A status reply (``+OK``)."""
+
+
+class NullArray:
+    """A null array reply (``*-1``: RESP2's nil of a command whose reply is an array, such as an
+    ``XREAD`` that found nothing)."""
+
+    __slots__ = ()
+
+
+NULL_ARRAY = NullArray()
 
 
 class Error(Exception):
