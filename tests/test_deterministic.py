@@ -192,6 +192,14 @@ def test_workers_run_independent_seeds_with_one_merged_verdict(tmp_path: Path) -
     assert "merged verdict: VALID (80 flows, 2 seeds)" in err
     summary = json.loads((out / "seeds.json").read_text(encoding="utf-8"))
     assert [r["seed"] for r in summary["runs"]] == [7, 8]
+    # A results file: the command, the machine and its load at both ends, the totals.
+    assert summary["command"].startswith("notes-cluster simulate --deterministic --workers 2")
+    assert summary["where"] == "2 processes"
+    assert len(summary["load_average_at_start"]) == len(summary["machine"]["load_average"]) == 3
+    assert summary["machine"]["cpus"] >= 1
+    cpu_s = sum(r["cpu_s"] for r in summary["runs"])
+    assert summary["cpu_s"] == pytest.approx(cpu_s, abs=0.1)
+    assert summary["flows_per_cpu_s"] == pytest.approx(80 / cpu_s, rel=0.01)
     assert not (out / "seed-7").exists()  # a passing seed of a bulk run leaves no folder
     alone = run_deterministic(
         SimulateOptions(settings=RunSettings(flows=40, seed=7, tenants=tenants_for(40)))

@@ -11,8 +11,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +26,7 @@ from cluster.bench.database import BENCH_PREFIX, BenchRedis, bench_redis, clear
 from cluster.bench.flows import FlowFn, PointStats, SeededNote, run_flows
 from cluster.bench.procs import Cpu
 from cluster.bench.seeding import seed_targets
+from cluster.machine import machine as describe_machine
 from nodes.serving.load_fixture import load_tokens
 
 Log = Callable[[str], None]
@@ -232,30 +231,9 @@ class Bench:
 
 
 def machine(info: dict[str, Any]) -> dict[str, Any]:
-    """What a benchmark report says of the machine: CPUs and their model, memory, Python,
-    platform, the Redis version from ``info`` (Redis' ``INFO server``), and the load average
-    (1, 5 and 15 minutes) when the report is written: figures measured on a busy machine say so."""
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "redis_version": str(info.get("redis_version", "")),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def _cpu_model() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` ("" where there is none)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return ""
+    """What a benchmark report says of the machine (``cluster.machine``), with the Redis
+    version from ``info`` (Redis' ``INFO server``)."""
+    return describe_machine(str(info.get("redis_version", "")))
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -280,6 +281,8 @@ def _seeds(
         for_s=search_s,
         in_flight=in_flight,
         shrink_each=3 if search_s is not None else None,
+        command=shlex.join(["notes-cluster", *sys.argv[1:]]),
+        where=where,
     )
     try:
         report = run_swarm(plan, executor, Path(options.run_dir), _say)

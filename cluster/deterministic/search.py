@@ -32,6 +32,7 @@ from cluster.deterministic.fleet import (
     shrink_seed,
     unpack,
 )
+from cluster.machine import load_average, machine
 from cluster.targets.simulate import SimulateOptions
 from loadgen.run.folder import REPLAY_FILE, SEEDS_FILE
 
@@ -56,6 +57,10 @@ class SwarmPlan:
     """Failing seeds shrunk per invariant, fastest first (None: every one)."""
     shrink_budget_s: float = 120.0
     shrink_budget_runs: int = 60
+    command: str = ""
+    """The command line that asked for the swarm (recorded in ``seeds.json``)."""
+    where: str = ""
+    """Where its seeds ran ("2 processes", "the Dask cluster at ...")."""
     planted: str | None = None
     """Test-only: see ``fleet.SeedJob.planted``."""
 
@@ -82,6 +87,8 @@ class SwarmReport:
     shrunk: list[tuple[ShrinkOutcome, Path, str]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     wall_s: float = 0.0
+    load_at_start: list[float] = field(default_factory=list)
+    """This machine's load average when the swarm started (``cluster.machine``)."""
 
     @property
     def verdict(self) -> str:
@@ -99,6 +106,11 @@ class SwarmReport:
     @property
     def flows(self) -> int:
         return sum(o.flows for o in self.outcomes)
+
+    @property
+    def cpu_s(self) -> float:
+        """The seeds' CPU seconds, summed over every worker process."""
+        return sum(o.cpu_s for o in self.outcomes)
 
 
 def _seeds(plan: SwarmPlan) -> Iterator[int]:
@@ -119,7 +131,7 @@ def run_swarm(
     plan: SwarmPlan, executor: Executor, out: Path, log: Callable[[str], None]
 ) -> SwarmReport:
     """Run ``plan`` on ``executor`` into the folder ``out`` (see the module docstring)."""
-    report = SwarmReport()
+    report = SwarmReport(load_at_start=load_average())
     started = time.perf_counter()
     deadline = None if plan.for_s is None else started + plan.for_s
     seeds = _seeds(plan)
@@ -238,8 +250,9 @@ def describe_shape(shrunk: ShrinkOutcome) -> str:
 
 
 def write_summary(out: Path, plan: SwarmPlan, report: SwarmReport) -> None:
-    """``seeds.json`` (every seed: verdict, history sha256, flows, CPU seconds; a failing
-    seed's results too), and with failures ``failures.json`` and ``failures.md``."""
+    """``seeds.json`` (the command, the machine with its load average at the start and the
+    end, the totals and rates; every seed: verdict, history sha256, flows, CPU seconds; a
+    failing seed's results too), and with failures ``failures.json`` and ``failures.md``."""
     runs = []
     for o in report.outcomes:
         row: dict[str, Any] = {
@@ -255,10 +268,17 @@ def write_summary(out: Path, plan: SwarmPlan, report: SwarmReport) -> None:
             row |= {"invalid": list(o.invalid), "run_dir": str(out / f"seed-{o.seed}")}
         runs.append(row)
     summary = {
+        "command": plan.command,
+        "where": plan.where,
+        "machine": machine(),
+        "load_average_at_start": report.load_at_start,
         "verdict": report.verdict,
         "seeds": len(report.outcomes),
         "flows": report.flows,
         "wall_s": round(report.wall_s, 1),
+        "cpu_s": round(report.cpu_s, 1),
+        "flows_per_wall_s": round(report.flows / report.wall_s, 1) if report.wall_s else None,
+        "flows_per_cpu_s": round(report.flows / report.cpu_s, 1) if report.cpu_s else None,
         "failing": report.failing,
         "failures": [f.to_json() for f in report.failures],
         "runs": runs,

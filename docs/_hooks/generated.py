@@ -6,6 +6,8 @@ A page asks for a generated block with an HTML comment on a line of its own:
                                                       from nodes.serving.settings' models
     <!-- generated: bench-results PATH -->            a benchmark results file (bench.json),
                                                       PATH relative to the repository's root
+    <!-- generated: swarm-results PATH -->            a swarm's results file (seeds.json, its
+                                                      per-seed rows left out), PATH as above
 
 So the reference cannot drift from the code, and the benchmark page shows a results file as
 the bench wrote it (with the machine and load it was measured on), never figures typed by hand.
@@ -35,6 +37,8 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
             return config_reference()
         if kind == "bench-results" and arg:
             return bench_results(ROOT / arg)
+        if kind == "swarm-results" and arg:
+            return swarm_results(ROOT / arg)
         raise ValueError(f"unknown generated block {m.group(0)!r}")
 
     return MARKER.sub(block, markdown)
@@ -135,6 +139,50 @@ TARGETS = {
 }
 
 
+def _machine_rows(m: dict[str, Any], loads: list[tuple[str, Any]]) -> list[str]:
+    rows = [
+        "| machine | |",
+        "|---|---|",
+        f"| CPUs | {m.get('cpus', '?')} ({m.get('cpu_model') or 'model not recorded'}) |",
+        f"| memory | {m.get('memory_gib', 'not recorded')} GiB |",
+    ]
+    for label, load in loads:
+        shown = ", ".join(map(str, load)) if load else "not recorded"
+        rows.append(f"| load average (1, 5, 15 min) {label} | {shown} |")
+    return rows
+
+
+def swarm_results(path: Path) -> str:
+    """A swarm's results file (``seeds.json`` of ``simulate --deterministic --seeds N``): the
+    command, the machine and its load at both ends, the verdict, the totals and the rates."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    m = data.get("machine", {})
+    loads = [
+        ("at the start", data.get("load_average_at_start")),
+        ("at the end", m.get("load_average")),
+    ]
+    wall = data.get("wall_s")
+    return "\n".join(
+        [
+            f"Command: `{data.get('command', '?')}` (on {data.get('where') or '?'}).",
+            "",
+            *_machine_rows(m, loads),
+            f"| Python | {m.get('python', '?')} |",
+            f"| platform | {m.get('platform', '?')} |",
+            "",
+            "| result | |",
+            "|---|---|",
+            f"| merged verdict | {str(data.get('verdict', '?')).upper()} |",
+            f"| seeds, flows | {_fmt(data.get('seeds'), 0)}, {_fmt(data.get('flows'), 0)} |",
+            f"| wall time | {_fmt(wall, 0)} s ({_fmt((wall or 0) / 60, 1)} min) |",
+            f"| CPU time, every worker | {_fmt(data.get('cpu_s'), 0)} s |",
+            f"| flows per wall second | {_fmt(data.get('flows_per_wall_s'), 0)} |",
+            f"| flows per CPU second | {_fmt(data.get('flows_per_cpu_s'), 0)} |",
+            "",
+        ]
+    )
+
+
 def bench_results(path: Path) -> str:
     """A results file of ``notes-cluster bench``: the machine and its load, the command, the
     targets met or missed, then the budget per flow of each side of the peer comparison."""
@@ -146,13 +194,7 @@ def bench_results(path: Path) -> str:
         f"Command: `{data.get('command', '?')}` ({data.get('mode', '?')} mode, "
         f"{_fmt(data.get('elapsed_s'), 0)} s).",
         "",
-        "| machine | |",
-        "|---|---|",
-        f"| CPUs | {m.get('cpus', '?')} ({m.get('cpu_model') or 'model not recorded'}) |",
-        f"| memory | {m.get('memory_gib', 'not recorded')} GiB |",
-        "| load average (1, 5, 15 min) at the end | "
-        + (", ".join(map(str, load)) if load else "not recorded")
-        + " |",
+        *_machine_rows(m, [("at the end", load)]),
         f"| Python, Redis | {m.get('python', '?')}, {m.get('redis_version', '?')} |",
         f"| platform | {m.get('platform', '?')} |",
         "",
