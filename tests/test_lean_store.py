@@ -18,6 +18,7 @@ import pytest
 
 from cluster.deterministic.run import run_deterministic
 from cluster.deterministic.swarm import swarm
+from cluster.deterministic.world import EPOCH_S, HALF_US
 from cluster.faults import FaultKind
 from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
@@ -110,6 +111,55 @@ def _legacy(streams: list[tuple[str, list[Recorded]]]) -> list[Recorded]:
     return next(s for name, s in streams if name.endswith("-legacy"))
 
 
+def _session_commands() -> list[Recorded]:
+    """What a run reaches too rarely to test by itself, as the session store sends it: streams
+    long enough for ``MAXLEN ~`` to drop whole nodes (by entry count on a wake stream, by bytes
+    on an inbox of long answers), reads of them, and sorted sets emptied and refilled. No
+    recorded replies: the stores are held to each other."""
+    out: list[Recorded] = []
+
+    def request(*args: str | int) -> None:
+        # A millisecond apart, read as the deterministic world reads its clock.
+        clock = EPOCH_S + (len(out) + 1) / 1000 + HALF_US
+        out.append((1, clock, [[str(a).encode() for a in args]], []))
+
+    for _ in range(130):
+        request("XADD", "w", "MAXLEN", "~", 16, "*", "kind", "wake")
+    body = '{"action":"accept","content":{"noteId":"n0123456789abcdef","confirm":true}}' * 4
+    for i in range(40):
+        request(
+            "XADD", "in", "MAXLEN", "~", 8, "*", "kind", "answer", "rid", f"nc-{i}", "body", body
+        )
+    request("XRANGE", "w", "-", "+")
+    request("XRANGE", "in", "-", "+")
+    request("XREVRANGE", "in", "+", "-", "COUNT", 1)
+    request("XREAD", "COUNT", 3, "STREAMS", "in", "w", "none", "0-0", "0-0", "0-0")
+    for args in (
+        ("ZADD", "z", 5, "a", 3, "b", 9, "c"),
+        ("ZADD", "z", "XX", "GT", "CH", 4, "a"),
+        ("ZADD", "z", "XX", "GT", "CH", 7, "a", 1, "d"),
+        ("ZSCORE", "z", "a"),
+        ("ZRANGE", "z", 0, -1, "WITHSCORES"),
+        ("ZRANGE", "z", -1, -1, "WITHSCORES"),
+        ("ZREMRANGEBYSCORE", "z", "-inf", 3),
+        ("ZCARD", "z"),
+        ("ZREMRANGEBYRANK", "z", 0, 0),
+        ("ZREM", "z", "c", "x"),
+        ("EXISTS", "z"),
+        ("ZADD", "z", 1_800_000_123_456, "call"),
+        ("PEXPIREAT", "z", 1_800_000_123_456),
+        ("PTTL", "z"),
+        ("SET", "m", "open", "PX", 2_000),
+        ("SET", "m", "answered", "KEEPTTL"),
+        ("PTTL", "m"),
+        ("GET", "m"),
+        ("PEXPIRE", "m", 0),
+        ("EXISTS", "m"),
+    ):
+        request(*args)
+    return out
+
+
 def _commands(stream: list[Recorded]) -> set[bytes]:
     return {args[0].upper() for _, _, commands, _ in stream for args in commands}
 
@@ -137,7 +187,7 @@ def test_the_legacy_stream_holds_the_session_stores_commands(
 def test_recorded_streams_get_the_same_reply_bytes_from_lean_fakeredis_and_a_real_redis(
     streams: list[tuple[str, list[Recorded]]], tmp_path: Path
 ) -> None:
-    for name, stream in streams:
+    for name, stream in [*streams, ("session-commands", _session_commands())]:
         start_us = round(stream[0][1] * 1_000_000)
         with (
             clocked_redis(tmp_path / name, start_us) as real,
@@ -179,14 +229,26 @@ class _NoEmptyZsetDrop(LeanRedis):
         return len(members)
 
 
+class _TrimsExactly(LeanRedis):
+    """A planted difference: ``XADD MAXLEN ~ n`` trims to exactly n entries (Redis drops whole
+    nodes only: a legacy reader's wake stream keeps more)."""
+
+    def _xadd(self, args: list[bytes]) -> bytes:
+        reply = super()._xadd(args)
+        if args[2].upper() == b"MAXLEN":
+            entries = self.data[args[1]].entries
+            del entries[: max(0, len(entries) - int(args[4]))]
+        return reply
+
+
 @pytest.mark.parametrize(
     ("planted", "which"),
-    [(_OffByOneCounts, 0), (_NoEmptySetDrop, 0), (_NoEmptyZsetDrop, 3)],
+    [(_OffByOneCounts, 0), (_NoEmptySetDrop, 0), (_TrimsExactly, -1), (_NoEmptyZsetDrop, -1)],
 )
 def test_a_difference_planted_in_the_lean_store_is_caught(
     streams: list[tuple[str, list[Recorded]]], planted: type[LeanRedis], which: int
 ) -> None:
-    name, stream = streams[which]
+    name, stream = streams[which] if which >= 0 else ("session-commands", _session_commands())
     with fakeredis_replier() as fake:
         found = first_difference(stream, {"lean": lean_replier(planted()), "fakeredis": fake})
     assert found is not None, f"{name}: the planted {planted.__name__} went unnoticed"
