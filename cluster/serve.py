@@ -59,6 +59,7 @@ async def serve_http_node(
     prefix: str = DEFAULT_PREFIX,
     legacy_limits: LegacyLimits | None = None,
     ops: OperatorOptions | None = None,
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """One HTTP node with its own Redis pool; reports its URL; runs until cancelled. It also
@@ -69,7 +70,7 @@ async def serve_http_node(
     try:
         await _serve_http_node(
             settings, redis_url, embedded, host, port, node_id, prefix, legacy_limits, ops,
-            [] if metrics_socket is None else [metrics_socket], task_status,
+            [] if metrics_socket is None else [metrics_socket], task_status, session_wrap,
         )  # fmt: skip
     finally:
         if metrics_socket is not None and metrics_socket.fileno() != -1:
@@ -156,6 +157,7 @@ async def _serve_http_node(
     ops: OperatorOptions,
     sockets: list[socket.socket],
     task_status: anyio.abc.TaskStatus[str],
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
 ) -> None:
     async with open_node_app(
         settings,
@@ -165,6 +167,7 @@ async def _serve_http_node(
         prefix=prefix,
         legacy_limits=legacy_limits,
         ops=ops,
+        seams=NodeSeams(sessions=session_wrap),
     ) as (node, app, _):
         await serve_app(
             node,
@@ -191,9 +194,11 @@ async def start_http_nodes(
     name: str = "node",
     legacy_limits: LegacyLimits | None = None,
     ops: OperatorOptions | None = None,
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
 ) -> list[str]:
     """Start ``count`` HTTP nodes in ``nursery`` (node i on ``base_port + i``, or on free ports
-    when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs."""
+    when ``base_port`` is 0), each ready before the next starts; return their endpoint URLs.
+    ``session_wrap``: a simulation's planted defect in each node's session store."""
     urls: list[str] = []
     for i in range(count):
         start = partial(
@@ -207,6 +212,7 @@ async def start_http_nodes(
             prefix=prefix,
             legacy_limits=legacy_limits,
             ops=(ops or OperatorOptions()).for_node(i),
+            session_wrap=session_wrap,
         )
         urls.append(await nursery.start(start))
     return urls
