@@ -129,20 +129,6 @@ def move_slot(
     return finish_move(slot, source, target, every_master)
 
 
-def move_and_back(
-    slot: int, address: Address, *, away_s: float, hold_s: float = 0.0
-) -> tuple[Master, Master, int]:
-    """Move ``slot`` to another master, leave it there ``away_s``, move it back; (where it
-    was, where it went, keys moved in both steps)."""
-    every = masters(address)
-    home = owner(slot, every)
-    away = next(m for m in every if m.node_id != home.node_id)
-    there = move_slot(slot, home, away, every, hold_s=hold_s)
-    time.sleep(away_s)
-    back = move_slot(slot, away, home, every, hold_s=hold_s)
-    return home, away, there + back
-
-
 async def reshard_tenant(
     url: str,
     tenant: str,

@@ -132,9 +132,7 @@ async def open_node_app(
         if seams.sessions is not None:
             sessions = seams.sessions(sessions)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
-            with with_operator_endpoints(
-                node, store.check_ready, metrics, ops, legacy
-            ) as operations:
+            with with_operator_endpoints(node, store.check_ready, metrics, ops, legacy) as operator:
                 app = make_app(
                     node,
                     settings.tokens,
@@ -142,7 +140,7 @@ async def open_node_app(
                     legacy=legacy,
                     body_timeout_s=settings.timeouts.body_s,
                 )
-                yield node, operations.wrap(app), operations
+                yield node, operator.wrap(app), operator
 
 
 async def _serve_http_node(

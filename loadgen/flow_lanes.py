@@ -27,13 +27,14 @@ LANE_HEIGHT_IN = 0.55
 WIDTH_IN = 12.0
 DPI = 100
 
-FaultWindow = tuple[float, float, str]
-"""A fault window in milliseconds from the first history row: start, end, label."""
+FaultSpan = tuple[float, float, str]
+"""A fault window as the lanes draw it, in milliseconds from the first history row: start,
+end, label (the checker's is ``loadgen.check.limits.FaultWindow``)."""
 
 
 def render_lanes(
     rows: Sequence[Mapping[str, Any]],
-    faults: Sequence[FaultWindow],
+    faults: Sequence[FaultSpan],
     path: Path,
     title: str = "",
     *,
@@ -82,8 +83,8 @@ def render_lanes(
 
 
 def layout(
-    rows: Sequence[Mapping[str, Any]], faults: Sequence[FaultWindow], axis: str = "auto"
-) -> tuple[dict[int, float], list[FaultWindow], str]:
+    rows: Sequence[Mapping[str, Any]], faults: Sequence[FaultSpan], axis: str = "auto"
+) -> tuple[dict[int, float], list[FaultSpan], str]:
     """Where ``render_lanes`` puts each row (by history index) and each fault window on the x
     axis, and the axis' label (``axis`` as ``render_lanes`` takes it)."""
     times = [int(r["time_ms"]) for r in rows]
@@ -102,7 +103,7 @@ def layout(
     return at, windows, "history step (operations in the order the history records them)"
 
 
-def fault_windows(faults: Sequence[Mapping[str, Any]], t0_ms: int) -> list[FaultWindow]:
+def fault_windows(faults: Sequence[Mapping[str, Any]], t0_ms: int) -> list[FaultSpan]:
     """``faults.json`` rows (wall-clock seconds) as windows in ms from ``t0_ms``."""
     return [
         (

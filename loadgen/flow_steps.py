@@ -67,7 +67,7 @@ CLEANUP_KIND = "cleanup"
 """The ``kind`` of a flow's cleanup operations in the history: confirmed deletes like any other,
 checked by every invariant, but not part of the flow's race."""
 
-SetupOutcome = Literal[
+SetupFlowOutcome = Literal[
     "completed",
     "create_refused",
     "create_unknown",
@@ -125,7 +125,7 @@ class FlowEnv:
     """Aim expiry races at the exact millisecond (``EXACT_EXPIRY``), not a margin away: only
     where the Redis-clock estimate is exact (a deterministic run's virtual clock)."""
     steps: list[str] = field(default_factory=list)
-    outcome: SetupOutcome = "completed"
+    outcome: SetupFlowOutcome = "completed"
     done: bool = False
     """Some answer of this flow said its note was deleted or archived."""
     leftovers: dict[str, int] = field(default_factory=dict)

@@ -24,7 +24,7 @@ from matplotlib.axes import Axes
 
 from loadgen.fault_windows import LISTED_MAX, share, summarize
 from loadgen.run.folder import RunFolder
-from loadgen.run.results import Results, Settings
+from loadgen.run.results import RecordedSettings, Results
 from loadgen.runner import FlowSample, RunStats
 from loadgen.tally import Tally, tenths_row
 
@@ -140,7 +140,7 @@ def write_pictures(
 
 def title_line(results: Results) -> str:
     """Verdict and settings in one line, for the figure's title."""
-    s = results.settings or Settings()
+    s = results.settings or RecordedSettings()
 
     def known(v: object) -> object:
         return "?" if v is None else v

@@ -1,7 +1,7 @@
 """Shrinking a failing run: the smallest case that still fails the same invariant.
 
 Layer: loadgen. Pure search, no I/O and no clock of its own beyond the budget's: the caller gives a
-``Candidate`` (what a deterministic run is made of: the flows it keeps, the faults it keeps, its
+``CandidateRun`` (what a deterministic run is made of: the flows it keeps, the faults it keeps, its
 nodes, its settings) and an ``attempt`` that runs a case and answers with the names of the
 invariants it broke. The search keeps a case only when it still breaks the original invariant, so
 the minimal case shows the same bug, not another one a smaller run happens to hit.
@@ -33,7 +33,7 @@ SettingPairs = tuple[tuple[str, object], ...]
 
 
 @dataclass(frozen=True)
-class Candidate:
+class CandidateRun:
     """One candidate run: the flow indices and fault indices it keeps, its nodes, its settings."""
 
     flows: tuple[int, ...]
@@ -45,7 +45,7 @@ class Candidate:
         """The value of ``name`` in this case's settings (``None`` if it has none)."""
         return dict(self.settings).get(name)
 
-    def with_setting(self, name: str, value: object) -> Candidate:
+    def with_setting(self, name: str, value: object) -> CandidateRun:
         """This case with ``name`` set to ``value``."""
         merged = dict(self.settings)
         merged[name] = value
@@ -59,7 +59,7 @@ class Candidate:
         )
 
 
-Attempt = Callable[[Candidate], Iterable[str]]
+Attempt = Callable[[CandidateRun], Iterable[str]]
 """Run a case; answer the names of the invariants it broke (none: it passed)."""
 
 
@@ -87,8 +87,8 @@ class Budget:
 class ShrinkResult:
     """What a shrink found: the minimal case, what it cost, and whether the budget cut it short."""
 
-    original: Candidate
-    minimal: Candidate
+    original: CandidateRun
+    minimal: CandidateRun
     invariant: str
     runs: int
     elapsed_s: float
@@ -118,12 +118,12 @@ class _Search:
     budget: Budget
     clock: Callable[[], float]
     started: float
-    best: Candidate
+    best: CandidateRun
     runs: int = 0
     crashed: int = 0
-    seen: dict[Candidate, bool] = field(default_factory=dict)
+    seen: dict[CandidateRun, bool] = field(default_factory=dict)
 
-    def fails(self, case: Candidate) -> bool:
+    def fails(self, case: CandidateRun) -> bool:
         """Whether ``case`` still breaks the invariant (cached; each new case costs one run)."""
         known = self.seen.get(case)
         if known is not None:
@@ -178,7 +178,7 @@ def ddmin(
 
 
 def shrink(
-    original: Candidate,
+    original: CandidateRun,
     attempt: Attempt,
     invariant: str,
     *,
@@ -235,11 +235,11 @@ def shrink(
     )
 
 
-def _with_flows(search: _Search, case: Candidate, flows: tuple[int, ...]) -> bool:
+def _with_flows(search: _Search, case: CandidateRun, flows: tuple[int, ...]) -> bool:
     return search.fails(replace(case, flows=flows))
 
 
-def _with_faults(search: _Search, case: Candidate, faults: tuple[int, ...]) -> bool:
+def _with_faults(search: _Search, case: CandidateRun, faults: tuple[int, ...]) -> bool:
     return search.fails(replace(case, faults=faults))
 
 

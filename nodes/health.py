@@ -34,10 +34,10 @@ READY_TIMEOUT_S = 1.0
 ReadinessProbe = Callable[[], Awaitable[None]]
 """Raises when the node cannot serve (store unreachable, scripts missing)."""
 
-Scope = Mapping[str, Any]
+ASGIScope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 
 
 class Readiness:
@@ -113,7 +113,7 @@ def with_health(app: ASGIApp, readiness: Readiness) -> ASGIApp:
     middleware adds no frame to the request's await chain (every resumption of the request
     passes through each frame of it)."""
 
-    def health_app(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+    def health_app(scope: ASGIScope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] == "http" and scope.get("path") in HEALTH_PATHS:
             return _answer(scope, send, readiness)
         return app(scope, receive, send)
@@ -121,7 +121,7 @@ def with_health(app: ASGIApp, readiness: Readiness) -> ASGIApp:
     return health_app
 
 
-async def _answer(scope: Scope, send: Send, readiness: Readiness) -> None:
+async def _answer(scope: ASGIScope, send: Send, readiness: Readiness) -> None:
     path = scope["path"]
     method = scope["method"]
     if method not in ("GET", "HEAD"):

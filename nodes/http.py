@@ -108,10 +108,10 @@ ACCEPT_CACHE_SIZE = 64
 REALM = "notes-cluster"
 """The ``realm`` of our ``WWW-Authenticate`` challenges."""
 
-Scope = Mapping[str, Any]
+ASGIScope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 
 _CREDENTIAL_HEADERS = ("authorization", "cookie")
 """Removed before the headers reach the core: it needs the principal, never the secret."""
@@ -131,7 +131,7 @@ def header_bound(app: ASGIApp, max_header_bytes: int) -> ASGIApp:
     ``max_header_bytes`` it answers 431 itself. For servers that bound only the unparsed
     buffer (hypercorn's h11: a larger block that arrives in one read passes it)."""
 
-    async def bounded(scope: Scope, receive: Receive, send: Send) -> None:
+    async def bounded(scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             target = scope.get("raw_path") or b""
             if header_block_size(target, scope["headers"]) > max_header_bytes:
@@ -365,7 +365,7 @@ class LegacyHandler(Protocol):
         """Whether the request is a legacy one (``message`` is None for a DELETE)."""
         ...
 
-    async def serve(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
+    async def respond(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
         """Answer the request through ``send`` (possibly streaming)."""
         ...
 
@@ -379,7 +379,7 @@ class Drainable(Protocol):
         ...
 
 
-Route = Callable[[Scope, Receive], Awaitable["_Answer | LegacyRequest"]]
+Route = Callable[[ASGIScope, Receive], Awaitable["_Answer | LegacyRequest"]]
 """One route's handler: the request's scope and receive, the whole answer back."""
 
 
@@ -391,7 +391,7 @@ class RequestMeter(Protocol):
     in_flight_now: int
     """Requests being answered now."""
 
-    def count(self, scope: Scope, status: int) -> None:
+    def count(self, scope: ASGIScope, status: int) -> None:
         """One request answered with HTTP ``status`` (0: no response started)."""
         ...
 
@@ -432,7 +432,7 @@ class StreamableHTTPApp:
         if isinstance(self.legacy, Drainable):
             await self.legacy.shutdown()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
             await _lifespan(receive, send)
@@ -453,7 +453,7 @@ class StreamableHTTPApp:
             meter.in_flight_now -= 1
             meter.count(scope, status)
 
-    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> int:
+    async def _respond(self, scope: ASGIScope, receive: Receive, send: Send) -> int:
         """Answer one HTTP request; the status of the response started (0: none)."""
         try:
             route = self.routes.get(scope["path"])
@@ -486,7 +486,7 @@ class StreamableHTTPApp:
 
         assert self.legacy is not None
         try:
-            await self.legacy.serve(request, receive, tracked)
+            await self.legacy.respond(request, receive, tracked)
         except Exception:
             log.exception("unexpected error answering a legacy request")
             if not status:
@@ -494,7 +494,7 @@ class StreamableHTTPApp:
                 return _INTERNAL.status
         return status
 
-    async def _mcp(self, scope: Scope, receive: Receive) -> _Answer | LegacyRequest:
+    async def _mcp(self, scope: ASGIScope, receive: Receive) -> _Answer | LegacyRequest:
         """The MCP endpoint: the HTTP checks in order, then the core (or the legacy handler)."""
         if scope["method"] != "POST":
             if self.legacy is not None and scope["method"] == "DELETE":
@@ -520,7 +520,7 @@ class StreamableHTTPApp:
         reply = await self.node.handle(message, RequestContext(principal, headers))
         return _from_reply(reply)
 
-    async def _setup_page(self, scope: Scope, receive: Receive) -> _Answer:
+    async def _setup_page(self, scope: ASGIScope, receive: Receive) -> _Answer:
         """A setup page; it reads its body (a small form) only once it knows the caller."""
         headers = _header_dict(scope["headers"])
 

@@ -49,7 +49,7 @@ LifecycleEvent = Literal[
     "same_answer",
     "other_answer",
 ]
-Reply = Literal[
+ReplyKind = Literal[
     "done",
     "not_done",
     "reask",
@@ -67,7 +67,7 @@ class IllegalTransition(Exception):
     """A step the lifecycle does not allow; raising it changes nothing."""
 
 
-TRANSITIONS: Mapping[tuple[LifecycleState, LifecycleEvent], Reply] = MappingProxyType(
+TRANSITIONS: Mapping[tuple[LifecycleState, LifecycleEvent], ReplyKind] = MappingProxyType(
     {
         ("shown", "execute"): "done",
         ("shown", "decline"): "not_done",
@@ -101,7 +101,7 @@ STORE_EVENTS: Mapping[ConfirmStatus, LifecycleEvent] = MappingProxyType(
 """Each store status as the event it applied to the state it found."""
 
 
-def reply_to(state: LifecycleState, event: LifecycleEvent) -> Reply:
+def reply_to(state: LifecycleState, event: LifecycleEvent) -> ReplyKind:
     """The table's reply to ``event`` in ``state``, or IllegalTransition."""
     try:
         return TRANSITIONS[(state, event)]
@@ -118,6 +118,6 @@ def observed_transition(out: ConfirmOutcome) -> tuple[LifecycleState, LifecycleE
     return found, STORE_EVENTS[out.status]
 
 
-def decide(out: ConfirmOutcome) -> Reply:
+def decide(out: ConfirmOutcome) -> ReplyKind:
     """What the client gets for the store's decision ``out``, by the table."""
     return reply_to(*observed_transition(out))

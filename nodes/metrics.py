@@ -63,10 +63,10 @@ from nodes.http import HEADERS_SCOPE_KEY, StreamableHTTPApp
 from nodes.protocol import Node
 from store.api import NoteStoreAPI
 
-Scope = Mapping[str, Any]
+ASGIScope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[[ASGIScope, Receive, Send], Awaitable[None]]
 
 PREFIX = "notes"
 OTHER = "other"
@@ -266,7 +266,7 @@ class NodeMetrics:
         self._callbacks = _Callbacks()
         r.register(self._callbacks)
 
-    def requests_of(self, scope: Scope) -> dict[int, int]:
+    def requests_of(self, scope: ASGIScope) -> dict[int, int]:
         """The answered-request counts by HTTP status of ``scope``'s ``(method, tool)`` labels
         (``labels_for``: a bounded set), for the caller to add its request to."""
         labels = self.labels_for(scope)
@@ -276,7 +276,7 @@ class NodeMetrics:
             counts = requests[labels] = {}
         return counts
 
-    def count(self, scope: Scope, status: int) -> None:
+    def count(self, scope: ASGIScope, status: int) -> None:
         """One HTTP request answered with ``status`` (0: no response started); the node's app
         calls it (``nodes.http.RequestMeter``). An MCP request's ``(Mcp-Method, Mcp-Name)``,
         from the header dict the app left in its scope, is only appended to a list here, and
@@ -332,7 +332,7 @@ class NodeMetrics:
         """Expose the legacy adapter's ``statistics()`` (``LEGACY_FAMILIES``) at scrape time."""
         self._callbacks.legacy = statistics
 
-    def labels_for(self, scope: Scope) -> tuple[str, str]:
+    def labels_for(self, scope: ASGIScope) -> tuple[str, str]:
         """The bounded ``(method, tool)`` labels of one HTTP request."""
         path = scope.get("path", "")
         if type(path) is not str:
@@ -383,7 +383,7 @@ def with_metrics(app: ASGIApp, metrics: NodeMetrics) -> ASGIApp:
         app.meter = metrics
         return app
 
-    async def metered_app(scope: Scope, receive: Receive, send: Send) -> None:
+    async def metered_app(scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
@@ -549,7 +549,7 @@ def with_metrics_port(app: ASGIApp, registry: CollectorRegistry, port: int) -> A
     such check per request: ``nodes.serving.http_server``'s ``port_apps``.)"""
     exposition = metrics_endpoint(registry)
 
-    def routed(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+    def routed(scope: ASGIScope, receive: Receive, send: Send) -> Awaitable[None]:
         # Not a coroutine: the request awaits the chosen app's own (no frame added to its chain).
         server = scope.get("server")
         if scope["type"] == "http" and server is not None and server[1] == port:

@@ -269,38 +269,38 @@ class SetupPages:
 
     async def _with_cookie(self, r: _Request, value: str) -> Page:
         """A browser that signed in: the cookie names the principal, the form its CSRF token."""
-        session = await self._session(r.link, value)
-        if isinstance(session, Page):
-            return session
+        signin = await self._signin(r.link, value)
+        if isinstance(signin, Page):
+            return signin
         if r.method == "GET":
-            return await self._show(r.link, session.csrf)
+            return await self._show(r.link, signin.csrf)
         fields = _fields(r.headers, await r.read_body(FORM_MAX_BYTES))
-        if fields is not None and not csrf_matches(session, _one(fields, CSRF_FIELD)):
+        if fields is not None and not csrf_matches(signin, _one(fields, CSRF_FIELD)):
             log.info("setup form refused: missing or wrong CSRF token")
             return _CSRF
-        return await self._complete(r.link, fields, session.csrf)
+        return await self._complete(r.link, fields, signin.csrf)
 
-    async def _session(self, link: SetupLink, value: str) -> SignIn | Page:
-        """The cookie's session if it is valid for ``link`` now, else the page to answer."""
+    async def _signin(self, link: SetupLink, value: str) -> SignIn | Page:
+        """The cookie's sign-in if it is valid for ``link`` now, else the page to answer."""
         try:
-            session = open_signin(self.config.key_ring, self.config.server_name, value)
+            signin = open_signin(self.config.key_ring, self.config.server_name, value)
         except StateRejected as exc:
             log.info("setup cookie rejected: %s", exc.reason)
             return _sign_in("Your sign-in is not valid; sign in again.")
-        if session.principal != link.principal or session.nonce != link.nonce:
+        if signin.principal != link.principal or signin.nonce != link.nonce:
             log.info("setup cookie refused: issued for another principal or link")
             return _FOREIGN
-        if await self.store.redis_time_ms() >= session.exp_ms:
+        if await self.store.redis_time_ms() >= signin.exp_ms:
             # A link that cannot be completed any more says so, rather than asking to sign in.
             closed = await self._closed(link)
             if closed is not None:
                 return closed
             log.info("setup cookie refused: sign-in expired")
             return _sign_in("Your sign-in expired; sign in again.")
-        return session
+        return signin
 
     async def _sign_in(self, r: _Request) -> Page:
-        """Check the posted bearer token; on success set the session cookie and redirect."""
+        """Check the posted bearer token; on success set the sign-in cookie and redirect."""
         fields = _fields(r.headers, await r.read_body(FORM_MAX_BYTES))
         if fields is None:
             return _MEDIA
@@ -315,12 +315,12 @@ class SetupPages:
         if closed is not None:
             return closed
         now = await self.store.redis_time_ms()
-        value, session = seal_signin(self.config.key_ring, self.config.server_name, r.link, now)
+        value, signin = seal_signin(self.config.key_ring, self.config.server_name, r.link, now)
         base = urlsplit(self.config.public_url or "")
         cookie = set_cookie(
             cookie_name(r.link),
             value,
-            max_age_s=(session.exp_ms - now) // 1000,
+            max_age_s=(signin.exp_ms - now) // 1000,
             secure=base.scheme == "https",
             base_path=base.path,
         )

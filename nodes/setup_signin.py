@@ -1,4 +1,4 @@
-"""The setup page's browser sign-in: a sealed session cookie and the CSRF token of its form.
+"""The setup page's browser sign-in: a sealed sign-in cookie and the CSRF token of its form.
 
 Layer: node, transport support. Pure module: no I/O and no clock (the caller passes the Redis
 clock). Shared by nothing but ``nodes.setup_page``.
@@ -30,12 +30,14 @@ from nodes.sealing import KeyRing, StatePayload, StateRejected
 from nodes.setup_links import SETUP_PATH_PREFIX, SetupLink
 from store import randomness
 
-SESSION_TTL_MS = 600_000
+SIGNIN_TTL_MS = 600_000
 """How long a sign-in lasts (ten minutes, capped by the link's own expiry): long enough to paste a
 credential, short enough that a cookie left in a shared browser is soon useless."""
 
-SESSION_PHASE = "setup-session"
-SESSION_METHOD = "setup/session"
+SIGNIN_PHASE = "setup-session"
+SIGNIN_METHOD = "setup/session"
+"""Sealed into every sign-in cookie (with the audience): their values stay as issued, so a
+cookie sealed by a node of an earlier release still opens."""
 COOKIE_PREFIX = "nc_setup_"
 CSRF_FIELD = "csrf"
 CSRF_BYTES = 32
@@ -43,43 +45,43 @@ CSRF_BYTES = 32
 
 
 def signin_audience(server_name: str) -> str:
-    """The audience session cookies are sealed for, set apart from states and links."""
+    """The audience sign-in cookies are sealed for, set apart from states and links."""
     return f"{server_name}#setup-session"
 
 
 @dataclass(frozen=True)
 class SignIn:
-    """What an opened session cookie binds."""
+    """What an opened sign-in cookie binds."""
 
     principal: str
     nonce: str
-    """The nonce of the link the session was signed in for."""
+    """The nonce of the link the sign-in was for."""
     exp_ms: int
     """Expiry, on the Redis server clock."""
     csrf: str
 
 
 def cookie_name(link: SetupLink) -> str:
-    """The cookie of ``link``'s session: a digest of its nonce, which the name must not reveal."""
+    """The cookie of ``link``'s sign-in: a digest of its nonce, which the name must not reveal."""
     return COOKIE_PREFIX + hashlib.sha256(link.nonce.encode("ascii")).hexdigest()[:16]
 
 
 def seal_signin(
     ring: KeyRing, server_name: str, link: SetupLink, redis_now_ms: int
 ) -> tuple[str, SignIn]:
-    """A fresh session for ``link``'s principal: the cookie value and what it binds."""
-    exp_ms = min(redis_now_ms + SESSION_TTL_MS, link.exp_ms)
+    """A fresh sign-in for ``link``'s principal: the cookie value and what it binds."""
+    exp_ms = min(redis_now_ms + SIGNIN_TTL_MS, link.exp_ms)
     csrf = randomness.token_urlsafe(CSRF_BYTES)
     payload = StatePayload(
         principal=link.principal,
         audience=signin_audience(server_name),
-        method=SESSION_METHOD,
+        method=SIGNIN_METHOD,
         tool="",
         args_digest="",
         workspace=link.workspace,
         tenant=link.tenant,
         candidates=(),
-        phase=SESSION_PHASE,
+        phase=SIGNIN_PHASE,
         nonce=link.nonce,
         issued_ms=redis_now_ms,
         exp_ms=exp_ms,
@@ -92,8 +94,8 @@ def open_signin(ring: KeyRing, server_name: str, value: str) -> SignIn:
     """Open a cookie value; any failure raises ``StateRejected`` (the reason is for the log)."""
     payload = ring.open(value, audience=signin_audience(server_name))
     csrf = payload.extra.get(CSRF_FIELD, "")
-    if payload.method != SESSION_METHOD or payload.phase != SESSION_PHASE or not csrf:
-        raise StateRejected("not a setup session")
+    if payload.method != SIGNIN_METHOD or payload.phase != SIGNIN_PHASE or not csrf:
+        raise StateRejected("not a setup sign-in")
     return SignIn(payload.principal, payload.nonce, payload.exp_ms, csrf)
 
 
@@ -120,8 +122,8 @@ def set_cookie(name: str, value: str, *, max_age_s: int, secure: bool, base_path
     return "; ".join(attrs).encode("ascii")
 
 
-def csrf_matches(session: SignIn, given: str | None) -> bool:
-    """Whether a form's CSRF field is the session's (constant time)."""
+def csrf_matches(signin: SignIn, given: str | None) -> bool:
+    """Whether a form's CSRF field is the sign-in's (constant time)."""
     if given is None:
         return False
-    return hmac.compare_digest(given.encode("utf-8"), session.csrf.encode("utf-8"))
+    return hmac.compare_digest(given.encode("utf-8"), signin.csrf.encode("utf-8"))

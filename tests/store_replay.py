@@ -31,7 +31,7 @@ from fakeredis._typing import RaiseErrorTypes
 
 from store.resp import pack
 from store.simulation.lean_redis import LeanRedis, encode
-from store.simulation.lean_server import Recorded
+from store.simulation.lean_server import RecordedRequest
 from tests.own_clock import ClockedRedis
 
 Replier = Callable[[int, float, list[list[bytes]]], list[bytes]]
@@ -217,7 +217,9 @@ def parsed(replies: list[bytes]) -> list[Any]:
     return out
 
 
-def first_difference(stream: list[Recorded], stores: dict[str, Replier]) -> Difference | None:
+def first_difference(
+    stream: list[RecordedRequest], stores: dict[str, Replier]
+) -> Difference | None:
     """Replay ``stream`` through every store in ``stores``; the first request whose replies
     differ between any two of them (the recorded replies, when there are any, count as one
     more store), or None."""
@@ -247,7 +249,7 @@ order, a set's size (its members' order is the server's own), a stream's entries
 sorted set's members with their scores."""
 
 
-def named_keys(stream: list[Recorded]) -> set[bytes]:
+def named_keys(stream: list[RecordedRequest]) -> set[bytes]:
     """Every key the stream's commands name (a script's KEYS, a read's key)."""
     keys: set[bytes] = set()
     for _, _, commands, _ in stream:
@@ -260,7 +262,7 @@ def named_keys(stream: list[Recorded]) -> set[bytes]:
     return keys
 
 
-def end_state_probe(stream: list[Recorded], final: LeanRedis) -> list[Recorded]:
+def end_state_probe(stream: list[RecordedRequest], final: LeanRedis) -> list[RecordedRequest]:
     """Requests that read the state a stream left (at its last clock) on a connection of its
     own: existence and TTL of every key it named or the lean store holds, and each live key's
     value (``PROBES``). No recorded replies: the stores are held to each other."""
@@ -268,7 +270,7 @@ def end_state_probe(stream: list[Recorded], final: LeanRedis) -> list[Recorded]:
     final._clock = lambda: clock
     final.now_ms = final.clock_us() // 1000
     live = {k: type(v).__name__ for k in final.live_keys() for v in [final.data[k]]}
-    out: list[Recorded] = []
+    out: list[RecordedRequest] = []
     for key in sorted(named_keys(stream) | set(live)):
         commands = [[b"EXISTS", key], [b"PTTL", key]]
         kind = live.get(key)

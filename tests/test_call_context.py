@@ -1,8 +1,8 @@
 """A call's store operation (``CallContext.write_op``) is made on first use, once per call.
 
-Issue 21: a fresh operation costs a random id, and only writes record one, so the confirming
+Layer: tests. A fresh operation costs a random id, and only writes record one, so the confirming
 tools' rounds make none; a write makes exactly one and uses it for every store call of the
-request (its recorded-write lookup and its write), as before.
+request (its recorded-write lookup and its write).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A client can retry any write safely with ``_meta["dev.notes-cluster/idempotencyKey"]``.
 
-Layer: tests. Issue 18, the extension: the same key with the same arguments from the same
+Layer: tests. The extension: the same key with the same arguments from the same
 principal gets the recorded result, marked ``_meta["dev.notes-cluster/replay"] = true``, on any
 node, whatever happened to the note since; the same key with other arguments or another tool is
 -32602 ``idempotency_key_reused`` and writes nothing; another principal's key names another

@@ -25,7 +25,7 @@ from loadgen.runner import RunSettings
 from loadgen.workload import tenants_for
 from store.simulation.lean_redis import Error as LeanError
 from store.simulation.lean_redis import LeanRedis, ZSet
-from store.simulation.lean_server import LeanServer, Recorded
+from store.simulation.lean_server import LeanServer, RecordedRequest
 from tests.own_clock import clocked_redis
 from tests.store_replay import (
     end_state_probe,
@@ -86,7 +86,7 @@ def test_a_seed_writes_the_same_history_bytes_on_the_lean_store_as_on_fakeredis(
 
 def _recorded(
     seed: int, faults: frozenset[FaultKind], swarmed: bool, legacy_share: float = 0.0
-) -> list[Recorded]:
+) -> list[RecordedRequest]:
     """The run's requests, then a probe of the state they left (``end_state_probe``)."""
     server = LeanServer()
     server.recording = []
@@ -96,7 +96,7 @@ def _recorded(
 
 
 @pytest.fixture(scope="module")
-def streams() -> list[tuple[str, list[Recorded]]]:
+def streams() -> list[tuple[str, list[RecordedRequest]]]:
     """Command streams of four runs (every race kind, faults of every kind, a swarm shape, a
     legacy share with faults), each followed by its end-state probe."""
     return [
@@ -107,16 +107,16 @@ def streams() -> list[tuple[str, list[Recorded]]]:
     ]
 
 
-def _legacy(streams: list[tuple[str, list[Recorded]]]) -> list[Recorded]:
+def _legacy(streams: list[tuple[str, list[RecordedRequest]]]) -> list[RecordedRequest]:
     return next(s for name, s in streams if name.endswith("-legacy"))
 
 
-def _session_commands() -> list[Recorded]:
+def _session_commands() -> list[RecordedRequest]:
     """What a run reaches too rarely to test by itself, as the session store sends it: streams
     long enough for ``MAXLEN ~`` to drop whole nodes (by entry count on a wake stream, by bytes
     on an inbox of long answers), reads of them, and sorted sets emptied and refilled. No
     recorded replies: the stores are held to each other."""
-    out: list[Recorded] = []
+    out: list[RecordedRequest] = []
 
     def request(*args: str | int) -> None:
         # A millisecond apart, read as the deterministic world reads its clock.
@@ -160,12 +160,12 @@ def _session_commands() -> list[Recorded]:
     return out
 
 
-def _commands(stream: list[Recorded]) -> set[bytes]:
+def _commands(stream: list[RecordedRequest]) -> set[bytes]:
     return {args[0].upper() for _, _, commands, _ in stream for args in commands}
 
 
 def test_the_recorded_streams_hold_scripts_reads_and_script_loading(
-    streams: list[tuple[str, list[Recorded]]],
+    streams: list[tuple[str, list[RecordedRequest]]],
 ) -> None:
     seen = set().union(*(_commands(s) for _, s in streams))
     assert {b"EVALSHA", b"SCRIPT", b"HMGET", b"GET"} <= seen, seen
@@ -173,7 +173,7 @@ def test_the_recorded_streams_hold_scripts_reads_and_script_loading(
 
 
 def test_the_legacy_stream_holds_the_session_stores_commands(
-    streams: list[tuple[str, list[Recorded]]],
+    streams: list[tuple[str, list[RecordedRequest]]],
 ) -> None:
     legacy = _legacy(streams)
     assert {b"XREAD", b"XREVRANGE", b"ZREM", b"EVALSHA"} <= _commands(legacy)
@@ -185,7 +185,7 @@ def test_the_legacy_stream_holds_the_session_stores_commands(
 
 
 def test_recorded_streams_get_the_same_reply_bytes_from_lean_fakeredis_and_a_real_redis(
-    streams: list[tuple[str, list[Recorded]]], tmp_path: Path
+    streams: list[tuple[str, list[RecordedRequest]]], tmp_path: Path
 ) -> None:
     for name, stream in [*streams, ("session-commands", _session_commands())]:
         start_us = round(stream[0][1] * 1_000_000)
@@ -246,7 +246,7 @@ class _TrimsExactly(LeanRedis):
     [(_OffByOneCounts, 0), (_NoEmptySetDrop, 0), (_TrimsExactly, -1), (_NoEmptyZsetDrop, -1)],
 )
 def test_a_difference_planted_in_the_lean_store_is_caught(
-    streams: list[tuple[str, list[Recorded]]], planted: type[LeanRedis], which: int
+    streams: list[tuple[str, list[RecordedRequest]]], planted: type[LeanRedis], which: int
 ) -> None:
     name, stream = streams[which] if which >= 0 else ("session-commands", _session_commands())
     with fakeredis_replier() as fake:

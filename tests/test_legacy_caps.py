@@ -1,6 +1,6 @@
 """Bounded legacy resources: what one 2025-11-25 client may make a node and Redis hold.
 
-Layer: tests. Issue 13, finding 2 (legacy part), on the real Redis: each bound of
+Layer: tests. On the real Redis: each bound of
 ``nodes.config.LegacyCaps`` is set small here and pushed past: sessions per principal (the oldest
 is ended), stored client data (only what the node reads, capped), ``notifications/cancelled``
 ids, the inbox's length, an answer's size, pending calls per session and per node (refused with a

@@ -1,6 +1,6 @@
 """A draining node ends its legacy streams cleanly and refuses new legacy calls.
 
-Layer: tests. Issue 13, "a graceful drain on SIGTERM ... ends legacy streams cleanly". A legacy
+Layer: tests. A graceful drain on SIGTERM ends legacy streams cleanly. A legacy
 ``tools/call`` waiting for its user holds an SSE stream open; when the node drains
 (``NodeApp.drain`` -> ``StreamableHTTPApp.drain`` -> ``LegacyAdapter.shutdown``), that stream
 gets a final JSON-RPC error for its request (-32603, ``data.reason: "draining"``, retryable,

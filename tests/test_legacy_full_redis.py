@@ -1,8 +1,8 @@
 """A principal cannot fill Redis through legacy sessions; a full Redis is answered, not crashed on.
 
-Layer: tests. Issue 13, finding 2, on a redis-server of this module's own (free loopback port,
-``maxmemory 2mb``, ``noeviction``, stopped by pid). The old attack, 40 ``initialize`` with a
-900 KB ``clientInfo``, grew Redis by 38.6 MB; now it stores a few hundred bytes a session and at
+Layer: tests. On a redis-server of this module's own (free loopback port,
+``maxmemory 2mb``, ``noeviction``, stopped by pid). An attack of 40 ``initialize`` with a
+900 KB ``clientInfo`` (38.6 MB if stored whole) stores a few hundred bytes a session and at
 most ``sessions_per_principal`` of them, so Redis stays small and other principals keep working.
 Then Redis is filled on purpose: every legacy request answers a JSON-RPC -32603 carrying its own
 id, with one log line and no traceback: ``store_full`` whether the session store or the note

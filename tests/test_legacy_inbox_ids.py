@@ -1,6 +1,6 @@
 """What a legacy client may put in a session's inbox: answers to open requests only.
 
-Layer: tests. Issue 13, "Inbox entries: ids validated and size-capped", the answers' part (the
+Layer: tests. Inbox entries are validated and size-capped; this is the answers' part (the
 cancellations' ids and the inbox's length: ``tests/test_legacy_caps.py``). An answer must name a
 request some node opened (``nc-`` and a random token): one naming anything else, an integer,
 a malformed or a 100 KB string, or a well-formed id nobody opened, is refused 400 and writes

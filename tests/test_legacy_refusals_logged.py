@@ -1,6 +1,6 @@
 """Every refused legacy request or call logs its reason, and never a secret.
 
-Layer: tests. Issue 13, "Logging": one node on the real Redis (``tests.test_legacy_waiting``)
+Layer: tests. One node on the real Redis (``tests.test_legacy_waiting``)
 takes a 2025-11-25 client's refused requests of every kind: a bad ``initialize``, an unknown
 method, an unknown tool (its name is the client's text, not logged), a tool's own JSON-RPC error
 (a missing capability) inside a call, a call past the session's pending-calls cap, a call whose

@@ -1,10 +1,11 @@
 """Waiting legacy calls hold no Redis connection, and a client that goes away is let go at once.
 
-Layer: tests. Issue 13, finding 1, on the real Redis: one node (served here with a Redis client of
+Layer: tests. On the real Redis: one node (served here with a Redis client of
 its own name, so ``CLIENT LIST`` tells its connections from everyone else's) takes 100 legacy
-``tools/call`` requests that each wait for the user's answer; their clients then drop. Before the
-node's one inbox reader existed, each of them held a pooled connection in a blocking ``XREAD``
-until its state expired (48-64 blocked connections, other principals slowed for minutes).
+``tools/call`` requests that each wait for the user's answer; their clients then drop. The node's
+one inbox reader waits for them all: a call that held a pooled connection in a blocking ``XREAD``
+would keep it until its state expired (48-64 blocked connections, other principals slowed for
+minutes).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A write whose Redis reply is lost is applied once, and its request learns what happened.
 
-Layer: tests. Issue 18, the store/node half, on a ``redis-server`` of this module's own (and the
+Layer: tests. The store/node half, on a ``redis-server`` of this module's own (and the
 embedded store where it can): a reply-dropping proxy (``cluster.reply_dropping_proxy``) lets
 Redis run a script and then loses its reply, and ``CLIENT PAUSE WRITE`` stalls Redis past the
 node's stream timeout. The node's Redis client never re-sends by itself; the store re-sends a

@@ -1,6 +1,6 @@
 """The in-flight gauge counts the requests being answered now, and only while they are.
 
-Layer: tests. Issue 13, metrics: "in-flight requests". ``tests/test_metrics.py`` sees the gauge
+Layer: tests. ``tests/test_metrics.py`` sees the gauge
 back at 0 after a flow; here two requests are held inside the app (on trio events) so the gauge
 is read while they are in flight, then after each ends, including one whose app raised.
 """

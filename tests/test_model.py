@@ -1,4 +1,4 @@
-"""The sequential model of a confirmation state, and the conformance search on small histories.
+"""The sequential model of a confirmation state, and the model search on small histories.
 
 Each history here is built with explicit times: the wall clock of the history and the Redis
 clock of the journal tick together (one ms apart per record), so the search can tell what ran

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cluster.cli import main
-from cluster.deterministic.run import DeterministicSimulation, run_deterministic
+from cluster.deterministic.run import DeterministicRun, run_deterministic
 from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE
 from cluster.serve import NODE_PROCESS_MODULE
 from cluster.targets.simulate import SimulateOptions
@@ -58,7 +58,7 @@ UNREACHED = {
 @cache
 def run(
     name: str | None, faults: tuple[str, ...] = (), legacy_share: float = 0.0
-) -> DeterministicSimulation:
+) -> DeterministicRun:
     """One deterministic run with plant ``name`` (None: none), memoised per session."""
     settings = RunSettings(
         flows=FLOWS, seed=SEED, tenants=tenants_for(FLOWS), legacy_share=legacy_share

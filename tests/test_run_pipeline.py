@@ -14,7 +14,7 @@ import pytest
 
 from loadgen.history import DamagedRunFile, iter_history, recording
 from loadgen.run.folder import RunFolder, WorkerRecord
-from loadgen.run.results import Results, Settings
+from loadgen.run.results import RecordedSettings, Results
 from loadgen.tally import Tally
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,10 +44,10 @@ def test_damaged_results_are_named(tmp_path: Path) -> None:
 
 
 def test_settings_keep_optional_fields_out_until_set() -> None:
-    assert Settings().to_json().keys() >= {"nodes", "store", "legacy_share"}
-    assert "faults" not in Settings().to_json()
-    assert Settings(faults=("nodes",), fault_seed=3).to_json()["fault_seed"] == 3
-    assert Settings(max_exp_ms=5).to_json()["max_exp_ms"] == 5
+    assert RecordedSettings().to_json().keys() >= {"nodes", "store", "legacy_share"}
+    assert "faults" not in RecordedSettings().to_json()
+    assert RecordedSettings(faults=("nodes",), fault_seed=3).to_json()["fault_seed"] == 3
+    assert RecordedSettings(max_exp_ms=5).to_json()["max_exp_ms"] == 5
 
 
 def test_a_run_folder_names_its_workers_in_number_order(tmp_path: Path) -> None:

@@ -331,7 +331,7 @@ async def test_drain_asks_the_legacy_handler_to_end_its_streams() -> None:
         def claims(self, http_method: str, headers: Any, message: object) -> bool:
             return False
 
-        async def serve(self, request: Any, receive: Any, send: Any) -> None:
+        async def respond(self, request: Any, receive: Any, send: Any) -> None:
             raise AssertionError("not called")
 
         async def shutdown(self) -> None:

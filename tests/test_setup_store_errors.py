@@ -1,6 +1,6 @@
 """A store error on the setup page is its own 503 page and one log line, never a traceback.
 
-Layer: tests. Issue 13, "store errors are answered, not crashed on", on ``/setup/*``: the page
+Layer: tests. Store errors on ``/setup/*`` are answered, not crashed on: the page
 calls the store (the Redis clock, the link's completion record, the completion script). A full
 Redis (a ``redis-server`` of this module's own, ``maxmemory 2mb``, ``noeviction``) and an
 unreachable one (a loopback port with nothing listening) both answer the page's "try again" 503

@@ -28,7 +28,7 @@ from cluster.deterministic.shrink import case_of, hints, options_of, read_failin
 from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE, EXIT_VALID
 from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
-from loadgen.shrinking import Candidate
+from loadgen.shrinking import CandidateRun
 from store.api import Confirmation, ConfirmOutcome, NoteStoreAPI
 from store.simulation.plants import ArchivesInPlace, Wrapped
 
@@ -246,7 +246,7 @@ def test_a_case_is_the_runs_options_and_back() -> None:
         settings=RunSettings(flows=50, seed=9),
     )
     case = case_of(options, buggify=True, skew=True)
-    assert case == Candidate(
+    assert case == CandidateRun(
         tuple(range(50)), (0, 1, 2), 3, (("buggify", True), ("skew", True))
     )  # faults: indices into the sorted kinds client, nodes, stall
     assert options_of(case, options).settings.only_flows is None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from loadgen.shrinking import Budget, Candidate, Simplification, ddmin, shrink
+from loadgen.shrinking import Budget, CandidateRun, Simplification, ddmin, shrink
 
 INVARIANT = "no_double_delete"
 
@@ -23,10 +23,10 @@ def _needs(
     faults: frozenset[int] | set[int] = frozenset(),
     nodes: int = 1,
     ttl: float | None = None,
-) -> tuple[Callable[[Candidate], list[str]], list[Candidate]]:
-    calls: list[Candidate] = []
+) -> tuple[Callable[[CandidateRun], list[str]], list[CandidateRun]]:
+    calls: list[CandidateRun] = []
 
-    def attempt(case: Candidate) -> list[str]:
+    def attempt(case: CandidateRun) -> list[str]:
         calls.append(case)
         broke = (
             flows <= set(case.flows)
@@ -56,9 +56,9 @@ def test_ddmin_tries_the_empty_set_only_when_allowed() -> None:
 
 def test_shrink_finds_the_flows_faults_and_nodes_a_failure_needs() -> None:
     attempt, calls = _needs({3, 41}, faults={2}, nodes=2)
-    original = Candidate(flows=tuple(range(1000)), faults=(0, 1, 2, 3), nodes=3)
+    original = CandidateRun(flows=tuple(range(1000)), faults=(0, 1, 2, 3), nodes=3)
     result = shrink(original, attempt, INVARIANT)
-    assert result.minimal == Candidate(flows=(3, 41), faults=(2,), nodes=2)
+    assert result.minimal == CandidateRun(flows=(3, 41), faults=(2,), nodes=2)
     assert not result.exhausted
     assert result.runs == len(calls) == len(set(calls)), "a case was run twice"
     assert result.summary().startswith(
@@ -68,7 +68,7 @@ def test_shrink_finds_the_flows_faults_and_nodes_a_failure_needs() -> None:
 
 def test_shrink_tries_the_hint_first() -> None:
     attempt, calls = _needs({3, 41})
-    original = Candidate(flows=tuple(range(1000)), nodes=1)
+    original = CandidateRun(flows=tuple(range(1000)), nodes=1)
     result = shrink(original, attempt, INVARIANT, hints=[(3, 41, 77)])
     assert calls[0].flows == (3, 41, 77)
     assert result.minimal.flows == (3, 41)
@@ -76,7 +76,7 @@ def test_shrink_tries_the_hint_first() -> None:
 
 def test_shrink_tries_the_next_hint_when_one_does_not_fail() -> None:
     attempt, calls = _needs({3, 41})
-    original = Candidate(flows=tuple(range(1000)), nodes=1)
+    original = CandidateRun(flows=tuple(range(1000)), nodes=1)
     result = shrink(original, attempt, INVARIANT, hints=[(3, 77), (3, 41, 77, 99), (500,)])
     assert [c.flows for c in calls[:2]] == [(3, 77), (3, 41, 77, 99)]
     # The second hint failed: the search goes on from it, and the third is never tried.
@@ -87,30 +87,30 @@ def test_shrink_tries_the_next_hint_when_one_does_not_fail() -> None:
 def test_shrink_keeps_the_original_invariant_not_another() -> None:
     # Below 10 flows the run breaks a different invariant: a smaller case that fails for another
     # reason is not the same bug, so the shrinker must stop at the smallest that breaks ours.
-    def attempt(case: Candidate) -> list[str]:
+    def attempt(case: CandidateRun) -> list[str]:
         if len(case.flows) < 10:
             return ["another_invariant"]
         return [INVARIANT]
 
-    result = shrink(Candidate(flows=tuple(range(64))), attempt, INVARIANT)
+    result = shrink(CandidateRun(flows=tuple(range(64))), attempt, INVARIANT)
     assert len(result.minimal.flows) == 10  # ddmin is 1-minimal: removing any flow passes
     assert not result.exhausted
 
 
 def test_a_crashing_run_does_not_count_as_reproducing() -> None:
-    def attempt(case: Candidate) -> list[str]:
+    def attempt(case: CandidateRun) -> list[str]:
         if len(case.flows) < 4:
             raise RuntimeError("planted crash in a small case")
         return [INVARIANT]
 
-    result = shrink(Candidate(flows=tuple(range(32))), attempt, INVARIANT)
+    result = shrink(CandidateRun(flows=tuple(range(32))), attempt, INVARIANT)
     assert len(result.minimal.flows) == 4
     assert result.crashed > 0
 
 
 def test_simplifications_are_kept_only_when_the_case_still_fails() -> None:
     attempt, _ = _needs({5}, ttl=2.0)
-    original = Candidate(flows=tuple(range(50)), settings=(("legacy_share", 0.2), ("ttl", 2.0)))
+    original = CandidateRun(flows=tuple(range(50)), settings=(("legacy_share", 0.2), ("ttl", 2.0)))
     result = shrink(
         original,
         attempt,
@@ -124,7 +124,7 @@ def test_simplifications_are_kept_only_when_the_case_still_fails() -> None:
 
 def test_the_run_budget_stops_the_search_with_the_best_case_so_far() -> None:
     attempt, calls = _needs({3, 41})
-    original = Candidate(flows=tuple(range(1000)))
+    original = CandidateRun(flows=tuple(range(1000)))
     result = shrink(original, attempt, INVARIANT, budget=Budget(seconds=3600, runs=5))
     assert result.exhausted
     assert result.runs == len(calls) == 5
@@ -137,7 +137,7 @@ def test_the_time_budget_stops_the_search() -> None:
     ticks = itertools.count()
     attempt, _ = _needs({3, 41})
     result = shrink(
-        Candidate(flows=tuple(range(1000))),
+        CandidateRun(flows=tuple(range(1000))),
         attempt,
         INVARIANT,
         budget=Budget(seconds=10, runs=10_000),
@@ -155,7 +155,7 @@ def test_random_failures_shrink_to_exactly_what_they_need(seed: int) -> None:
     need_faults = set(rng.sample(range(6), rng.randint(0, 2)))
     need_nodes = rng.randint(1, 4)
     attempt, _ = _needs(need_flows, need_faults, need_nodes)
-    original = Candidate(flows=tuple(range(300)), faults=tuple(range(6)), nodes=5)
+    original = CandidateRun(flows=tuple(range(300)), faults=tuple(range(6)), nodes=5)
     result = shrink(original, attempt, INVARIANT)
     assert set(result.minimal.flows) == need_flows
     assert set(result.minimal.faults) == need_faults

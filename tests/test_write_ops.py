@@ -1,6 +1,6 @@
 """Every write script is safe to run twice: one operation id, one write, the same reply.
 
-Layer: tests. Issue 18: the create, update, move and setup scripts record their operation id in
+Layer: tests. The create, update, move and setup scripts record their operation id in
 the same atomic step as their write (``store/scripts/op_record.lua``), and ``confirm.lua``
 records the store call under the state's nonce, so the store may send a script again after a
 lost reply. Run on the embedded store and on the test Redis (``conftest.store``): the second run

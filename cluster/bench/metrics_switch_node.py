@@ -40,7 +40,7 @@ from typing import Any
 
 import anyio
 
-from nodes.http import Receive, Scope, Send
+from nodes.http import ASGIScope, Receive, Send
 from nodes.serving.app import NodeApp, NodeOptions
 from nodes.serving.http_server import bind_socket
 from nodes.serving.operator import OperatorOptions, bind_metrics
@@ -106,7 +106,7 @@ class SwitchApp:
     windows: list[dict[str, Any]] = field(default_factory=list)
     recording: bool = False
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(scope, receive, send)
             return
@@ -147,7 +147,7 @@ class SwitchApp:
             if self.recording:
                 self.windows.append(_window(MODES[mode], start, end))
 
-    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _lifespan(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         """Start both apps (each through its own lifespan), then the clock; stop them alike."""
         async with anyio.create_task_group() as tasks:
             inboxes, outboxes = [], []
@@ -179,7 +179,7 @@ class SwitchApp:
             tasks.cancel_scope.cancel()
             await send({"type": "lifespan.shutdown.complete"})
 
-    async def _control(self, scope: Scope, send: Send) -> None:
+    async def _control(self, scope: ASGIScope, send: Send) -> None:
         path, method = scope["path"], scope["method"]
         if path == MARK and method == "POST":
             self.windows = []

@@ -30,7 +30,7 @@ from cluster.run_commands import (
 
 if TYPE_CHECKING:
     from loadgen.run.folder import RunFolder
-    from loadgen.run.results import Settings
+    from loadgen.run.results import RecordedSettings
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -139,7 +139,7 @@ def check_cmd(
 def _check_foreign(
     folders: list[RunFolder],
     redis_url: str | None,
-    saved: Settings,
+    saved: RecordedSettings,
     min_completed: float | None,
     min_per_kind: int | None,
     as_json: bool,

@@ -15,7 +15,7 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
-from cluster.deterministic.run import DeterministicSimulation, run_deterministic
+from cluster.deterministic.run import DeterministicRun, run_deterministic
 from cluster.deterministic.world import EPOCH_S
 from cluster.targets.simulate import SimulateOptions
 from loadgen.history import Op
@@ -123,8 +123,8 @@ def op_lines(ops: Iterable[Op]) -> Iterator[str]:
 class DeterminismCheck:
     """A seed run twice: the first run (with its folder) and the second (in memory)."""
 
-    first: DeterministicSimulation
-    second: DeterministicSimulation
+    first: DeterministicRun
+    second: DeterministicRun
     divergence: Divergence | None
 
     def to_json(self) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from cluster.targets.in_process import (
     SIM_REPLAY_GRACE_MS,
     STORE_SEAM_KINDS,
     InProcessTarget,
-    Nodes,
+    NodesSpec,
     StoreNemeses,
     scripts_loaded,
     sim_limits,
@@ -170,7 +170,7 @@ def refuse_nondeterministic(options: SimulateOptions) -> None:
 
 
 @dataclass
-class DeterministicSimulation(Run):
+class DeterministicRun(Run):
     """A pipeline ``Run`` that ran deterministically, with what made it so."""
 
     options: SimulateOptions = field(default_factory=SimulateOptions)
@@ -229,7 +229,7 @@ def settings_json(
 
 @asynccontextmanager
 async def open_deterministic_target(
-    spec: Nodes,
+    spec: NodesSpec,
     plan: RunSettings,
     url: str,
     clocks: NodeClocks | None,
@@ -306,7 +306,7 @@ async def simulate_deterministic(
     points: Buggify | None = None,
     transport_hook: Callable[[Transport], Transport] | None = None,
     store: str | Any = DEFAULT_STORE,
-) -> DeterministicSimulation:
+) -> DeterministicRun:
     """The run (see the module docstring); call it inside ``run_deterministic``. ``clocks``:
     the nodes' own clocks (``cluster.deterministic.clocks``); None: the Redis clock. ``store``:
     see ``store_server``."""
@@ -352,7 +352,7 @@ async def simulate_deterministic(
     results = replace(ran.results, deterministic=block)
     if folder is not None:
         results.write(folder)
-    return DeterministicSimulation(
+    return DeterministicRun(
         results,
         ran.result,
         ran.stats,
@@ -376,7 +376,7 @@ def run_deterministic(
     buggify: bool = False,
     transport_hook: Callable[[Transport], Transport] | None = None,
     store: str | Any = DEFAULT_STORE,
-) -> DeterministicSimulation:
+) -> DeterministicRun:
     """One deterministic run in its own ``trio.run`` (this thread). The nodes' clocks are
     skewed from the seed (``skew``), or by ``node_offsets_ms`` when given; ``buggify`` turns
     the fault points of node and store code on (``store.simulation.buggify``), seeded by the seed;

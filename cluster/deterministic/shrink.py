@@ -1,6 +1,6 @@
 """Shrinking a failing deterministic run folder: ``loadgen.shrinking``'s search over real runs.
 
-Layer: cluster. A deterministic run is its options; a shrink ``Candidate`` (``loadgen.shrinking``)
+Layer: cluster. A deterministic run is its options; a ``loadgen.shrinking.CandidateRun``
 is what the search may cut from them: the planned flows it keeps (``RunSettings.only_flows``:
 each kept flow keeps its id, kind and draws, which depend on the seed and its index alone), the
 fault kinds it still injects (indices into the run's sorted kinds, played through
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.deterministic.run import (
-    DeterministicSimulation,
+    DeterministicRun,
     options_from_json,
     read_settings,
     run_deterministic,
@@ -37,7 +37,7 @@ from cluster.targets.simulate import SimulateOptions
 from loadgen.history import DamagedRunFile
 from loadgen.run.folder import RunFolder
 from loadgen.run.results import Results
-from loadgen.shrinking import Budget, Candidate, ShrinkResult, Simplification, shrink
+from loadgen.shrinking import Budget, CandidateRun, ShrinkResult, Simplification, shrink
 
 SIMPLER = (Simplification("buggify", False), Simplification("skew", False))
 """Settings a minimal case is tried without: the fault points, then the nodes' clock skew."""
@@ -95,11 +95,11 @@ def read_failing(run_dir: Path, invariant: str | None = None) -> Failing:
     )
 
 
-def case_of(options: SimulateOptions, *, buggify: bool, skew: bool) -> Candidate:
+def case_of(options: SimulateOptions, *, buggify: bool, skew: bool) -> CandidateRun:
     """The shrink case a run's options are."""
     kinds = sorted(options.faults)
     injected = kinds if options.injected is None else sorted(options.injected)
-    return Candidate(
+    return CandidateRun(
         flows=tuple(options.settings.planned()),
         faults=tuple(kinds.index(k) for k in injected),
         nodes=options.nodes,
@@ -107,7 +107,7 @@ def case_of(options: SimulateOptions, *, buggify: bool, skew: bool) -> Candidate
     )
 
 
-def options_of(case: Candidate, original: SimulateOptions) -> SimulateOptions:
+def options_of(case: CandidateRun, original: SimulateOptions) -> SimulateOptions:
     """The options that run ``case``, cut from ``original``'s."""
     kinds = sorted(original.faults)
     s = original.settings
@@ -123,8 +123,8 @@ def options_of(case: Candidate, original: SimulateOptions) -> SimulateOptions:
 
 
 def run_case(
-    case: Candidate, original: SimulateOptions, run_dir: Path | None
-) -> DeterministicSimulation:
+    case: CandidateRun, original: SimulateOptions, run_dir: Path | None
+) -> DeterministicRun:
     """One deterministic run of ``case`` (into ``run_dir``, or checked in memory)."""
     return run_deterministic(
         replace(options_of(case, original), run_dir=run_dir),
@@ -133,7 +133,7 @@ def run_case(
     )
 
 
-def invalid_names(sim: DeterministicSimulation) -> set[str]:
+def invalid_names(sim: DeterministicRun) -> set[str]:
     """The invariants a run found invalid."""
     return {v.name for v in sim.result.verdicts if v.status == "invalid"}
 
@@ -164,7 +164,7 @@ class Shrunk:
     """A finished shrink: the search's result and the minimal case's run."""
 
     found: ShrinkResult
-    sim: DeterministicSimulation
+    sim: DeterministicRun
     out: Path
     replay: str
     """The command that replays the minimal case."""
@@ -179,7 +179,7 @@ def shrink_folder(
     failing: Failing,
     out: Path,
     budget: Budget,
-    on_attempt: Callable[[Candidate, set[str]], None] | None = None,
+    on_attempt: Callable[[CandidateRun, set[str]], None] | None = None,
 ) -> Shrunk:
     """Shrink the ``failing`` run (``read_failing``) within ``budget``, keeping its invariant
     broken; run the minimal case into ``out`` (an empty folder) and write its replay command,
@@ -188,7 +188,7 @@ def shrink_folder(
     options = failing.options
     original = case_of(options, buggify=failing.buggify, skew=failing.skew)
 
-    def attempt(case: Candidate) -> set[str]:
+    def attempt(case: CandidateRun) -> set[str]:
         broke = invalid_names(run_case(case, options, None))
         if on_attempt is not None:
             on_attempt(case, broke)

@@ -106,7 +106,7 @@ class Request:
     headers: list[tuple[bytes, bytes]]
 
 
-Exchange = Callable[[Request, bytes], Awaitable[tuple[int, bytes]]]
+RoundTrip = Callable[[Request, bytes], Awaitable[tuple[int, bytes]]]
 """One request (its head, then its body) to the node: its status and body."""
 
 
@@ -174,7 +174,7 @@ class MemoryTransport(asyncio.Transport):
         return int(head[9:12]), body
 
 
-def protocol_call(config: Any, state: dict[str, Any]) -> Exchange:
+def protocol_call(config: Any, state: dict[str, Any]) -> RoundTrip:
     """Requests through the node's uvicorn protocol, on one kept-alive connection."""
     transport = MemoryTransport()
     protocol = config.http_protocol_class(
@@ -198,7 +198,7 @@ def protocol_call(config: Any, state: dict[str, Any]) -> Exchange:
     return call
 
 
-def asgi_call(app: Any, state: dict[str, Any]) -> Exchange:
+def asgi_call(app: Any, state: dict[str, Any]) -> RoundTrip:
     """Requests straight into the ASGI app, with the scope and messages uvicorn would give."""
 
     async def call(request: Request, body: bytes) -> tuple[int, bytes]:
@@ -281,7 +281,7 @@ def flow_for(target: list[str], request_id: int) -> Flow:
 Answers = tuple[tuple[int, bytes], tuple[int, bytes]]
 
 
-async def run_flow(call: Exchange, flow: Flow) -> Answers:
+async def run_flow(call: RoundTrip, flow: Flow) -> Answers:
     """Both rounds; round 2 sends back the ``requestState`` round 1 sealed."""
     first = await call(flow.request, flow.first)
     at = first[1].find(STATE_KEY)
@@ -358,7 +358,7 @@ def node_config(job: Job) -> Any:
     return config
 
 
-async def measure(call: Exchange, job: Job) -> int:
+async def measure(call: RoundTrip, job: Job) -> int:
     """Warm up, then the measured flows with the instrumentation on; every answer checked.
     The count of measured flows."""
     flows = [flow_for(t, 2 * i) for i, t in enumerate(job.targets)]

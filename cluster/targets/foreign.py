@@ -28,7 +28,7 @@ from loadgen.final_state import observe_final
 from loadgen.history import DamagedRunFile, iter_history, read_json_file, recording
 from loadgen.run.folder import RunFolder
 from loadgen.run.pipeline import Plan, Run, judged
-from loadgen.run.results import Results, Settings
+from loadgen.run.results import RecordedSettings, Results
 from loadgen.runner import FlowSample, RunSettings, run_load
 from loadgen.states import OpaqueStates
 from loadgen.transport import HttpTransport
@@ -78,7 +78,7 @@ async def run_foreign(
             final = await observe_final(transport, history.ops)
     result = check_without_journal(history.ops, final, int(state_ttl_s * 1000))
     result = judged(result, stats.tally, plan.exercise, plan.settings, (FOREIGN_KINDS,))
-    settings = Settings.of(
+    settings = RecordedSettings.of(
         plan.settings,
         nodes=len(urls),
         store="foreign",

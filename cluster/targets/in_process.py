@@ -75,7 +75,7 @@ the in-process run drives the tool up to its URL-mode elicitation, not the page)
 
 
 @dataclass(frozen=True)
-class Nodes:
+class NodesSpec:
     """What the in-process nodes are: how many, over which store, with which faults."""
 
     nodes: int = 3
@@ -166,7 +166,7 @@ def key_distribution(url: str, prefix: str) -> dict[str, int] | None:
         client.close()
 
 
-def stream_timeout(spec: Nodes) -> float:
+def stream_timeout(spec: NodesSpec) -> float:
     """The nodes' Redis timeout: as set, else the short fault-run one under ``redis`` and
     ``stall`` faults (so a pause outlasts it), else the default."""
     if spec.stream_timeout_s is not None:
@@ -187,7 +187,7 @@ class StoreNemeses:
 
 @asynccontextmanager
 async def store_nemeses(
-    spec: Nodes, kinds: frozenset[FaultKind], seed: int
+    spec: NodesSpec, kinds: frozenset[FaultKind], seed: int
 ) -> AsyncIterator[StoreNemeses]:
     """The seam or the proxy the run's fault kinds need (nothing for the others)."""
     if spec.redis_url is None:
@@ -209,7 +209,9 @@ async def store_nemeses(
         yield StoreNemeses(proxy=proxy, proxy_url=proxy.url(db))
 
 
-def store_options(spec: Nodes, prefix: str, nemeses: StoreNemeses | None = None) -> StoreOptions:
+def store_options(
+    spec: NodesSpec, prefix: str, nemeses: StoreNemeses | None = None
+) -> StoreOptions:
     """How the run's nodes open the store: named connections when faults are injected (so
     ``CLIENT KILL`` finds exactly them), a short Redis timeout under ``redis`` and ``stall``
     faults, through the store nemeses' seam or proxy."""
@@ -233,7 +235,7 @@ async def scripts_loaded(cluster: LocalCluster) -> None:
         await first.store.check_ready()
 
 
-def describe(spec: Nodes, clustered: bool, fault_seed: int) -> dict[str, Any]:
+def describe(spec: NodesSpec, clustered: bool, fault_seed: int) -> dict[str, Any]:
     """The nodes' part of a run's settings (``loadgen.run.target.Target.describe``)."""
     store = "embedded" if spec.redis_url is None else "redis"
     out: dict[str, Any] = {
@@ -254,7 +256,7 @@ def describe(spec: Nodes, clustered: bool, fault_seed: int) -> dict[str, Any]:
 class InProcessTarget:
     """In-process nodes over one store, with the run's faults (a ``loadgen.run.target.Target``)."""
 
-    spec: Nodes
+    spec: NodesSpec
     cluster: LocalCluster
     transport: Transport
     legacy: LegacyHttp | None
@@ -297,7 +299,7 @@ class InProcessTarget:
 
 @asynccontextmanager
 async def open_in_process_target(
-    spec: Nodes,
+    spec: NodesSpec,
     run: RunSettings,
     *,
     prefix: str | None = None,
@@ -377,7 +379,7 @@ async def open_in_process_target(
 
 @asynccontextmanager
 async def _legacy_nodes(
-    spec: Nodes, run: RunSettings, cluster: LocalCluster
+    spec: NodesSpec, run: RunSettings, cluster: LocalCluster
 ) -> AsyncIterator[LegacyHttp | None]:
     """HTTP nodes over the run's store for the legacy share (None without one)."""
     if run.legacy_share <= 0:

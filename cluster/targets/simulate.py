@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.faults import CustomFault, FaultKind
-from cluster.targets.in_process import Nodes, open_in_process_target
+from cluster.targets.in_process import NodesSpec, open_in_process_target
 from loadgen.check.exercise import ExerciseRule
 from loadgen.run.folder import RunFolder
 from loadgen.run.pipeline import Plan, Run, run
@@ -22,7 +22,17 @@ from loadgen.transport import Transport
 
 @dataclass(frozen=True)
 class SimulateOptions:
-    """Everything a simulation run takes."""
+    """Everything ``simulate`` takes, flat as its command line is: a run's parameters.
+
+    They split into the pipeline's pieces, each named for what it holds:
+    ``nodes_spec()`` is the in-process target's ``cluster.targets.in_process.NodesSpec`` (how
+    many nodes, over which store, with which faults); ``plan()`` is the pipeline's
+    ``loadgen.run.pipeline.Plan``, which holds ``settings``
+    (``loadgen.runner.RunSettings``: how much load, of which mix) and the exercise rule; the
+    rest (``run_dir``, ``prefix``, ``plant``) says where the run is kept. The finished run
+    records all of it, flat again, as ``loadgen.run.results.RecordedSettings``. The fields stay
+    flat here (not a ``NodesSpec`` and a ``Plan``): the command line maps onto them one to
+    one, and the deterministic runs vary them with ``dataclasses.replace``."""
 
     nodes: int = 3
     redis_url: str | None = None
@@ -59,8 +69,8 @@ class SimulateOptions:
     """Keep the history in memory too (``Run.history.ops``); None: only for runs of at
     most ``KEEP_OPS_MAX`` flows or without a run folder."""
 
-    def nodes_spec(self) -> Nodes:
-        return Nodes(
+    def nodes_spec(self) -> NodesSpec:
+        return NodesSpec(
             nodes=self.nodes,
             redis_url=self.redis_url,
             state_ttl_s=self.state_ttl_s,

@@ -39,7 +39,7 @@ from cluster.targets.in_process import (
 from cluster.targets.simulate import SimulateOptions
 from loadgen.history import History
 from loadgen.run.folder import RunFolder
-from loadgen.run.pipeline import Plan, Run, availability, recheck, run, settings_of
+from loadgen.run.pipeline import Plan, Run, availability, recheck, recorded_settings, run
 from loadgen.run.results import Results
 from loadgen.run.target import StoreAccess
 from loadgen.runner import RunStats
@@ -278,7 +278,7 @@ async def _check_merged(
     seed = options.settings.seed if options.fault_seed is None else options.fault_seed
     target = describe(options.nodes_spec(), dist is not None, seed)
     last_exp = max((w.worker_record().max_exp_ms for w in workers), default=0)
-    settings = settings_of(target, options.plan(), last_exp, started_wall_ms)
+    settings = recorded_settings(target, options.plan(), last_exp, started_wall_ms)
     checked = await recheck([folder], store, settings=settings, exercise=options.exercise)
     windows = availability([r.to_json(started) for r in sorted(records, key=_start)], stats)
     results = Results.of_run(checked.result, stats, settings, key_distribution=dist, faults=windows)

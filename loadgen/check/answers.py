@@ -1,7 +1,7 @@
 """Each confirm of the history in the model's words, and the groups and changes the search
 works on.
 
-Layer: loadgen.check. Pure module: no I/O, no node code. ``conformance`` searches; this module
+Layer: loadgen.check. Pure module: no I/O, no node code. ``model_search`` searches; this module
 reads: what each answer sent (``answer_of``) and got (``observed``), where it may sit on the
 Redis clock, which states and notes belong together (``groups``: P-compositionality), and the
 ordered changes of one group (``events_of``: journal entries, expiries, replay-entry expiries).

@@ -6,7 +6,7 @@ I/O, no Redis (the store is read beforehand by ``store.journal``).
 Each invariant of design.md §1 (exactly-once mutation, no lost answer, correct expiry) becomes
 one or more Verdicts (valid, invalid or unknown, with the history indices and journal entry ids
 that prove it). Beside them, every answer is held to the sequential model of its confirmation
-state (``loadgen.check.model_search``, ``loadgen.check.model``): two more verdicts, conformance
+state (``loadgen.check.model_search``, ``loadgen.check.model``): two more verdicts, safety
 and liveness.
 Definitions used throughout:
 
@@ -522,11 +522,11 @@ def check_oddities_explained(
 
 
 def model_verdicts(report: ModelReport) -> tuple[Verdict, Verdict]:
-    """The model's findings as two verdicts: replies the model never gives (conformance) and
+    """The model's findings as two verdicts: replies the model never gives (safety) and
     refusals or errors where it owed progress (liveness); the summary names the race kinds."""
     out = []
     for name, severity, ok in (
-        ("answers_conform_to_model", "conformance", "Every reply is one the model allows."),
+        ("answers_conform_to_model", "safety", "Every reply is one the model allows."),
         ("answers_make_progress", "liveness", "No answer owed progress got a refusal or error."),
     ):
         bad = [f for f in report.findings if f.severity == severity]
@@ -536,7 +536,7 @@ def model_verdicts(report: ModelReport) -> tuple[Verdict, Verdict]:
             name,
             ok,
             [Finding(f.text, f.ops, f.journal) for f in bad],
-            [Finding(f.text, f.ops, f.journal) for f in undecided if severity == "conformance"],
+            [Finding(f.text, f.ops, f.journal) for f in undecided if severity == "safety"],
         )
         summary = f"{v.summary} Kinds: {', '.join(kinds)}." if kinds else v.summary
         out.append(Verdict(v.name, v.status, summary, v.ops, v.journal))

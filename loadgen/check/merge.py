@@ -1,7 +1,7 @@
 """One verdict from many: the results of a check over partitions (tenants) folded verdict by
 verdict, with their evidence capped.
 
-Layer: loadgen.check, above ``verdict`` and ``conformance`` (whose tables of replies it merges).
+Layer: loadgen.check, above ``verdict`` and ``model_search`` (whose tables of replies it merges).
 """
 
 from __future__ import annotations

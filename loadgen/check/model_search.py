@@ -26,7 +26,7 @@ How (porcupine's and Knossos' question, shaped by what this store guarantees):
 An answer with an unknown outcome (info) constrains nothing, but may be the one that executed.
 A finding names the race kind and the operations that prove it: a *liveness* finding when the
 client got a refusal or an error where the model owed it progress at every point it could have
-run; a *conformance* finding otherwise (a reply the model never gives there, an acknowledged
+run; a *safety* finding otherwise (a reply the model never gives there, an acknowledged
 execution missing from the journal, a decision no answer explains, replays that disagree).
 """
 
@@ -77,7 +77,7 @@ MAX_LEAVES = 4096
 """Attributions tried per group before it is left undecided (a group holds one flow's answers
 and its rivals': a few duplicates, so a few dozen leaves at most in practice)."""
 
-Severity = Literal["conformance", "liveness", "undecided"]
+Severity = Literal["safety", "liveness", "undecided"]
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class Group:
             text = f"{what} under nonce {e.nonce} that no answer explains"
             shown = self.shown.get(e.nonce)
             proof = [*(shown.ops if shown else ()), *self._indices(e.nonce)]
-            findings.append(self._finding("conformance", self._kind(e.nonce), text, proof, (e.id,)))
+            findings.append(self._finding("safety", self._kind(e.nonce), text, proof, (e.id,)))
             return State(Recorded(None, outcome, e.note), before.expired, before.forgotten)
         view = notes.get((e.tenant, op.answer.note), NoteView())
         steps = legal(before, op.answer, op.world(view))
@@ -196,7 +196,7 @@ class Group:
             return steps[want].state
         allowed = ", ".join(sorted(str(r) for r in steps))
         text = f"journal {e.op} {e.note} under {e.nonce} where the model allows only {allowed}"
-        findings.append(self._finding("conformance", op.kind, text, (op.index,), (e.id,)))
+        findings.append(self._finding("safety", op.kind, text, (op.index,), (e.id,)))
         return State(Recorded(op.answer.key, outcome, e.note), before.expired, before.forgotten)
 
     # -- where each answer may sit --
@@ -266,7 +266,7 @@ class Group:
         if op.observed in maker_replies(e):
             return []
         text = f"confirm at {op.index} made {e.op} {e.note} but was answered {op.observed}"
-        return [self._finding("conformance", op.kind, text, op.call.indices, (e.id,))]
+        return [self._finding("safety", op.kind, text, op.call.indices, (e.id,))]
 
     def legal_names(
         self, op: Answered, tl: Timeline, chosen: Mapping[int, Answered | None]
@@ -281,7 +281,7 @@ class Group:
     ) -> ModelFinding:
         assert op.observed is not None
         names = self.legal_names(op, tl, chosen)
-        severity: Severity = "conformance"
+        severity: Severity = "safety"
         if op.observed.name not in PROGRESS and names and names <= PROGRESS:
             severity = "liveness"
         if op.observed.name in (EXECUTED, DECLINED):
@@ -428,7 +428,7 @@ def _same_content(ops: Sequence[Answered]) -> list[ModelFinding]:
                 f"{seen[0].index} told {seen[1]} for the same execution"
             )
             ops_ = tuple(sorted({*op.call.indices, *seen[0].call.indices}))
-            out.append(ModelFinding("conformance", op.kind, text, ops_))
+            out.append(ModelFinding("safety", op.kind, text, ops_))
     return out
 
 

@@ -11,7 +11,7 @@ adds tenants as runs grow: ``workload.tenants_for``), never the whole history.
 
 How a per-partition check plugs in: anything that ``invariants.check`` returns for one tenant's
 history and facts is merged verdict by verdict (by name), so a new invariant added to ``check``
-(the sequential model's conformance, say) runs per tenant with no change to this module.
+(the sequential model's search, say) runs per tenant with no change to this module.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the journal says about time and notes, for the conformance search.
+"""What the journal says about time and notes, for the model search.
 
 Layer: loadgen.check. Pure module: no I/O, no node code.
 

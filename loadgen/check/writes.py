@@ -110,10 +110,6 @@ def _disagreeing(calls: Iterable[Call], what: str, field: str) -> list[Finding]:
     return out
 
 
-def _title_of(c: Call) -> tuple[str, ...]:
-    return (str(c.v.get("tenant", "")), str(c.v.get("workspace", "")), str(c.v.get("title")))
-
-
 def _op_ids(ctx: Context, op: str) -> list[Finding]:
     """Journal entries of ``op`` sharing an operation id: one operation wrote twice."""
     seen: dict[tuple[str, str], list[JournalEntry]] = defaultdict(list)

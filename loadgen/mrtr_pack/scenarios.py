@@ -26,7 +26,8 @@ from loadgen.mrtr_pack.checks import EXACTLY_ONCE, SPEC_ELICITATION, SPEC_MRTR, 
 from loadgen.mrtr_pack.forms import CANCEL, DECLINE, accept, other_answer
 from loadgen.mrtr_pack.wire import Exchange
 
-CheckResult = tuple[CheckStatus, str]
+ScenarioResult = tuple[CheckStatus, str]
+"""A scenario's status and why (the checker's result is ``loadgen.check.verdict.CheckResult``)."""
 
 
 class Skip(Exception):
@@ -49,7 +50,7 @@ def _once(case: Case, base: Baseline, after: Any) -> str | None:
     return f"the effect is not one execution's: read {after!r}, one accept leaves {base.effect!r}"
 
 
-def _retry_verdict(first: Exchange, retry: Exchange) -> CheckResult:
+def _retry_verdict(first: Exchange, retry: Exchange) -> ScenarioResult:
     """A retry of the same completed answer: the recorded outcome (SUCCESS), a refusal
     (WARNING), anything else (FAILURE: the tool ran again)."""
     if retry.kind == "done" and retry.outcome == first.outcome:
@@ -67,7 +68,9 @@ def _retry_verdict(first: Exchange, retry: Exchange) -> CheckResult:
     )
 
 
-def _refusal_verdict(case: Case, ex: Exchange, before: Any, after: Any, what: str) -> CheckResult:
+def _refusal_verdict(
+    case: Case, ex: Exchange, before: Any, after: Any, what: str
+) -> ScenarioResult:
     """An answer that must not act: refused or re-asked, and nothing changed."""
     if case.observes and after != before:
         return "FAILURE", f"{what} acted: the effect changed from {before!r} to {after!r}"
@@ -87,7 +90,7 @@ async def _executed(case: Case, asked: Asked, instance: int = 0) -> Exchange:
     return ex
 
 
-async def control(case: Case, base: Baseline) -> CheckResult:
+async def control(case: Case, base: Baseline) -> ScenarioResult:
     """One accept executes, and what it did becomes the baseline of the other scenarios."""
     await case.create()
     asked = await case.ask()
@@ -103,7 +106,7 @@ async def control(case: Case, base: Baseline) -> CheckResult:
     return "SUCCESS", f"the accept completed ({describe(ex)}){unseen}"
 
 
-async def _replay(case: Case, base: Baseline, other: bool) -> CheckResult:
+async def _replay(case: Case, base: Baseline, other: bool) -> ScenarioResult:
     if other and len(case.wire.urls) < 2:
         raise Skip("needs two --target instances")
     await case.create()
@@ -120,17 +123,17 @@ async def _replay(case: Case, base: Baseline, other: bool) -> CheckResult:
     return _retry_verdict(first, retry)
 
 
-async def replay_same(case: Case, base: Baseline) -> CheckResult:
+async def replay_same(case: Case, base: Baseline) -> ScenarioResult:
     """The same final answer again after completion, on the same instance."""
     return await _replay(case, base, other=False)
 
 
-async def replay_other(case: Case, base: Baseline) -> CheckResult:
+async def replay_other(case: Case, base: Baseline) -> ScenarioResult:
     """The same final answer again after completion, on another instance."""
     return await _replay(case, base, other=True)
 
 
-async def concurrent(case: Case, base: Baseline) -> CheckResult:
+async def concurrent(case: Case, base: Baseline) -> ScenarioResult:
     """N copies of one accept sent at once, spread over the instances."""
     await case.create()
     asked = await case.ask()
@@ -160,7 +163,7 @@ async def concurrent(case: Case, base: Baseline) -> CheckResult:
     return "SUCCESS", f"all {len(replies)} copies got one outcome ({describe(done[0])})"
 
 
-async def lost_response(case: Case, base: Baseline) -> CheckResult:
+async def lost_response(case: Case, base: Baseline) -> ScenarioResult:
     """The accept's response is lost on purpose (its connection closed as soon as it was
     sent); once its effect shows (or a few seconds passed), the client retries on another
     instance."""
@@ -184,7 +187,7 @@ async def lost_response(case: Case, base: Baseline) -> CheckResult:
     )
 
 
-async def different_answer(case: Case, base: Baseline) -> CheckResult:
+async def different_answer(case: Case, base: Baseline) -> ScenarioResult:
     """After an executed accept, a different answer under the same (used) state."""
     await case.create(2)
     asked = await case.ask()
@@ -205,7 +208,7 @@ async def different_answer(case: Case, base: Baseline) -> CheckResult:
     return "SUCCESS", f"the different answer ({which}) did not act ({describe(second)})"
 
 
-async def decline_then_accept(case: Case, base: Baseline) -> CheckResult:
+async def decline_then_accept(case: Case, base: Baseline) -> ScenarioResult:
     """A decline, then an accept under the same state: the decline is final."""
     await case.create()
     asked = await case.ask()
@@ -222,7 +225,7 @@ async def decline_then_accept(case: Case, base: Baseline) -> CheckResult:
     return _refusal_verdict(case, ex, before, after2, "an accept after a decline")
 
 
-async def cancel_then_accept(case: Case, base: Baseline) -> CheckResult:
+async def cancel_then_accept(case: Case, base: Baseline) -> ScenarioResult:
     """A cancel, then an accept under the same state: cancel decides nothing."""
     await case.create()
     asked = await case.ask()
@@ -241,7 +244,7 @@ async def cancel_then_accept(case: Case, base: Baseline) -> CheckResult:
     return "WARNING", f"after a cancel the state was no longer usable ({describe(ex)})"
 
 
-async def silence(case: Case, base: Baseline) -> CheckResult:
+async def silence(case: Case, base: Baseline) -> ScenarioResult:
     """A retry with the state but no answer: the server should ask again, and act on nothing."""
     await case.create()
     asked = await case.ask()
@@ -266,7 +269,7 @@ def _ttl(case: Case) -> float:
     return ttl
 
 
-async def before_expiry(case: Case, base: Baseline) -> CheckResult:
+async def before_expiry(case: Case, base: Baseline) -> ScenarioResult:
     """An accept sent one margin before the state's earliest possible expiry is honoured."""
     ttl = _ttl(case)
     await case.create()
@@ -283,7 +286,7 @@ async def before_expiry(case: Case, base: Baseline) -> CheckResult:
     return "SUCCESS", f"honoured {case.contract.expiry_margin_s:g} s before expiry"
 
 
-async def after_expiry(case: Case, base: Baseline) -> CheckResult:
+async def after_expiry(case: Case, base: Baseline) -> ScenarioResult:
     """An accept sent one margin after the state's latest possible expiry is refused."""
     ttl = _ttl(case)
     await case.create()
@@ -296,7 +299,7 @@ async def after_expiry(case: Case, base: Baseline) -> CheckResult:
     return _refusal_verdict(case, ex, before, after, "an accept after expiry")
 
 
-async def other_principal(case: Case, base: Baseline) -> CheckResult:
+async def other_principal(case: Case, base: Baseline) -> ScenarioResult:
     """Another principal answers the state: it is not theirs."""
     other = case.contract.other_token
     if other is None:
@@ -309,7 +312,7 @@ async def other_principal(case: Case, base: Baseline) -> CheckResult:
     return _refusal_verdict(case, ex, before, after, "another principal's accept")
 
 
-async def changed_arguments(case: Case, base: Baseline) -> CheckResult:
+async def changed_arguments(case: Case, base: Baseline) -> ScenarioResult:
     """The state is answered under changed arguments."""
     try:
         args = changed(case.contract.arguments, case.fresh)
@@ -331,7 +334,7 @@ def tampered_token(state: str) -> str:
     return state[:i] + ("B" if state[i] == "A" else "A") + state[i + 1 :]
 
 
-async def _altered_state(case: Case, alter: Callable[[str], str], what: str) -> CheckResult:
+async def _altered_state(case: Case, alter: Callable[[str], str], what: str) -> ScenarioResult:
     await case.create()
     asked = await case.ask()
     if not asked.state:
@@ -344,17 +347,17 @@ async def _altered_state(case: Case, alter: Callable[[str], str], what: str) -> 
     return _refusal_verdict(case, ex, before, after, f"an accept under a {what} state")
 
 
-async def tampered(case: Case, base: Baseline) -> CheckResult:
+async def tampered(case: Case, base: Baseline) -> ScenarioResult:
     """One character of the state changed."""
     return await _altered_state(case, tampered_token, "tampered")
 
 
-async def truncated(case: Case, base: Baseline) -> CheckResult:
+async def truncated(case: Case, base: Baseline) -> ScenarioResult:
     """The state cut to half its length."""
     return await _altered_state(case, lambda s: s[: len(s) // 2], "truncated")
 
 
-async def another_tool(case: Case, base: Baseline) -> CheckResult:
+async def another_tool(case: Case, base: Baseline) -> ScenarioResult:
     """A state issued for the tool is presented, with a valid answer, to another tool."""
     c = case.contract
     if c.other_tool is None:
@@ -384,7 +387,7 @@ class Scenario:
 
     id: str
     name: str
-    run: Callable[[Case, Baseline], Awaitable[CheckResult]]
+    run: Callable[[Case, Baseline], Awaitable[ScenarioResult]]
     refs: tuple[dict[str, str], ...] = (SPEC_MRTR, EXACTLY_ONCE)
     waits: bool = False
     """Mostly waits for the state's expiry: runs beside the others, not in their turn."""

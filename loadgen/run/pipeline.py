@@ -29,7 +29,7 @@ from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import History, recording
 from loadgen.run.folder import RunFolder, WorkerRecord
 from loadgen.run.phases import announce
-from loadgen.run.results import Results, Settings
+from loadgen.run.results import RecordedSettings, Results
 from loadgen.run.target import StoreAccess, Target
 from loadgen.runner import FlowSample, RunSettings, RunStats, run_load
 from loadgen.tally import Tally, merge
@@ -183,18 +183,18 @@ def _results(
 ) -> Results:
     store = target.store
     since = 0 if store is None else store.journal_since_ms
-    settings = settings_of(
+    settings = recorded_settings(
         target.describe(), plan, history.max_exp_ms, stats.started_wall_ms, since
     )
     return Results.of_run(result, stats, settings, faults=windows)
 
 
-def settings_of(
+def recorded_settings(
     d: dict[str, Any], plan: Plan, max_exp_ms: int, started_wall_ms: int, since_ms: int = 0
-) -> Settings:
+) -> RecordedSettings:
     """``results.json``'s settings: the plan's, the target's (``d``: ``Target.describe``) and
     the instants of the run."""
-    return Settings.of(
+    return RecordedSettings.of(
         plan.settings,
         nodes=int(d["nodes"]),
         store=str(d["store"]),
@@ -225,7 +225,7 @@ def judged(
     result: CheckResult,
     tally: Tally,
     rule: ExerciseRule,
-    run: RunSettings | Settings,
+    run: RunSettings | RecordedSettings,
     families: Sequence[Sequence[str]] | None = None,
 ) -> CheckResult:
     """The one place the exercise verdict is applied: an under-exercised run is UNKNOWN.
@@ -370,7 +370,7 @@ async def recheck(
     folders: Sequence[RunFolder],
     store: StoreAccess | None = None,
     *,
-    settings: Settings | None = None,
+    settings: RecordedSettings | None = None,
     exercise: ExerciseRule | None = None,
     jobs: int | None = None,
 ) -> Rechecked:
@@ -405,7 +405,9 @@ FALLBACK_GRACE_MS = 1_000
 """The replay grace of folders whose ``results.json`` records none (a simulation's)."""
 
 
-def folders_store(url: str, prefix: str, tenants: Sequence[str], run: Settings) -> StoreAccess:
+def folders_store(
+    url: str, prefix: str, tenants: Sequence[str], run: RecordedSettings
+) -> StoreAccess:
     """Where ``notes-cluster check --redis`` reads the facts of folders whose run recorded
     ``run``: the grace they recorded (else ``FALLBACK_GRACE_MS``), the journal from where they
     started (found by ``recheck``)."""
@@ -417,7 +419,7 @@ class MissingFacts(RuntimeError):
     """No folder of a check holds store facts, and no store was given to read them from."""
 
 
-def _last_expiry(folders: Sequence[RunFolder], saved: Sequence[Settings]) -> int:
+def _last_expiry(folders: Sequence[RunFolder], saved: Sequence[RecordedSettings]) -> int:
     """The last state expiry the folders' runs recorded (Redis clock; 0: some did not)."""
     ends = []
     for f, s in zip(folders, saved, strict=True):
@@ -431,7 +433,7 @@ def _last_expiry(folders: Sequence[RunFolder], saved: Sequence[Settings]) -> int
     return max(ends, default=0)
 
 
-def _journal_since(saved: Sequence[Settings], url: str) -> int:
+def _journal_since(saved: Sequence[RecordedSettings], url: str) -> int:
     """Where the runs' journal starts (Redis clock): what every folder recorded (loadgen with
     --redis), else the earliest start by the load processes' wall clocks converted to the Redis
     clock (their machines' clocks must agree within a second), else 0: the whole journal."""

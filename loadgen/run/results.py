@@ -48,9 +48,11 @@ class Measured:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """``settings``: what the run was asked to do and where, and the instants its check needs.
-    Optional fields are written only when set (an older folder may lack any of them)."""
+class RecordedSettings:
+    """``results.json``'s ``settings``: a run's parameters as recorded, flat (the load of its
+    ``loadgen.runner.RunSettings``, the workers and exercise rule of its
+    ``loadgen.run.pipeline.Plan``, the target's ``Target.describe``), and the instants its check
+    needs. Optional fields are written only when set (an older folder may lack any of them)."""
 
     nodes: int | None = None
     store: str | None = None
@@ -93,8 +95,8 @@ class Settings:
         journal_since_ms: int = 0,
         max_exp_ms: int = 0,
         started_wall_ms: int = 0,
-    ) -> Settings:
-        return Settings(
+    ) -> RecordedSettings:
+        return RecordedSettings(
             nodes=nodes,
             store=store,
             state_ttl_s=state_ttl_s,
@@ -156,14 +158,14 @@ class Settings:
         return out
 
     @staticmethod
-    def from_json(d: Mapping[str, Any]) -> Settings:
+    def from_json(d: Mapping[str, Any]) -> RecordedSettings:
         """The settings a ``results.json`` holds (any missing: None, or 0)."""
 
         def num(name: str, kind: type, default: Any = None) -> Any:
             v = d.get(name)
             return default if v is None else kind(v)
 
-        return Settings(
+        return RecordedSettings(
             nodes=num("nodes", int),
             store=num("store", str),
             state_ttl_s=num("state_ttl_s", float),
@@ -204,7 +206,7 @@ class Results:
     races: dict[str, int] | None = None
     """Flows of each race kind that got past round 1 (a run's, not a check's)."""
     measured: Measured | None = None
-    settings: Settings | None = None
+    settings: RecordedSettings | None = None
     histories: tuple[str, ...] | None = None
     check: dict[str, Any] = field(default_factory=dict)
     """What a check over run folders cost: jobs, seconds, peak resident memory."""
@@ -235,7 +237,7 @@ class Results:
     def of_run(
         result: CheckResult,
         stats: RunStats,
-        settings: Settings,
+        settings: RecordedSettings,
         *,
         key_distribution: dict[str, int] | None = None,
         faults: Sequence[dict[str, Any]] = (),
@@ -310,7 +312,7 @@ class Results:
             flows_per_s_by_tenth=dict(d.get("flows_per_s_by_tenth") or {}),
             races=None if d.get("races") is None else dict(d["races"]),
             measured=measured,
-            settings=None if "settings" not in d else Settings.from_json(d["settings"]),
+            settings=None if "settings" not in d else RecordedSettings.from_json(d["settings"]),
             histories=None if "histories" not in d else tuple(d["histories"]),
             check=dict(d.get("check") or {}),
             key_distribution=d.get("key_distribution"),
@@ -339,7 +341,7 @@ class Results:
             raise DamagedRunFile(f"{path}: cannot be read ({exc})") from None
 
     @staticmethod
-    def saved_settings(folder: RunFolder) -> Settings:
+    def saved_settings(folder: RunFolder) -> RecordedSettings:
         """The settings the folder's ``results.json`` recorded (all unset without one)."""
         found = Results.read(folder)
-        return Settings() if found is None or found.settings is None else found.settings
+        return RecordedSettings() if found is None or found.settings is None else found.settings

@@ -204,7 +204,7 @@ class LegacyAdapter:
         """Whether this request is the adapter's (see ``wire.claims``)."""
         return wire.claims(http_method, headers, message)
 
-    async def serve(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
+    async def respond(self, request: LegacyRequest, receive: Receive, send: Send) -> None:
         """Answer one claimed request."""
         try:
             await self._serve(request, receive, send)

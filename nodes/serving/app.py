@@ -27,7 +27,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from nodes.http import ASGIApp, Receive, Scope, Send, StreamableHTTPApp, make_app
+from nodes.http import ASGIApp, ASGIScope, Receive, Send, StreamableHTTPApp, make_app
 from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.logging_setup import configure_logging
 from nodes.metrics import NodeMetrics, metered
@@ -86,14 +86,14 @@ class NodeApp:
         """The node's HTTP app, once started."""
         self.served: ASGIApp | None = None
         """What requests go to: ``http`` inside the operator's middleware (health, metrics)."""
-        self.operations: OperatorEndpoints | None = None
+        self.operator: OperatorEndpoints | None = None
         self.metrics_app: ASGIApp | None = None
         """What ``serve_metrics`` serves, once started with a metrics port."""
         self._stack = AsyncExitStack()
         self.on_build: list[Callable[[StreamableHTTPApp], None]] = []
         """Called with the HTTP app once built (before serving): a place to add routes."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         served = self.served
         if served is not None and scope["type"] == "http":
             await served(scope, receive, send)
@@ -105,7 +105,7 @@ class NodeApp:
             # A server without lifespan support never started the node.
             await _plain_answer(send, 503, b"node not started")
 
-    async def serve_metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def serve_metrics(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         """A request on the metrics port, handed over by the server
         (``NodeOptions.server_routes_metrics_port``): the metrics, at any path."""
         if scope["type"] != "http":
@@ -119,8 +119,8 @@ class NodeApp:
     async def drain(self) -> None:
         """The server has stopped accepting: ``/readyz`` answers 503 from now on, and legacy
         streams end."""
-        if self.operations is not None:
-            self.operations.readiness.draining = True
+        if self.operator is not None:
+            self.operator.readiness.draining = True
         if self.http is not None:
             await self.http.drain()
 
@@ -136,7 +136,7 @@ class NodeApp:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                self.served = self.http = self.operations = self.metrics_app = None
+                self.served = self.http = self.operator = self.metrics_app = None
                 await self._stack.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -169,7 +169,7 @@ class NodeApp:
         legacy = await stack.enter_async_context(
             open_legacy_adapter(node, sessions, o.legacy_limits)
         )
-        operations = stack.enter_context(
+        operator = stack.enter_context(
             with_operator_endpoints(node, store.check_ready, metrics, o.ops, legacy)
         )
         http = make_app(
@@ -181,10 +181,10 @@ class NodeApp:
         )
         for hook in self.on_build:
             hook(http)
-        self.operations = operations
+        self.operator = operator
         self.http = http
-        self.served = operations.wrap(http, route_metrics_port=not o.server_routes_metrics_port)
-        self.metrics_app = operations.metrics_endpoint()
+        self.served = operator.wrap(http, route_metrics_port=not o.server_routes_metrics_port)
+        self.metrics_app = operator.metrics_endpoint()
         log.info("node %s serving, store %s", o.node_id, "embedded" if o.embedded else "Redis")
 
 

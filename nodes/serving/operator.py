@@ -89,9 +89,9 @@ def with_operator_endpoints(
     options: OperatorOptions,
     legacy: LegacyAdapter | None = None,
 ) -> Iterator[OperatorEndpoints]:
-    """Yield the node's operations (``OperatorEndpoints.wrap`` goes around its HTTP app): with
-    ``metrics`` and a port in ``options`` (the port the server listens on for them, bound by
-    ``bind_metrics``), requests on that port get the metrics."""
+    """Yield the node's operator endpoints (``OperatorEndpoints.wrap`` goes around its HTTP
+    app): with ``metrics`` and a port in ``options`` (the port the server listens on for them,
+    bound by ``bind_metrics``), requests on that port get the metrics."""
     port = options.metrics_port
     if metrics is not None and port is not None:
         metrics.watch_node(node)

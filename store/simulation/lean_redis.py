@@ -37,8 +37,8 @@ from store.simulation.lean_values import (
     NULL_ARRAY,
     SYNTAX,
     Error,
-    Reply,
-    Status,
+    RawReply,
+    SimpleString,
 )
 from store.simulation.lean_values import integer as _int
 
@@ -46,8 +46,8 @@ __all__ = [
     "Blocked",
     "Error",
     "LeanRedis",
-    "Reply",
-    "Status",
+    "RawReply",
+    "SimpleString",
     "Stream",
     "ZSet",
     "decoded",
@@ -107,7 +107,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
         self._lua_type = lua51.lua_type
         self.calls = 0
         """Commands run, script calls included (``statistics``)."""
-        self._commands: dict[bytes, Callable[[list[bytes]], Reply]] = {
+        self._commands: dict[bytes, Callable[[list[bytes]], RawReply]] = {
             b"DEL": self._del,
             b"EXISTS": self._exists,
             b"GET": self._get_cmd,
@@ -139,10 +139,10 @@ class LeanRedis(StreamCommands, SortedSetCommands):
             b"ZREMRANGEBYRANK": self._zremrangebyrank,
             b"ZREMRANGEBYSCORE": self._zremrangebyscore,
             b"ZSCORE": self._zscore,
-            b"PING": lambda _: Status(b"PONG"),
+            b"PING": lambda _: SimpleString(b"PONG"),
             b"ROLE": lambda _: [b"master", 0, []],  # one server, never a replica
         }
-        self._top: dict[bytes, Callable[[list[bytes]], Reply]] = {
+        self._top: dict[bytes, Callable[[list[bytes]], RawReply]] = {
             b"EVALSHA": self._evalsha,
             b"EVAL": self._eval,
             b"SCRIPT": self._script,
@@ -166,7 +166,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
 
     # -- entry points ----------------------------------------------------------------------------
 
-    def command(self, args: list[bytes]) -> Reply:
+    def command(self, args: list[bytes]) -> RawReply:
         """One client command's reply (an ``Error`` value for an error reply)."""
         self.now_ms = self.clock_us() // 1000
         try:
@@ -184,7 +184,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
 
     # -- scripts ---------------------------------------------------------------------------------
 
-    def _script(self, args: list[bytes]) -> Reply:
+    def _script(self, args: list[bytes]) -> RawReply:
         sub = args[1].upper() if len(args) > 1 else b""
         if sub == b"LOAD" and len(args) == 3:
             return self.load(args[2])
@@ -203,12 +203,12 @@ class LeanRedis(StreamCommands, SortedSetCommands):
             self.scripts[sha] = body
         return sha
 
-    def _eval(self, args: list[bytes]) -> Reply:
+    def _eval(self, args: list[bytes]) -> RawReply:
         if len(args) < 3:
             raise Error("ERR wrong number of arguments for 'eval' command")
         return self._call_script(self.load(args[1]), args[2], args[3:])
 
-    def _evalsha(self, args: list[bytes]) -> Reply:
+    def _evalsha(self, args: list[bytes]) -> RawReply:
         if len(args) < 3:
             raise Error("ERR wrong number of arguments for 'evalsha' command")
         sha = args[1].lower()
@@ -216,7 +216,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
             raise Error(NOSCRIPT)
         return self._call_script(sha, args[2], args[3:])
 
-    def _call_script(self, sha: bytes, numkeys: bytes, rest: list[bytes]) -> Reply:
+    def _call_script(self, sha: bytes, numkeys: bytes, rest: list[bytes]) -> RawReply:
         nkeys = _int(numkeys, "ERR value is not an integer or out of range")
         if nkeys > len(rest):
             raise Error("ERR Number of keys can't be greater than number of args")
@@ -235,7 +235,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
             return [self._from_lua(item) for item in result]
         return self._from_lua(result[0])
 
-    def _from_lua(self, value: Any) -> Reply:
+    def _from_lua(self, value: Any) -> RawReply:
         """A script's result as Redis converts it (numbers truncated, a table's array part up
         to its first nil, ``{ok=...}`` / ``{err=...}`` as status and error)."""
         if type(value) is bytes or type(value) is int:
@@ -249,11 +249,11 @@ class LeanRedis(StreamCommands, SortedSetCommands):
         if self._lua_type(value) == "table":
             ok = value[b"ok"]
             if ok is not None:
-                return Status(ok)
+                return SimpleString(ok)
             err = value[b"err"]
             if err is not None:
                 return Error(err.decode("utf-8", "replace"))
-            out: list[Reply] = []
+            out: list[RawReply] = []
             i = 1
             while True:
                 item = value[i]
@@ -275,7 +275,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
             return self._table({b"err": reply.text.encode()})
         return self._to_lua(reply)
 
-    def _inner(self, name: Any, args: tuple[Any, ...]) -> Reply:
+    def _inner(self, name: Any, args: tuple[Any, ...]) -> RawReply:
         try:
             command = [_lua_arg(name), *map(_lua_arg, args)]
             handler = self._commands.get(command[0]) or self._commands.get(command[0].upper())
@@ -286,12 +286,12 @@ class LeanRedis(StreamCommands, SortedSetCommands):
         except Error as exc:
             return exc
 
-    def _to_lua(self, reply: Reply) -> Any:
+    def _to_lua(self, reply: RawReply) -> Any:
         if reply is None or reply is NULL_ARRAY:
             return False
         if type(reply) is list:
             return self._table([self._to_lua(r) for r in reply])
-        if type(reply) is Status:
+        if type(reply) is SimpleString:
             return self._table({b"ok": bytes(reply)})
         return reply
 
@@ -357,7 +357,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
         value: bytes | None = self._typed(args[1], bytes)
         return value
 
-    def _set(self, args: list[bytes]) -> Status:
+    def _set(self, args: list[bytes]) -> SimpleString:
         """SET key value [KEEPTTL | PX ms]."""
         key, options = args[1], [a.upper() for a in args[3:]]
         deadline: int | None = None
@@ -374,7 +374,7 @@ class LeanRedis(StreamCommands, SortedSetCommands):
             self.expires[key] = deadline
         elif not keep:
             self.expires.pop(key, None)
-        return Status(b"OK")
+        return SimpleString(b"OK")
 
     # -- hashes ----------------------------------------------------------------------------------
 
@@ -481,9 +481,9 @@ class LeanRedis(StreamCommands, SortedSetCommands):
 # -- replies as bytes and as the client reads them ---------------------------------------------
 
 
-def encode(reply: Reply) -> bytes:
+def encode(reply: RawReply) -> bytes:
     """``reply`` as RESP2 bytes (what a server would write)."""
-    if type(reply) is Status:
+    if type(reply) is SimpleString:
         return b"+" + bytes(reply) + b"\r\n"
     if isinstance(reply, Error):
         return b"-" + reply.text.encode() + b"\r\n"
@@ -500,9 +500,9 @@ def encode(reply: Reply) -> bytes:
     raise TypeError(f"no RESP2 form for {type(reply).__name__}")
 
 
-def decoded(reply: Reply, error: Callable[[str], Exception]) -> Any:
+def decoded(reply: RawReply, error: Callable[[str], Exception]) -> Any:
     """``reply`` as ``store.resp.RespCore`` (hiredis, UTF-8) would hand it to the client."""
-    if type(reply) is bytes or type(reply) is Status:
+    if type(reply) is bytes or type(reply) is SimpleString:
         return reply.decode("utf-8")
     if type(reply) is list:
         return [decoded(r, error) for r in reply]

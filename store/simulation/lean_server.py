@@ -33,7 +33,7 @@ from store.resp import ReplyError
 from store.simulation.lean_redis import Blocked, Error, LeanRedis, decoded, encode
 from store.simulation.lean_values import NULL_ARRAY
 
-Recorded = tuple[int, float, list[list[bytes]], list[bytes]]
+RecordedRequest = tuple[int, float, list[list[bytes]], list[bytes]]
 """One request: connection number, the store's clock then (seconds), its commands (arguments),
 each reply's RESP bytes."""
 
@@ -44,7 +44,7 @@ class LeanServer:
     def __init__(self) -> None:
         self.redis = LeanRedis()
         self.connections = itertools.count(1)
-        self.recording: list[Recorded] | None = None
+        self.recording: list[RecordedRequest] | None = None
         self.waiting: dict[bytes, set[anyio.Event]] = {}
         """Events of the reads blocked on each key."""
 

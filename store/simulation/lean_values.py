@@ -13,13 +13,13 @@ from typing import Any
 
 MAX_ID = (1 << 64) - 1
 
-Reply = Any
+RawReply = Any
 """A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``NULL_ARRAY``, ``list``,
-``Status``, ``Error``."""
+``SimpleString``, ``Error``."""
 
 
-class Status(bytes):
-    """A status reply (``+OK``)."""
+class SimpleString(bytes):
+    """A simple-string reply (``+OK``): RESP's status reply."""
 
 
 class NullArray:
