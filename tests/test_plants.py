@@ -26,7 +26,7 @@ from click.testing import CliRunner, Result
 
 from cluster.cli import main
 from cluster.deterministic.run import DeterministicRun, run_deterministic
-from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE
+from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE, EXIT_VALID
 from cluster.serve import NODE_PROCESS_MODULE
 from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
@@ -170,7 +170,7 @@ def test_a_legacy_control_from_the_command_line_is_valid(tmp_path: Path) -> None
         "simulate", "--deterministic", "--seed", "1", "--legacy-share", str(share),
         "--flows", str(CLI_FLOWS), "--out", str(tmp_path / "control"),
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == EXIT_VALID, result.output
 
 
 @pytest.mark.planted(control="test_a_legacy_control_from_the_command_line_is_valid")
