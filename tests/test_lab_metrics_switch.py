@@ -1,4 +1,4 @@
-"""The bench's metrics on ÷ off: one node process switching between the same node
+"""The lab's metrics on ÷ off: one node process switching between the same node
 built without and with metrics (``metrics_switch_node``), and the figures read from its windows
 (``metrics_switch``).
 
@@ -18,9 +18,10 @@ import httpx
 import pytest
 import trio
 
-from cluster.bench import metrics_switch_node as switch_node
 from cluster.bench.database import BENCH_PREFIX
-from cluster.bench.metrics_switch import (
+from cluster.bench.procs import open_http_cluster
+from cluster.lab import metrics_switch_node as switch_node
+from cluster.lab.metrics_switch import (
     EDGE_S,
     MODULE,
     inside,
@@ -30,8 +31,7 @@ from cluster.bench.metrics_switch import (
     ratios,
     summarize,
 )
-from cluster.bench.metrics_switch_node import MARK, PATTERN, WINDOWS
-from cluster.bench.procs import open_http_cluster
+from cluster.lab.metrics_switch_node import MARK, PATTERN, WINDOWS
 from nodes.serving.settings import demo_settings
 from tests.own_redis import own_redis
 
@@ -169,7 +169,7 @@ async def test_a_known_cost_is_added_to_the_metered_mode_only(
 ) -> None:
     """``--on-extra-us`` burns its CPU after each request of the metered mode and never after
     the other's. Whether the measure then sees that cost is a calibration of the benchmark
-    (``python -m cluster.bench.metrics_switch --on-extra-us 200``), timed on the
+    (``python -m cluster.lab.metrics_switch --on-extra-us 200``), timed on the
     machine: no test asserts it, since a busy machine moves it."""
     burnt: list[tuple[str, float]] = []
     current = ["off"]
@@ -194,7 +194,7 @@ async def test_a_known_cost_is_added_to_the_metered_mode_only(
 def test_the_measure_alone_runs_from_its_command_line_and_its_a_a_check_meters_neither(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``python -m cluster.bench.metrics_switch --same``: both nodes without
+    """``python -m cluster.lab.metrics_switch --same``: both nodes without
     metrics (the A/A check), each serving its windows; too short a run is refused."""
     main(["--seconds", "2", "--same"])
     out = json.loads(capsys.readouterr().out)
