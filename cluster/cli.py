@@ -15,6 +15,7 @@ from cluster.commands.bench import bench
 from cluster.commands.check import check_cmd
 from cluster.commands.conformance import conformance
 from cluster.commands.lab import (
+    bench_parts,
     bench_servers,
     conformance_table_cmd,
     failover_experiment,
@@ -66,6 +67,7 @@ Examples:
   notes-cluster conformance --target http://127.0.0.1:8700/mcp --target http://127.0.0.1:8701/mcp
   notes-cluster bench --quick
   notes-cluster bench-servers --quick
+  notes-cluster bench-parts --quick
 """
 
 
@@ -100,6 +102,7 @@ for command in (
     check_cmd,
     bench,
     bench_servers,
+    bench_parts,
     node,
     serve,
     failover_experiment,

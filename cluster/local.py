@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 
@@ -51,6 +52,9 @@ class StoreOptions:
     store_faults: StoreFaults | None = None
     """The store seam's nemeses (``cluster.store_faults``): every node's scripts go through
     it. Set by ``simulate --faults lost-reply,stall`` on the embedded store."""
+    on_lost_reply: Callable[[str, str, float], None] | None = None
+    """Told of every store reply a node lost (its node id, what it sent, the seconds it waited;
+    ``NoteStore.lost_reply_observer``): a simulation records them as observed faults."""
     wrap: Callable[[NoteStoreAPI], NoteStoreAPI] | None = None
     """Test-only: what each node talks to instead of its store (a test plants a misbehaving
     store this way, to see the checker catch it). Never set by the CLI or a config file."""
@@ -84,6 +88,8 @@ async def serve_inprocess_node(
             wait_replicas=await resolve_wait_replicas(client, options.wait_replicas),
             wait_timeout_ms=options.wait_timeout_ms,
         )
+        if options.on_lost_reply is not None:
+            store.lost_reply_observer = partial(options.on_lost_reply, config.node_id)
         node = Node(config, store if options.wrap is None else options.wrap(store))
         task_status.started(node)
         await trio.sleep_forever()

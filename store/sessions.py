@@ -187,6 +187,21 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
+SESSION_SCRIPTS: dict[str, str] = {
+    "create": _CREATE,
+    "load": _LOAD,
+    "set_fields": _SET_FIELDS,
+    "deliver": _DELIVER,
+    "event": _EVENT,
+    "end": _END,
+    "open_request": _OPEN_REQUEST,
+    "track": _TRACK,
+    "begin_call": _BEGIN_CALL,
+    "keep_call": _KEEP_CALL,
+    "wake": _WAKE,
+}
+"""Every session script's source, by the name ``SessionStore`` runs it under."""
+
 
 @dataclass(frozen=True, slots=True)
 class SessionKeys:
@@ -411,21 +426,15 @@ class SessionStore:
         self.clustered = isinstance(client, coredis.RedisCluster | RespCluster)
         """On a Redis Cluster one XREAD cannot span sessions (each has its own slot)."""
         self._scripts = {
-            name: client.register_script(code)
-            for name, code in (
-                ("create", _CREATE),
-                ("load", _LOAD),
-                ("set_fields", _SET_FIELDS),
-                ("deliver", _DELIVER),
-                ("event", _EVENT),
-                ("end", _END),
-                ("open_request", _OPEN_REQUEST),
-                ("track", _TRACK),
-                ("begin_call", _BEGIN_CALL),
-                ("keep_call", _KEEP_CALL),
-                ("wake", _WAKE),
-            )
+            name: client.register_script(code) for name, code in SESSION_SCRIPTS.items()
         }
+
+    def use_script(self, name: str, source: str) -> None:
+        """Run ``source`` as script ``name`` from now on: the seam through which a simulation
+        plants a defect in a script (``store.simulation.plants``); nothing else calls it."""
+        if name not in self._scripts:
+            raise KeyError(f"no session script {name!r}")
+        self._scripts[name] = self.client.register_script(source)
 
     def keys(self, session_id: str) -> SessionKeys:
         """The keys of one session (ValueError for an id we could not have minted)."""

@@ -1,4 +1,5 @@
-"""``notes-cluster bench`` and ``bench-servers``: tiny runs write well-formed JSON and markdown.
+"""``notes-cluster bench``, and the lab's ``bench-servers`` and ``bench-parts``: tiny runs write
+well-formed JSON and markdown.
 
 The runs here are short (a fraction of a second per point, one cluster size, one concurrency)
 and check shapes and invariants only, never how fast anything was: the machine is shared. The
@@ -31,6 +32,9 @@ from cluster.bench.report import BUDGET_ROWS, render_markdown
 from cluster.bench.run import run_bench
 from cluster.cli import EXIT_USAGE, main
 from cluster.lab import ab_nodes
+from cluster.lab.parts import PARTS, PartsOptions, run_bench_parts
+from cluster.lab.parts_report import BUDGET_ROWS as PART_ROWS
+from cluster.lab.parts_report import render_parts_markdown
 from cluster.lab.servers import SIDES as SERVER_SIDES
 from cluster.lab.servers import (
     ServersOptions,
@@ -115,17 +119,7 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     assert peer["ours"]["flows"] == sum(r["ours"]["flows"] for r in peer["rounds"])
     for ratio in ("throughput_ratio_vs_peer_memory", "cpu_ratio_vs_peer_memory"):
         assert peer[ratio] > 0
-    assert peer["http_server_share_of_node"] > 0
-    switch = peer["metrics_switch"]
-    assert switch["failed"] == 0
-    assert switch["pairs"] >= 1
-    assert switch["windows_kept"] <= switch["windows_recorded"]
-    assert switch["served"]["off"] > 0
-    assert switch["served"]["on"] > 0
-    assert peer["metrics_on_over_off"] == switch["ratio_node_plus_redis"] > 0
-    low, high = peer["metrics_on_over_off_95"]
-    assert low <= high
-    assert peer["own_client_over_coredis"] > 0
+    assert set(peer["servers"]) == set(SIDES)
 
     budget = result["scenarios"]["budget"]
     assert tuple(budget["sides"]) == SIDES
@@ -134,21 +128,13 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
         assert column["server"] == peer[side]["cpu_ms_per_flow"]["servers"]
         assert column["load_client"] == peer[side]["cpu_ms_per_flow"]["client"]
         assert column["vs_peer_memory"] > 0
-    for side in ("ours", "ours_coredis", "peer_redis"):
+    for side in ("ours", "peer_redis"):
         # A delete flow runs read_notes, then confirm: two scripts at least.
         assert budget["sides"][side]["redis_scripts_per_flow"] >= 2
-    ours = budget["sides"]["ours"]
-    assert ours["redis_client"] == "resp"
-    assert ours["redis_client_ms_per_flow"] > 0
-    assert budget["sides"]["ours_coredis"]["redis_client"] == "coredis"
-    assert budget["metrics_on_over_off"] == peer["metrics_on_over_off"]
-    assert budget["metrics_on_over_off_95"] == peer["metrics_on_over_off_95"]
-    assert set(budget["redis_client_us_per_call"]) >= {"coredis", "resp"}
-
-    clients = result["scenarios"]["clients"]
-    measured = {(r["client"], r["backend"]) for r in clients}
-    assert measured >= {(c, b) for c in ("coredis", "resp") for b in ("uvloop", "trio")}
-    assert all(r["cpu_us_per_call"] > 0 for r in clients)
+    assert budget["sides"]["peer_memory"]["redis"] is None
+    # What a node's CPU is made of is the lab's (bench-parts), not the user's bench.
+    assert "clients" not in result["scenarios"]
+    assert "metrics_switch" not in peer
 
     sizes = result["scenarios"]["sizes"]
     assert [p["stored_notes"] for p in sizes["points"]] == [100, 300]
@@ -183,8 +169,6 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
         "ceiling_fraction_at_least_0.35",
         "peer_throughput_at_least_2",
         "peer_cpu_at_most_one_third",
-        "http_server_at_most_0.2_of_node",
-        "metrics_on_at_most_1.03_of_off",
         "steady_last_tenth_at_least_0.8_of_first",
     }
     assert all(isinstance(v, bool) for v in result["targets"].values())
@@ -192,10 +176,11 @@ def test_a_tiny_run_with_the_sdk_peer_writes_every_scenario_with_its_ratios(
     md = (tmp_path / "bench.md").read_text(encoding="utf-8")
     assert f"Command: `{result['command']}`" in md
     assert md.index("## The budget per flow") < md.index("## 1.")
-    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## Targets"):
+    for heading in ("## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## Targets"):
         assert heading in md
+    assert "## 6." not in md
     assert "ours flows/s ÷ peer in memory" in md
-    assert "### Metrics on ÷ off, in one node process" in md
+    assert "Metrics on ÷ off" not in md
     assert "| HTTP (node processes) | redis | 1 | 2 |" in md
     assert any("wrote" in line for line in lines)
 
@@ -372,6 +357,68 @@ def test_bench_servers_measures_every_server_and_app_in_a_tiny_run(tmp_path: Pat
     assert render_servers_markdown(result) == md
 
 
+@pytest.mark.slow
+def test_bench_parts_measures_the_parts_the_switch_and_the_clients_in_a_tiny_run(
+    tmp_path: Path,
+) -> None:
+    with users_redis(tmp_path) as (_, url):
+        options = PartsOptions(redis_url=url, out_dir=tmp_path, seconds_per_point=0.3)
+        result = run_bench_parts(options, lambda _: None)
+
+    assert json.loads((tmp_path / "parts.json").read_text(encoding="utf-8")) == result
+    assert result["command"] == options.command()
+    assert result["command"].startswith("notes-cluster bench-parts --redis ")
+    assert "seconds_per_point=0.3" in result["command"]
+
+    block = result["scenarios"]["parts"]
+    assert len(block["rounds"]) == PEER_ROUNDS
+    assert all(set(r) == set(PARTS) for r in block["rounds"])
+    for point in [*(block[s] for s in PARTS), *(p for r in block["rounds"] for p in r.values())]:
+        check_point(point)
+        assert point["cpu_ms_per_flow"]["servers"] > 0
+
+    switch = result["scenarios"]["metrics_switch"]
+    assert switch["failed"] == 0
+    assert switch["pairs"] >= 1
+    assert switch["windows_kept"] <= switch["windows_recorded"]
+    assert switch["served"]["off"] > 0
+    assert switch["served"]["on"] > 0
+
+    clients = result["scenarios"]["clients"]
+    measured = {(r["client"], r["backend"]) for r in clients}
+    assert measured >= {(c, b) for c in ("coredis", "resp") for b in ("uvloop", "trio")}
+    assert all(r["cpu_us_per_call"] > 0 for r in clients)
+
+    budget = result["budget"]
+    assert tuple(budget["sides"]) == PARTS
+    for side, column in budget["sides"].items():
+        assert set(column) == {key for _, key, _ in PART_ROWS}
+        assert column["server"] == block[side]["cpu_ms_per_flow"]["servers"]
+    for side in ("ours", "ours_coredis"):
+        # A delete flow runs read_notes, then confirm: two scripts at least.
+        assert budget["sides"][side]["redis_scripts_per_flow"] >= 2
+        assert budget["sides"][side]["redis_client_ms_per_flow"] > 0
+    assert budget["sides"]["fixed"]["redis"] is None
+    assert budget["sides"]["fixed"]["redis_client"] is None
+    assert budget["http_server_share_of_node"] > 0
+    assert budget["own_client_over_coredis"] > 0
+    assert budget["metrics_on_over_off"] == switch["ratio_node_plus_redis"] > 0
+    assert set(budget["redis_client_us_per_call"]) >= {"coredis", "resp"}
+    assert set(result["targets"]) == {
+        "http_server_at_most_0.2_of_node",
+        "metrics_on_at_most_1.03_of_off",
+        "own_client_below_coredis",
+    }
+    assert all(isinstance(v, bool) for v in result["targets"].values())
+
+    md = (tmp_path / "parts.md").read_text(encoding="utf-8")
+    assert f"Command: `{result['command']}`" in md
+    assert md.index("## The budget per flow") < md.index("## 1.")
+    for heading in ("## 1.", "## 2. Metrics on ÷ off", "## 3. The Redis client", "## Targets"):
+        assert heading in md
+    assert render_parts_markdown(result) == md
+
+
 async def test_a_server_that_cannot_start_gets_a_reason_instead_of_figures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -401,7 +448,16 @@ def test_bench_servers_modes_and_its_command_line() -> None:
     assert quick.command() == "notes-cluster bench-servers --quick --out runs/bench"
 
 
-@pytest.mark.parametrize("command", ["bench", "bench-servers"])
+def test_bench_parts_command_line_names_its_knobs() -> None:
+    quick = PartsOptions(quick=True)
+    assert quick.command() == "notes-cluster bench-parts --quick --out runs/bench"
+    assert PartsOptions(redis_url="redis://h:1/4", seconds_per_point=0.5).command() == (
+        "notes-cluster bench-parts --redis redis://h:1/4 --out runs/bench"
+        "  # internal: seconds_per_point=0.5"
+    )
+
+
+@pytest.mark.parametrize("command", ["bench", "bench-servers", "bench-parts"])
 def test_given_a_database_holding_keys_it_did_not_write_the_bench_refuses_it_and_writes_nothing(
     tmp_path: Path, command: str
 ) -> None:
@@ -421,3 +477,4 @@ def test_given_a_database_holding_keys_it_did_not_write_the_bench_refuses_it_and
         assert _flushes(server) == 0
     assert not (tmp_path / "bench.json").exists()
     assert not (tmp_path / "servers.json").exists()
+    assert not (tmp_path / "parts.json").exists()

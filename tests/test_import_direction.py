@@ -7,7 +7,9 @@ The layers, and what each may import (an arrow: "may import"; each may import it
     cluster.lab            the lab: what the project ran on itself to choose its parts
         |                  (only the lab's commands in cluster.cli reach it, lazily)
         v
-    cluster                commands, bench, targets, deterministic, running clusters
+    cluster                commands, bench, targets, deterministic, running clusters (the
+        |                  bench, cluster.bench, names nothing of the lab, not even as a
+        |                  ``python -m`` module it starts)
         |        \
         v         v
     loadgen -----> nodes.sealing       the harness: workload, run pipeline, checker
@@ -27,7 +29,9 @@ Layer: tests. Every import statement counts, also those inside functions and und
 ``if TYPE_CHECKING``, and ``importlib.import_module`` / ``__import__`` with a literal name. A
 second test starts ``notes-cluster serve --processes`` for real and checks, from
 ``-X importtime``, that neither the serving process nor its node process imported a module of
-the load generator, the simulation seams or the lab.
+the load generator, the simulation seams or the lab; a third imports every module a user's
+command can reach (all but the lab and its commands) in a fresh interpreter and finds no module
+of the lab loaded.
 """
 
 from __future__ import annotations
@@ -200,6 +204,73 @@ def test_the_walker_holds_the_node_and_the_store_to_their_own_rules() -> None:
     assert [v.target for v in violations(store, "store/x.py", "store")] == ["nodes.sealing.KeyRing"]
     top = "from loadgen.runner import run_load\nfrom tests.harness import rpc\n"
     assert [v.target for v in violations(top, "cluster/x.py", "cluster")] == ["tests.harness.rpc"]
+
+
+def lab_names(source: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of every string constant in ``source`` naming a module of the lab: a
+    ``python -m`` module a scenario starts is the lab too, though nothing imports it."""
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _covered(node.value.split()[0] if node.value.split() else "", ("cluster.lab",))
+    ]
+
+
+def test_the_bench_names_nothing_of_the_lab_not_even_a_process_it_starts() -> None:
+    planted = 'import os\nSERVER = ["cluster.lab.fixed_replies"]\nOTHER = "cluster.labels"\n'
+    assert lab_names(planted) == [(2, "cluster.lab.fixed_replies")]
+    found = [
+        f"{file.relative_to(ROOT)}:{line}: {text}"
+        for file in sorted((ROOT / "cluster" / "bench").rglob("*.py"))
+        for line, text in lab_names(file.read_text(encoding="utf-8"))
+    ]
+    assert not found, found
+
+
+USER_REACHABLE = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(sorted(m for m in sys.modules if m == "cluster.lab" or m.startswith("cluster.lab.")))
+print(sum(1 for m in sys.modules if m.startswith("cluster.bench.")))
+"""
+
+
+def user_reachable_modules() -> list[str]:
+    """Every module of the four packages but the lab's and the lab's commands, by their files
+    (``pkgutil.walk_packages`` would import the lab's packages to walk into them)."""
+    out = []
+    for package in ALLOWED:
+        for file in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(file.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            if not _covered(name, ("cluster.lab", "cluster.commands.lab")):
+                out.append(name)
+    return out
+
+
+@pytest.mark.slow
+def test_nothing_a_user_runs_loads_the_lab_the_bench_included() -> None:
+    """Every module of the four packages but the lab and the lab's commands, imported in a fresh
+    interpreter (the bench's scenarios and the processes it starts among them): no module of
+    the lab comes with them. The static walk above forbids the imports; this catches one made
+    through a path it does not read."""
+    modules = user_reachable_modules()
+    assert "cluster.bench.run" in modules
+    assert "cluster.commands.bench" in modules
+    assert not any(m.startswith("cluster.lab") for m in modules)
+    done = subprocess.run(
+        [sys.executable, "-c", USER_REACHABLE, *modules],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lab, bench_modules = done.stdout.strip().splitlines()[-2:]
+    assert lab == "[]", lab
+    assert int(bench_modules) >= 10  # the bench itself was imported, every module of it
 
 
 def test_the_walker_keeps_the_lab_and_the_simulation_seams_apart() -> None:

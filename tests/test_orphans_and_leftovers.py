@@ -139,7 +139,7 @@ import sys, trio
 from cluster.bench.procs import open_server_process
 
 async def main() -> None:
-    async with open_server_process(["cluster.bench.fixed_replies"]) as procs:
+    async with open_server_process(["cluster.lab.fixed_replies"]) as procs:
         print(procs.pids[0], procs.urls[0], flush=True)
         await trio.sleep_forever()
 

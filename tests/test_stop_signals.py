@@ -325,7 +325,7 @@ _BARE_TRIO_RUNS = {
     "cluster/stopping.py": "run_stoppable itself",
     "cluster/targets/workers.py": "a worker process: SIGINT and SIGHUP ignored, its parent "
     "stops it",
-    "cluster/bench/redis_clients.py": "runs in a thread (signals reach the main one)",
+    "cluster/lab/redis_clients.py": "runs in a thread (signals reach the main one)",
     "cluster/lab/server_variants.py": "a bench child server, stopped by its parent",
 }
 

@@ -1,9 +1,10 @@
-"""What every bench scenario and both bench commands share: the options and the plan, one
-run's state (``Bench``: its Redis, the seeded points, the measured loop with its CPU), the Redis
-held under this machine's lock, the machine, and the report files.
+"""What every bench scenario shares, and the lab's bench commands with it: the options and the
+plan, one run's state (``Bench``: its Redis, the seeded points, the measured loop with its CPU),
+the Redis held under this machine's lock, the machine, and the report files.
 
-Layer: cluster (the bench). Below the scenarios (``http_scenarios``, ``run``, ``servers``),
-which take a ``Bench``; nothing here knows a scenario.
+Layer: cluster (the bench). Below the scenarios (``http_scenarios``, ``run``, and the lab's
+``cluster.lab.servers`` and ``cluster.lab.parts``), which take a ``Bench``; nothing here knows a
+scenario.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Where the benchmarks keep their data: a Redis of their own, or a user's database they own alone.
 
-Layer: cluster (the bench). By default ``bench`` and ``bench-servers`` start a
-``redis-server`` of their own (``cluster.redis_server``) and may empty it at will. Given
-``--redis URL``, that database is a user's: the bench refuses it when it holds any key the bench
-did not write (every key the bench writes starts with ``BENCH_PREFIX``), and between and after
-points deletes only keys under ``BENCH_PREFIX``, never FLUSHDB.
+Layer: cluster (the bench). By default ``bench`` and the lab's ``bench-servers`` and ``bench-
+parts`` start a ``redis-server`` of their own (``cluster.redis_server``) and may empty it at will.
+Given ``--redis URL``, that database is a user's: the bench refuses it when it holds any key the
+bench did not write (every key the bench writes starts with ``BENCH_PREFIX``), and between and
+after points deletes only keys under ``BENCH_PREFIX``, never FLUSHDB.
 """
 
 from __future__ import annotations

@@ -2,30 +2,30 @@
 
 Layer: cluster (the bench). Every HTTP point runs the same light client (``wrk``:
 wrk and a Lua script, pinned off the servers' core) and reads CPU per completed flow for the
-servers, Redis and the client separately. The peer comparison alternates five servers in short
-slots, so a burst of background load on the shared machine hits them alike:
+servers, Redis and the client separately. The peer comparison alternates three servers in short
+slots (``alternate``), so a burst of background load on the shared machine hits them alike:
 
 - ours: one node process (uvicorn, httptools, uvloop) over the real Redis, on the store's own
   Redis client (``NOTES_CLUSTER_REDIS_CLIENT=resp``);
-- ours on coredis (``NOTES_CLUSTER_REDIS_CLIENT=coredis``): what the store's own client saves;
 - the SDK peer with its notes in memory, as it is deployed on one node;
-- the SDK peer with its notes in the same Redis, through the same scripts;
-- the fixed-replies app on our server settings: what the HTTP server alone costs per flow.
+- the SDK peer with its notes in the same Redis, through the same scripts.
 
-Metrics on ÷ off is not read from two processes here but from one (``metrics_switch``).
+What a node's CPU is made of (the HTTP server alone, the Redis client, metrics on ÷ off) is the
+lab's (``cluster.lab.parts``, ``notes-cluster bench-parts``), which alternates its own servers
+with ``alternate``.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cluster.bench.context import Bench
 from cluster.bench.database import BENCH_PREFIX, scripts_run
-from cluster.bench.fixed_replies import FIXED_NOTE
 from cluster.bench.flows import SeededNote
 from cluster.bench.procs import (
     Cpu,
@@ -43,13 +43,11 @@ PEER_ROUNDS = 4
 """The servers alternate (in turn first, then last ...) in this many rounds of slots."""
 MIN_SLOT_S = 1.0
 """wrk runs whole seconds."""
-SIDES = ("ours", "ours_coredis", "peer_memory", "peer_redis", "fixed")
+SIDES = ("ours", "peer_memory", "peer_redis")
 SIDE_NAMES = {
     "ours": "ours, 1 node process",
-    "ours_coredis": "ours, on coredis",
     "peer_memory": "SDK peer, notes in memory",
     "peer_redis": "SDK peer, notes in Redis",
-    "fixed": "fixed replies (HTTP server alone)",
 }
 RATE_CAP = 4_000
 """Flows/s a slot is supplied for: above what one process reaches on two cores."""
@@ -96,8 +94,61 @@ async def wrk_point(
     return point
 
 
-def _count(bench: Bench, concurrency: int, seconds: float) -> int:
+def slot_flows(bench: Bench, concurrency: int, seconds: float) -> int:
+    """Flows one slot of ``seconds`` is supplied for, its warm-up included."""
     return bench.warmup(concurrency) + max(200, int(seconds * RATE_CAP))
+
+
+def slot_seconds(bench: Bench) -> float:
+    """One slot of an alternation: half a point (wrk runs whole seconds, one at least)."""
+    return max(MIN_SLOT_S, bench.plan.seconds / 2)
+
+
+SlotTargets = Callable[[int], Awaitable[list[SeededNote]]]
+"""The notes a slot of so many flows deletes."""
+
+
+@dataclass(frozen=True)
+class SlotServer:
+    """One server of an alternation: its running process(es), its label, its slots' notes."""
+
+    label: str
+    procs: ServerProcs
+    targets: SlotTargets
+
+
+def in_redis(bench: Bench, concurrency: int) -> SlotTargets:
+    """Notes seeded in the bench's Redis, afresh for every slot."""
+
+    async def targets(count: int) -> list[SeededNote]:
+        return await bench.targets(bench.client, concurrency)
+
+    return targets
+
+
+async def alternate(
+    bench: Bench, servers: Mapping[str, SlotServer], concurrency: int, slot: float
+) -> dict[str, Any]:
+    """The servers in slots of ``slot`` seconds, ``PEER_ROUNDS`` rounds (in turn first, then in
+    reverse order, ...): every slot, and per server its slots as one (``aggregate``)."""
+    cores, _ = cpu_split()
+    for server in servers.values():
+        pin(server.procs.pids, cores)
+    order = tuple(servers)
+    rounds: list[dict[str, Any]] = []
+    for r in range(PEER_ROUNDS):
+        row: dict[str, Any] = {}
+        for side in order if r % 2 == 0 else tuple(reversed(order)):
+            server = servers[side]
+            targets = await server.targets(slot_flows(bench, concurrency, slot))
+            point = {"label": f"round {r + 1}: {server.label} c{concurrency}"}
+            point |= await wrk_point(bench, server.procs, targets, concurrency, slot)
+            row[side] = bench.record(point)
+        rounds.append(row)
+    out: dict[str, Any] = {"rounds": rounds, "slot_s": slot, "concurrency": concurrency}
+    for side in order:
+        out[side] = aggregate([row[side] for row in rounds])
+    return out
 
 
 async def http_points(bench: Bench, settings: ClusterSettings) -> list[dict[str, Any]]:
@@ -116,75 +167,37 @@ async def http_points(bench: Bench, settings: ClusterSettings) -> list[dict[str,
     return out
 
 
-def fixed_targets(count: int) -> list[SeededNote]:
-    """Targets for the fixed-replies app (every flow names its fixed note), ten times ``count``:
-    the HTTP server alone runs far faster than any node."""
-    return [SeededNote("u0a", "load0", "file:///load/t0/inbox", "fixed", FIXED_NOTE)] * (10 * count)
+async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, Any]:
+    """Ours and the SDK peer (in memory, in Redis), alternating in slots."""
+    c = PEER_CONCURRENCY
+    slot = slot_seconds(bench)
+    memory = memory_targets(PEER_ROUNDS * slot_flows(bench, c, slot) + 1, f"m{bench.seed}")
 
-
-async def _side_targets(
-    bench: Bench, side: str, c: int, slot: float, memory: list[SeededNote]
-) -> list[SeededNote]:
-    """A slot's targets: seeded in Redis, taken from the in-memory peer's list, or fixed."""
-    count = _count(bench, c, slot)
-    if side == "peer_memory":
+    async def from_memory(count: int) -> list[SeededNote]:
         taken = memory[:count]
         del memory[:count]
         return taken
-    if side == "fixed":
-        return fixed_targets(count)
-    return await bench.targets(bench.client, c)
 
-
-async def peer_comparison(bench: Bench, settings: ClusterSettings) -> dict[str, Any]:
-    """Ours, the SDK peer (in memory, in Redis) and the fixed replies, alternating in slots."""
-    c = PEER_CONCURRENCY
-    slot = max(MIN_SLOT_S, bench.plan.seconds / 2)
-    memory = memory_targets(PEER_ROUNDS * _count(bench, c, slot) + 1, f"m{bench.seed}")
-    servers, _ = cpu_split()
-    rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-peer-") as folder:
         notes = Path(folder) / "notes.txt"
         lines = (f"{t.tenant}|{t.workspace}|{t.title}|{t.note_id}\n" for t in memory)
         notes.write_text("".join(lines), encoding="utf-8")
         peer = ["cluster.bench.peer_sdk"]
-        in_redis = ["--store", "redis", "--redis", bench.url, "--prefix", BENCH_PREFIX]
+        on_redis = ["--store", "redis", "--redis", bench.url, "--prefix", BENCH_PREFIX]
         async with AsyncExitStack() as stack:
-            procs = {
-                "ours": await stack.enter_async_context(
-                    open_http_cluster(
-                        settings, 1, bench.url, BENCH_PREFIX, env={CLIENT_ENV: "resp"}
-                    )
-                ),
-                "ours_coredis": await stack.enter_async_context(
-                    open_http_cluster(
-                        settings, 1, bench.url, BENCH_PREFIX, env={CLIENT_ENV: "coredis"}
-                    )
-                ),
-                "peer_memory": await stack.enter_async_context(
-                    open_server_process([*peer, "--store", "memory", "--notes", str(notes)])
-                ),
-                "peer_redis": await stack.enter_async_context(
-                    open_server_process([*peer, *in_redis])
-                ),
-                "fixed": await stack.enter_async_context(
-                    open_server_process(["cluster.bench.fixed_replies"])
-                ),
+            ours = await stack.enter_async_context(
+                open_http_cluster(settings, 1, bench.url, BENCH_PREFIX, env={CLIENT_ENV: "resp"})
+            )
+            peer_memory = await stack.enter_async_context(
+                open_server_process([*peer, "--store", "memory", "--notes", str(notes)])
+            )
+            peer_redis = await stack.enter_async_context(open_server_process([*peer, *on_redis]))
+            servers = {
+                "ours": SlotServer(SIDE_NAMES["ours"], ours, in_redis(bench, c)),
+                "peer_memory": SlotServer(SIDE_NAMES["peer_memory"], peer_memory, from_memory),
+                "peer_redis": SlotServer(SIDE_NAMES["peer_redis"], peer_redis, in_redis(bench, c)),
             }
-            for p in procs.values():
-                pin(p.pids, servers)
-            for r in range(PEER_ROUNDS):
-                row: dict[str, Any] = {}
-                for side in SIDES if r % 2 == 0 else tuple(reversed(SIDES)):
-                    targets = await _side_targets(bench, side, c, slot, memory)
-                    point = {"label": f"round {r + 1}: {SIDE_NAMES[side]} c{c}"}
-                    point |= await wrk_point(bench, procs[side], targets, c, slot)
-                    row[side] = bench.record(point)
-                rounds.append(row)
-    out: dict[str, Any] = {"rounds": rounds, "slot_s": slot, "concurrency": c}
-    for side in SIDES:
-        out[side] = aggregate([row[side] for row in rounds])
-    return out
+            return await alternate(bench, servers, c, slot)
 
 
 def aggregate(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -217,21 +230,17 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b > 0 else None
 
 
-def peer_summary(block: dict[str, Any], switch: dict[str, Any]) -> dict[str, Any]:
-    """The ratios the targets are judged on, all within this one run; metrics on ÷ off from
-    ``switch`` (``metrics_switch``: one node process switching between the two)."""
-    ours, coredis, mem, red, fixed = (block[s]["cpu_ms_per_flow"] for s in SIDES)
+def peer_summary(block: dict[str, Any]) -> dict[str, Any]:
+    """The ratios the targets are judged on, all within this one run."""
+    ours, mem, red = (block[s]["cpu_ms_per_flow"] for s in SIDES)
     ours_total = ours["servers"] + ours["redis"]
-    coredis_total = coredis["servers"] + coredis["redis"]
     return {
         **block,
         "servers": {
             "ours": "1 node process: uvicorn (httptools, uvloop), the real Redis, own client",
-            "ours_coredis": "the same on coredis (NOTES_CLUSTER_REDIS_CLIENT=coredis)",
             "peer_memory": "mcp 2.3.0 MCPServer, streamable_http_app(json_response=True, "
             "stateless_http=True), uvicorn (httptools, uvloop) 1 worker, notes in memory",
             "peer_redis": "the same, notes in the same Redis through the same scripts",
-            "fixed": "two fixed replies, the node processes' uvicorn settings",
         },
         "throughput_ratio_vs_peer_memory": _ratio(
             block["ours"]["flows_per_s"], block["peer_memory"]["flows_per_s"]
@@ -244,19 +253,10 @@ def peer_summary(block: dict[str, Any], switch: dict[str, Any]) -> dict[str, Any
             "ours_redis": ours["redis"],
             "ours_node_plus_redis": round(ours_total, 3),
             "ours_client": ours["client"],
-            "ours_coredis_node": coredis["servers"],
-            "ours_coredis_node_plus_redis": round(coredis_total, 3),
             "peer_memory_process": mem["servers"],
             "peer_redis_process": red["servers"],
             "peer_redis_plus_redis": round(red["servers"] + red["redis"], 3),
-            "fixed_replies_server": fixed["servers"],
         },
         "cpu_ratio_vs_peer_memory": _ratio(ours_total, mem["servers"]),
         "cpu_ratio_vs_peer_redis": _ratio(ours_total, red["servers"] + red["redis"]),
-        "http_server_share_of_node": _ratio(fixed["servers"], ours["servers"]),
-        "metrics_switch": switch,
-        "metrics_on_over_off": switch["ratio_node_plus_redis"],
-        "metrics_on_over_off_95": switch["ratio_node_plus_redis_95"],
-        "metrics_node_on_over_off": switch["ratio_node"],
-        "own_client_over_coredis": _ratio(ours_total, coredis_total),
     }

@@ -99,10 +99,8 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
 
 _SIDES = {
     "ours": "**ours, all rounds**",
-    "ours_coredis": "**ours on coredis, all rounds**",
     "peer_memory": "**SDK peer in memory, all rounds**",
     "peer_redis": "**SDK peer on Redis, all rounds**",
-    "fixed": "**fixed replies, all rounds**",
 }
 
 
@@ -135,11 +133,8 @@ def _peer(peer: dict[str, Any] | None) -> list[str]:
         ("ours flows/s ÷ peer on Redis", "throughput_ratio_vs_peer_redis", "≥ 2", 2.0),
         ("CPU/flow, ours node + redis ÷ peer in memory", "cpu_ratio_vs_peer_memory", "≤ 1/3", 0),
         ("CPU/flow, ours ÷ peer on Redis (both + redis)", "cpu_ratio_vs_peer_redis", "≤ 1/3", 0),
-        ("CPU/flow, HTTP server alone ÷ our node", "http_server_share_of_node", "≤ 0.2", 0),
-        ("CPU/flow, metrics on ÷ off (one process)", "metrics_on_over_off", "≤ 1.03", 0),
-        ("CPU/flow, ours ÷ ours on coredis (node + redis)", "own_client_over_coredis", "< 1", 0),
     ]
-    bounds = {"≤ 1/3": 1 / 3, "≤ 0.2": 0.2, "≤ 1.03": 1.03, "< 1": 0.999}
+    bounds = {"≤ 1/3": 1 / 3}
     table = [
         [
             name,
@@ -167,39 +162,6 @@ def _peer(peer: dict[str, Any] | None) -> list[str]:
         "usage). redis-server serves every client on this machine, so its share is only as "
         "clean as the machine is quiet.",
         "",
-        *switch_lines(peer["metrics_switch"]),
-    ]
-
-
-def switch_lines(switch: dict[str, Any]) -> list[str]:
-    """Metrics on ÷ off, one node process switching between the two (``metrics_switch``)."""
-    modes = switch["modes"]
-    rows = [
-        [
-            f"metrics {mode}",
-            str(m["windows"]),
-            _num(m["flows_per_s"]),
-            _num(m["node_ms_per_flow"], 4),
-            _num(m["redis_ms_per_flow"], 4),
-        ]
-        for mode, m in modes.items()
-    ]
-    total, node = switch["ratio_node_plus_redis_95"], switch["ratio_node_95"]
-    return [
-        "### Metrics on ÷ off, in one node process",
-        "",
-        f"One node process serves the same node built twice, metrics off and on, and switches "
-        f"between them every {switch['window_ms']} ms (off, on, on, off, ...; the first "
-        f"{switch['guard_ms']} ms after a switch are not counted) for {switch['seconds']:g} s at "
-        f"c{switch['concurrency']}; each window reads the process's CPU clock and Redis' "
-        f"({switch['windows_kept']} windows inside the run, {switch['pairs']} pairs of "
-        f"neighbours; {switch['flows']} flows, {switch['failed']} failed).",
-        "",
-        *_table(["mode", "windows", "flows/s", "node CPU ms/flow", "redis CPU ms/flow"], rows),
-        f"Metrics on ÷ off, node + Redis: **{_num(switch['ratio_node_plus_redis'], 3)}** (95% "
-        f"{_num(total[0], 3)}–{_num(total[1], 3)}); node alone {_num(switch['ratio_node'], 3)} "
-        f"(95% {_num(node[0], 3)}–{_num(node[1], 3)}). The intervals resample the pairs.",
-        "",
     ]
 
 
@@ -211,10 +173,6 @@ BUDGET_ROWS = (
     ("server + Redis ÷ SDK peer in memory", "vs_peer_memory", 3),
     ("load client CPU ms (wrk)", "load_client", 3),
     ("Redis scripts run", "redis_scripts_per_flow", 2),
-    ("Redis client", "redis_client", 0),
-    ("its CPU µs per EVALSHA, alone", "redis_client_us_per_call", 1),
-    ("≈ its CPU ms (scripts × µs per call)", "redis_client_ms_per_flow", 3),
-    ("≈ its share of the server process", "redis_client_share_of_server", 3),
 )
 """The budget table's rows: label, key of a side's column, digits."""
 
@@ -230,24 +188,16 @@ def budget_lines(section: dict[str, Any] | None) -> list[str]:
         [label, *(_num(column[key], digits) for column in sides.values())]
         for label, key, digits in BUDGET_ROWS
     ]
-    metrics, interval = section["metrics_on_over_off"], section["metrics_on_over_off_95"]
-    alone = ", ".join(
-        f"{client} {_num(us)}" for client, us in section["redis_client_us_per_call"].items()
-    )
     return [
         title,
         "",
         f"HTTP, one process each, c{section['concurrency']}: each column sums its "
         f"{section['rounds']} alternated slots of {section['slot_s']:g} s in this run (section 3 "
-        "has every slot). n/a: the side uses no Redis, or no client of ours.",
+        "has every slot). n/a: the side uses no Redis.",
         "",
         *_table(head, rows),
-        f"Metrics on ÷ off (server + Redis, one process switching: section 3): "
-        f"{_num(metrics, 3)}, 95% {_num(interval[0], 3)}–{_num(interval[1], 3)} (target ≤ 1.03: "
-        f"{_verdict(_le(metrics, 1.03))}).",
-        "",
-        f"The Redis client alone, CPU µs per EVALSHA on {section['redis_client_backend']} "
-        f"(section 6): {alone or 'not measured'}.",
+        "What our node's CPU is made of (the HTTP server alone, the Redis client alone, metrics "
+        "on ÷ off) is the lab's `notes-cluster bench-parts`.",
         "",
     ]
 
@@ -310,25 +260,6 @@ def _steady(section: dict[str, Any] | None) -> list[str]:
         "must stay flat as the run goes on: flows/s in the last tenth of the run against the "
         f"first tenth, both measured within this one run ({_num(section['elapsed_s'])} s).",
         "",
-    ]
-
-
-def _clients(rows: list[dict[str, Any]] | None) -> list[str]:
-    if not rows:
-        return []
-    first = rows[0]
-    table = [
-        [r["client"], r["backend"], _num(r["cpu_us_per_call"]), _num(r["vs_coredis"], 3)]
-        for r in rows
-    ]
-    return [
-        "## 6. The Redis client alone: CPU µs per EVALSHA",
-        "",
-        f"{first['calls']} calls of one script (5 keys, 15 arguments) from {first['concurrency']} "
-        f"tasks, median of {first['rounds']} alternated rounds; CPU of the calling process, every "
-        "thread (cluster/bench/redis_clients.py).",
-        "",
-        *_table(["client", "event loop", "CPU µs/call", "÷ coredis"], table),
     ]
 
 
@@ -405,7 +336,6 @@ def render_markdown(result: dict[str, Any]) -> str:
         *_flows(sc["flows"]["points"]),
         *_ceiling(sc["ceiling"]),
         *_peer(sc["peer"]),
-        *_clients(sc.get("clients")),
         *_sizes(sc["sizes"]),
         *_steady(sc.get("steady")),
         *_deterministic(sc.get("deterministic")),

@@ -10,17 +10,17 @@ Scenarios:
            concurrency;
 2. ceiling the store alone: ``read_notes`` + ``confirm`` per flow through ``NoteStore``, no MCP,
            and ``redis-benchmark`` EVALSHA; the in-process cluster as a fraction of it;
-3. peer    the same flow on the official MCP Python SDK under uvicorn, alternating with ours
-           (1 node) in short slots at concurrency 8: flows/s ratio and server CPU per flow;
-           then metrics on ÷ off in one node process switching between them (``metrics_switch``);
+3. peer    the same flow on the official MCP Python SDK under uvicorn, in memory and on the same
+           Redis, alternating with ours (1 node) in short slots at concurrency 8: flows/s ratio
+           and server CPU per flow;
 4. sizes   flows/s and p50 with 1k .. 1M other notes stored;
 5. steady  the race workload (``simulate``, 3 in-process nodes on the same Redis, c64): flows/s
-           in the last tenth of the run against the first tenth;
-6. clients the Redis client alone: CPU µs per EVALSHA of coredis, the store's own client (and
-           valkey-glide when installed), on uvloop and on trio (``redis_clients``).
+           in the last tenth of the run against the first tenth.
 
 ``bench.md`` opens with the budget per flow (``budget``): scenario 3's sides as columns, CPU of
-the server process, Redis and the load client, metrics on ÷ off, and scenario 6's µs per call.
+the server process, Redis and the load client. What a node's CPU is made of (the HTTP server
+alone, the Redis client alone, metrics on ÷ off) is measured by the lab's ``bench-parts``
+(``cluster.lab.parts``), not here.
 
 Only ratios measured in this one run mean anything: the machine is shared and noisy. The bench
 runs on a ``redis-server`` of its own (``database``), emptied before, between and after points;
@@ -61,9 +61,7 @@ from cluster.bench.http_scenarios import (
     peer_comparison,
     peer_summary,
 )
-from cluster.bench.metrics_switch import metrics_switch
 from cluster.bench.procs import redis_server_pid
-from cluster.bench.redis_clients import compare_clients
 from cluster.bench.report import render_markdown
 from cluster.bench.seeding import (
     dbsize,
@@ -98,10 +96,7 @@ to seed and to serve."""
 TARGET_CEILING_FRACTION = 0.35
 TARGET_PEER_THROUGHPUT = 2.0
 TARGET_PEER_CPU = 1 / 3
-TARGET_HTTP_SERVER_SHARE = 0.2
 TARGET_STEADY_RATIO = 0.8
-TARGET_METRICS_COST = 1.03
-"""A node with its metrics on costs at most 3% more CPU per flow than without."""
 
 
 def _node_config() -> NodeConfig:
@@ -283,33 +278,12 @@ async def _run(
             if plan.steady_flows:
                 log("5. steady state: the race workload, first tenth against last tenth")
                 steady = await _steady(bench)
-            log("6. the Redis client alone: CPU per EVALSHA")
-            clients = await _clients(bench)
         finally:
             with trio.CancelScope(shield=True):
                 await bench.clear()
     report = _report(options, plan, info, flows, ceiling, evalsha, peer, sizes, steady)
-    report["scenarios"]["clients"] = clients
-    report["scenarios"]["budget"] = budget(peer, clients)
+    report["scenarios"]["budget"] = budget(peer)
     return report
-
-
-CLIENT_CALLS_PER_S = 1_000
-"""Calls per client, per point-second of the plan (quick: 3,000; full: 8,000; at least 300)."""
-CLIENT_CONCURRENCY = 16
-
-
-async def _clients(bench: Bench) -> list[dict[str, Any]]:
-    """Scenario 6, in a thread of its own (each candidate runs its own event loop)."""
-    calls = max(300, int(bench.plan.seconds * CLIENT_CALLS_PER_S))
-    run = partial(compare_clients, bench.url, calls=calls, concurrency=CLIENT_CONCURRENCY)
-    rows = await trio.to_thread.run_sync(run)
-    for row in rows:
-        bench.log(
-            f"   {row['client']:8} {row['backend']:6} {row['cpu_us_per_call']:8.1f} µs/call "
-            f"({row['vs_coredis']}x coredis)"
-        )
-    return rows
 
 
 async def _peer_scenario(bench: Bench, settings: ClusterSettings) -> dict[str, Any] | None:
@@ -320,9 +294,7 @@ async def _peer_scenario(bench: Bench, settings: ClusterSettings) -> dict[str, A
         bench.log("3. the SDK peer: skipped, the mcp package is not installed")
         return None
     bench.log("3. the SDK peer and ours, alternating")
-    block = await peer_comparison(bench, settings)
-    bench.log("3. metrics on ÷ off: one node process switching between the two")
-    return peer_summary(block, await metrics_switch(bench, settings))
+    return peer_summary(await peer_comparison(bench, settings))
 
 
 def _report(
@@ -399,12 +371,6 @@ def _targets(
         "peer_cpu_at_most_one_third": None
         if peer is None
         else (peer["cpu_ratio_vs_peer_memory"] or 99) <= TARGET_PEER_CPU,
-        "http_server_at_most_0.2_of_node": None
-        if peer is None
-        else (peer["http_server_share_of_node"] or 99) <= TARGET_HTTP_SERVER_SHARE,
-        "metrics_on_at_most_1.03_of_off": None
-        if peer is None
-        else (peer["metrics_on_over_off"] or 99) <= TARGET_METRICS_COST,
         "steady_last_tenth_at_least_0.8_of_first": None
         if steady is None
         else (steady["last_over_first"] or 0) >= TARGET_STEADY_RATIO,

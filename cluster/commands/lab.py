@@ -1,5 +1,5 @@
-"""The lab's commands: ``bench-servers``, ``failover-experiment``, ``conformance-table`` and
-``serve-reference``, what the project ran on itself to choose its parts.
+"""The lab's commands: ``bench-servers``, ``bench-parts``, ``failover-experiment``,
+``conformance-table`` and ``serve-reference``, what the project ran on itself to choose its parts.
 
 Layer: cluster. The only commands that import ``cluster.lab``, each when it runs, so that no other
 command loads any of it (tests/test_import_direction.py).
@@ -66,6 +66,35 @@ def bench_servers(quick: bool, redis_url: str | None, out_dir: Path) -> None:
         options = ServersOptions(quick=quick, redis_url=redis_url, out_dir=out_dir)
         run_bench_servers(options, err.print)
     click.echo((out_dir / "servers.md").read_text(encoding="utf-8"))
+
+
+@click.command(
+    "bench-parts",
+    help="What one node's CPU per flow is made of: the node, the same node on coredis and the "
+    "HTTP server alone (the fixed-replies app) in alternated slots; metrics on ÷ off in one node "
+    "process switching between the two; each Redis client's CPU per EVALSHA alone; write "
+    "parts.json and parts.md.",
+)
+@with_options(
+    *bench_options(
+        quick_help="Short points (about two minutes in all).",
+        redis_help="A Redis database of yours instead of the redis-server the command starts of "
+        "its own. Refused unless it holds no keys but the bench's; only the bench's own keys "
+        "(prefix ncbench) are deleted.",
+    )
+)
+def bench_parts(quick: bool, redis_url: str | None, out_dir: Path) -> None:
+    """``notes-cluster bench-parts``."""
+    require_extra("sim")
+    from rich.console import Console
+
+    from cluster.lab.parts import PartsOptions, run_bench_parts
+
+    err = Console(stderr=True)
+    with bench_store_errors():
+        options = PartsOptions(quick=quick, redis_url=redis_url, out_dir=out_dir)
+        run_bench_parts(options, err.print)
+    click.echo((out_dir / "parts.md").read_text(encoding="utf-8"))
 
 
 @click.command(

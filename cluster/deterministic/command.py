@@ -103,9 +103,12 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
             from store.simulation.plants import plant
 
             try:
-                needs = ",".join(sorted(plant(plant_name).faults))
+                planted = plant(plant_name)
             except ValueError as exc:
                 raise click.UsageError(f"--plant: {exc}") from None
+            needs = ",".join(sorted(planted.faults))
+            if not params["legacy_share"]:
+                params = {**params, "legacy_share": planted.legacy_share}
             planted_faults = parse_fault_kinds(needs, embedded=True) if needs else frozenset()
             seed = PLANT_SEED if seed is None else seed
         if seed is None:

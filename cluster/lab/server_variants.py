@@ -1,7 +1,7 @@
 """One ASGI app on one of several HTTP servers, as an OS process: the servers the bench compares.
 
 Layer: cluster (the lab). ``python -m cluster.lab.server_variants SERVER APP``
-serves APP (``fixed``: the fixed-replies app, ``cluster.bench.fixed_replies``; ``node``:
+serves APP (``fixed``: the fixed-replies app, ``cluster.lab.fixed_replies``; ``node``:
 one node over ``--redis``, as ``nodes.serving.process`` builds it) on SERVER, one worker, on a
 free loopback port, and prints its URL once the port accepts connections. Servers:
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     a = _parser().parse_args(argv)
     host, port = "127.0.0.1", free_port()
     if a.app == "fixed":
-        from cluster.bench.fixed_replies import app as fixed
+        from cluster.lab.fixed_replies import app as fixed
 
         app: Any = fixed
     else:

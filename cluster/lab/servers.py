@@ -38,11 +38,11 @@ from cluster.bench.http_scenarios import (
     PEER_CONCURRENCY,
     RATE_CAP,
     aggregate,
-    fixed_targets,
     wrk_point,
 )
 from cluster.bench.procs import ServerProcs, open_server_process, redis_server_pid
 from cluster.bench.wrk import cpu_split, pin
+from cluster.lab.fixed_replies import fixed_targets
 from cluster.stopping import run_stoppable
 from store.client_factory import redis_client
 

@@ -16,7 +16,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +31,7 @@ from cluster.faults import (
     FaultKind,
     FaultRecord,
     FaultUsageError,
+    LostReplies,
     fault_records_as_rows,
     open_injector,
 )
@@ -285,7 +286,8 @@ class InProcessTarget:
     clustered: bool
     fault_seed: int
     injector: FaultInjector | None = None
-    records: list[FaultRecord] = field(default_factory=list)
+    lost_replies: LostReplies = field(default_factory=LostReplies)
+    """Store replies the nodes lost without an injected fault (a starved machine's timeouts)."""
 
     @property
     def key_ring(self) -> KeyRing:
@@ -303,7 +305,8 @@ class InProcessTarget:
             await self.injector.run()
 
     def _records(self) -> list[FaultRecord]:
-        return [] if self.injector is None else list(self.injector.records)
+        injected = [] if self.injector is None else list(self.injector.records)
+        return injected + self.lost_replies.records
 
     def fault_rows(self) -> list[dict[str, Any]] | None:
         return fault_records_as_rows(self._records())
@@ -342,6 +345,11 @@ async def open_in_process_target(
     seed = (run.seed if spec.fault_seed is None else spec.fault_seed) + process
     injected = spec.injected_kinds()
     kinds = injected if process == 0 else injected - {"redis", "stall"}
+    # A run without faults of its own records the store replies its nodes lose anyway (a
+    # starved machine's timeouts): nothing else could explain the honest "outcome unknown"
+    # they lead to. A fault run's windows explain its losses, and stay the faults it injected.
+    lost_replies = LostReplies()
+    observe = None if (spec.faults or spec.custom_faults) else lost_replies
     try:
         async with (
             store_nemeses(spec, kinds, seed) as nemeses,
@@ -352,7 +360,7 @@ async def open_in_process_target(
                 prefix=prefix,
                 seed=process == 0,
                 replay_grace_ms=SIM_REPLAY_GRACE_MS,
-                store_options=store_options(spec, prefix, nemeses),
+                store_options=replace(store_options(spec, prefix, nemeses), on_lost_reply=observe),
             ) as cluster,
         ):
             await scripts_loaded(cluster)
@@ -391,6 +399,7 @@ async def open_in_process_target(
                     clustered,
                     seed - process,
                     injector,
+                    lost_replies,
                 )
     finally:
         if owns_keys:  # also when failed or interrupted: leave nothing behind

@@ -122,18 +122,14 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 SIDES = {
     "ours": "ours (1 node process)",
-    "ours_coredis": "ours on coredis",
     "peer_memory": "SDK peer, notes in memory",
     "peer_redis": "SDK peer, notes in Redis",
-    "fixed": "fixed replies (the HTTP server alone)",
 }
 """The peer comparison's sides, in the order ``bench.md`` shows them."""
 
 TARGETS = {
     "peer_throughput_at_least_2": "ours flows/s ÷ SDK peer in memory ≥ 2",
     "peer_cpu_at_most_one_third": "CPU per flow, ours (node + Redis) ÷ SDK peer in memory ≤ 1/3",
-    "http_server_at_most_0.2_of_node": "CPU per flow, HTTP server alone ÷ our node ≤ 0.2",
-    "metrics_on_at_most_1.03_of_off": "CPU per flow, metrics on ÷ off ≤ 1.03",
     "ceiling_fraction_at_least_0.35": "in-process node path ÷ the store's ceiling ≥ 0.35",
     "steady_last_tenth_at_least_0.8_of_first": "steady state: last tenth ÷ first tenth ≥ 0.8",
 }
@@ -226,16 +222,6 @@ def bench_results(path: Path) -> str:
                 + " |"
             )
         out.append("")
-        ratio = budget.get("metrics_on_over_off")
-        interval = budget.get("metrics_on_over_off_95") or []
-        if ratio is not None:
-            out.append(
-                f"Metrics on ÷ off (node + Redis CPU per flow, one process switching): "
-                f"{_fmt(ratio)}"
-                + (f", 95% interval {_fmt(interval[0])} to {_fmt(interval[1])}" if interval else "")
-                + "."
-            )
-            out.append("")
     steady = scenarios.get("steady") or {}
     if steady:
         out.append(

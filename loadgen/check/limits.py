@@ -14,9 +14,11 @@ Layer: loadgen.check. Pure module: no I/O, no node code. Two verdicts for
   the workload's own deliberate losses and cut-short requests, the client's timeout, a legacy
   answer POST taken on 202, or a fault window of the run (``FaultWindow``: any kind, from its
   start until ``AFTERMATH_MS`` after its end, ``PAUSE_AFTERMATH_MS`` for pauses; a failover
-  until the run ends) that the request
-  overlapped. Elsewhere it is a
-  finding: a node that cannot tell what happened where nothing went wrong.
+  until the run ends) that the request overlapped. The windows of a run on in-process
+  nodes that injects no faults are the store replies a node really lost
+  (``cluster.faults.LostReplies``: observed where the store declared the loss, not
+  injected). Elsewhere it is a finding: a node that cannot tell what happened where nothing
+  went wrong.
 """
 
 from __future__ import annotations

@@ -19,12 +19,17 @@ A plant is one defect, made one of two ways, both applied to the simulated store
   ``module:name`` (this layer imports nothing of the node), that swaps one function of a node
   module for the run's length.
 
+A legacy plant defects the legacy nodes' session store (``Plant.wrap_sessions``: its scripts
+edited, or the store wrapped) and shows only in a run with a share of legacy flows
+(``Plant.legacy_share``, which ``simulate --plant`` and tests/test_plants.py give the run).
+
 Off unless asked: nothing here runs unless a deterministic simulation names a plant, and no
 node process imports this module (tests/test_plants.py checks a node process's imports).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,6 +46,7 @@ from store.api import (
     WriteOutcome,
 )
 from store.notes import NoteStore, script_source
+from store.sessions import SESSION_SCRIPTS, SessionStore
 
 SEARCH_LIMIT = 1000
 """How many notes ``notes_search`` reads per workspace (``nodes.tools.search``): a search's
@@ -246,6 +252,11 @@ class Plant:
     node: str = ""
     """``module:name`` of a context manager that plants the defect in node code for the run
     (``cluster.deterministic.node_plants``); "" for a plant in the store."""
+    session_edits: tuple[ScriptEdit, ...] = ()
+    """Edits of the legacy session scripts (``store.sessions.SESSION_SCRIPTS``)."""
+    session_wrapper: Callable[[SessionStore], SessionStore] | None = None
+    legacy_share: float = 0.0
+    """The share of legacy flows a run needs for the defect to show (0: none)."""
 
     def wrap(self, store: NoteStoreAPI) -> NoteStoreAPI:
         """``store`` with the defect in it (its scripts edited, then wrapped)."""
@@ -256,20 +267,64 @@ class Plant:
                 store.use_script(script, self.source(script))
         return store if self.wrapper is None else self.wrapper(store)
 
+    def wrap_sessions(self, store: SessionStore) -> SessionStore:
+        """The legacy session store ``store`` with the defect in it (scripts, then wrapper)."""
+        for script in sorted({e.script for e in self.session_edits}):
+            store.use_script(
+                script, _edited(self.name, script, SESSION_SCRIPTS[script], self.session_edits)
+            )
+        return store if self.session_wrapper is None else self.session_wrapper(store)
+
     def source(self, script: str) -> str:
         """Script ``script``'s source with this plant's edits of it."""
-        text = script_source(script)
-        for e in self.edits:
-            if e.script != script:
-                continue
-            found = text.count(e.old)
-            if found != 1:
-                raise ValueError(
-                    f"plant {self.name}: {e.old!r} occurs {found} times in {script}.lua "
-                    "(the script changed: update the plant)"
-                )
-            text = text.replace(e.old, e.new)
-        return text
+        return _edited(self.name, script, script_source(script), self.edits)
+
+
+def _edited(plant: str, script: str, text: str, edits: tuple[ScriptEdit, ...]) -> str:
+    """``text`` (script ``script``'s source) with ``edits`` of it made, each found once."""
+    for e in edits:
+        if e.script != script:
+            continue
+        found = text.count(e.old)
+        if found != 1:
+            raise ValueError(
+                f"plant {plant}: {e.old!r} occurs {found} times in script {script} "
+                "(the script changed: update the plant)"
+            )
+        text = text.replace(e.old, e.new)
+    return text
+
+
+def _flagged(value: Any) -> Any:
+    """``value`` with every ``false`` read as a flag that is present: ``true``."""
+    if value is False:
+        return True
+    if isinstance(value, dict):
+        return {k: _flagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_flagged(v) for v in value]
+    return value
+
+
+def flags_booleans(store: SessionStore) -> SessionStore:
+    """The session store re-encodes a delivered answer with its booleans as presence flags (a
+    field that is there is true): an accept with ``confirm: false`` reaches the waiting call
+    as ``confirm: true``."""
+    deliver = store.deliver
+
+    async def flagged(session_id: str, request_id: str, body: str) -> Any:
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            return await deliver(session_id, request_id, body)
+        return await deliver(session_id, request_id, json.dumps(_flagged(answer)))
+
+    store.deliver = flagged  # type: ignore[method-assign]
+    return store
+
+
+_LEGACY_SHARE = 0.3
+"""The legacy share the legacy plants run at (``simulate --legacy-share 0.3``)."""
 
 
 NODE_PLANTS = "cluster.deterministic.node_plants"
@@ -548,6 +603,16 @@ PLANTS: dict[str, Plant] = {
             "setup_answers",
             ("setup",),
             wrapper=SetupCompletionMisfiled,
+        ),
+        Plant(
+            "legacy-false-read-true",
+            "the legacy session store re-encodes an answer's booleans as presence flags: an "
+            "accept with confirm false reaches the waiting call as confirm true, and deletes",
+            "no_mutation_from_refused",
+            ("legacy_decline",),
+            session_wrapper=flags_booleans,
+            legacy_share=_LEGACY_SHARE,
+            also=("answers_conform_to_model",),
         ),
         Plant(
             "pretends-lost-replies",

@@ -1,6 +1,6 @@
 """One node process serving the same node twice, metrics off and on, switching between them.
 
-Layer: cluster (the bench). ``python -m cluster.bench.metrics_switch_node`` takes
+Layer: cluster (the lab). ``python -m cluster.lab.metrics_switch_node`` takes
 ``nodes.serving.process``'s command line (``cluster.serve.ProcessNode`` writes it) and a few
 options of its own after it. It builds two ``NodeApp``s exactly as a node process builds one,
 one without metrics and one with them (``OperatorOptions.metrics_port``: a metered store, the HTTP
@@ -13,7 +13,7 @@ guard (requests in flight at the switch finish in it), this process's CPU clock,
 completed and Redis' CPU (``--redis-pid``).
 
 Why one process: two node processes started once differ by more than metrics cost (hash seed,
-memory layout, the core's neighbours: the last bench runs read 0.93 and 1.19 of the same
+memory layout, the core's neighbours: two runs of one bench read 0.93 and 1.19 of the same
 code), so comparing them is a draw. One process switching every few hundred milliseconds puts
 each mode beside the other under the same load, in the same process, many times over.
 
@@ -23,7 +23,7 @@ Control (on the MCP port, answered by ``SwitchApp`` itself, never by a node):
 - ``GET /switch/windows``: the windows recorded since the mark, as JSON.
 
 ``--on-extra-us N`` makes the metered app burn N µs of CPU per request: a known cost, to check
-that the measure sees one (``tests/test_bench_metrics_switch.py``); ``--same`` builds both
+that the measure sees one (``tests/test_lab_metrics_switch.py``); ``--same`` builds both
 without metrics: the measure's A/A check, which should read 1 within its interval.
 """
 

@@ -1,20 +1,25 @@
 """The HTTP server alone: an ASGI app answering two fixed MCP replies, on the nodes' server.
 
-Layer: cluster (the bench). ``python -m cluster.bench.fixed_replies`` serves it with
+Layer: cluster (the lab). ``python -m cluster.lab.fixed_replies`` serves it with
 the node processes' uvicorn settings (``nodes.serving.http_server``) on a free loopback port and
 prints its URL. Round 1 (no ``requestState``) gets an ``input_required`` reply offering note
-``FIXED_NOTE``; round 2 gets ``deleted: true``. The bench drives it with the same wrk script as
-the nodes, so its CPU per flow is what the server itself costs a node per flow.
+``FIXED_NOTE``; round 2 gets ``deleted: true``. The lab drives it with the bench's wrk script
+(``fixed_targets``), as it drives the nodes, so its CPU per flow is what the server itself costs
+a node per flow: ``bench-parts`` (``parts``) and ``bench-servers`` (``server_variants``, which
+serves the same app on other servers).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodes.http import Receive, Send, ServerTimeouts
 from nodes.serving.http_server import bind_socket, run_server, server_config
+
+if TYPE_CHECKING:
+    from cluster.bench.flows import SeededNote
 
 FIXED_NOTE = "n0000000000000000"
 _STATE = "v1.demo." + "A" * 300
@@ -57,6 +62,14 @@ _ROUND_2 = json.dumps(
     },
     separators=(",", ":"),
 ).encode()
+
+
+def fixed_targets(count: int) -> list[SeededNote]:
+    """Notes for the fixed-replies app (every flow names its fixed note), ten times ``count``:
+    the HTTP server alone runs far faster than any node."""
+    from cluster.bench.flows import SeededNote  # the bench's loop: not loaded by the server
+
+    return [SeededNote("u0a", "load0", "file:///load/t0/inbox", "fixed", FIXED_NOTE)] * (10 * count)
 
 
 def _start(body: bytes) -> dict[str, Any]:

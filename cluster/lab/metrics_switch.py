@@ -1,21 +1,21 @@
 """Metrics on ÷ off, measured in one node process that switches between the two.
 
-Layer: cluster (the bench). One ``metrics_switch_node`` process (the same node built twice,
-metrics off and on, the mode switched every window: off, on, on, off, ...) serves the bench's
-wrk flow at the peer comparison's concurrency for several plan seconds; the process records,
-per window, its own CPU, the requests it completed and Redis' CPU. This module keeps the
-windows that lie wholly inside the measured wrk run, pairs each with its neighbour of the other
-mode, and reads CPU per flow per mode over all of them:
+Layer: cluster (the lab; run by ``bench-parts``, ``parts``). One ``metrics_switch_node`` process
+(the same node built twice, metrics off and on, the mode switched every window: off, on, on,
+off, ...) serves the bench's wrk flow at the peer comparison's concurrency for several plan
+seconds; the process records, per window, its own CPU, the requests it completed and Redis' CPU.
+This module keeps the windows that lie wholly inside the measured wrk run, pairs each with its
+neighbour of the other mode, and reads CPU per flow per mode over all of them:
 
-- ``ratio_node_plus_redis``: metrics on ÷ off of node + Redis CPU per flow (the bench's
+- ``ratio_node_plus_redis``: metrics on ÷ off of node + Redis CPU per flow (the lab's
   target: ≤ 1.03);
 - ``ratio_node``: the node's alone (Redis does the same work either way: the stricter figure);
 - a 95% interval of each, from resampling the pairs (a percentile bootstrap, seeded by the
   bench's seed): how far another run of the same length could land.
 
-Two node processes compared slot by slot (the way the peer comparison compares servers) read
-0.93 and 1.19 for the same code in two runs: between processes started once, the draw of the
-process moves more than metrics do. Here both modes live in one process, side by side every
+Two node processes compared slot by slot (the way ``http_scenarios.alternate`` compares servers)
+read 0.93 and 1.19 for the same code in two runs: between processes started once, the draw of
+the process moves more than metrics do. Here both modes live in one process, side by side every
 few hundred milliseconds.
 """
 
@@ -36,14 +36,14 @@ import trio
 from cluster.bench.context import Bench, BenchPlan, bench_store
 from cluster.bench.database import BENCH_PREFIX, BenchRedis
 from cluster.bench.http_scenarios import PEER_CONCURRENCY, RATE_CAP
-from cluster.bench.metrics_switch_node import MARK, WINDOWS
 from cluster.bench.procs import open_http_cluster, redis_server_pid
 from cluster.bench.wrk import cpu_split, pin, run_wrk
+from cluster.lab.metrics_switch_node import MARK, WINDOWS
 from cluster.stopping import run_stoppable
 from nodes.serving.settings import ClusterSettings, settings_for
 from store.client_factory import CLIENT_ENV, redis_client
 
-MODULE = "cluster.bench.metrics_switch_node"
+MODULE = "cluster.lab.metrics_switch_node"
 PLAN_SECONDS = 4
 """The measured run lasts this many of the plan's seconds per point (32 s in a full bench, 12 s
 in a quick one), whole seconds (wrk's), two at least (a few pairs of windows)."""
@@ -210,10 +210,10 @@ async def metrics_switch(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m cluster.bench.metrics_switch [--seconds N] [--same]
+    """``python -m cluster.lab.metrics_switch [--seconds N] [--same]
     [--on-extra-us N]``: the measure alone, on a redis-server of its own; prints its JSON."""
     parser = argparse.ArgumentParser(
-        prog="python -m cluster.bench.metrics_switch",
+        prog="python -m cluster.lab.metrics_switch",
         description="Metrics on ÷ off in one node process switching between the two.",
     )
     parser.add_argument("--seconds", type=int, default=32, help="the measured run (default 32)")

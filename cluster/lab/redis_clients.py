@@ -1,9 +1,9 @@
 """The Redis client's cost: CPU µs per EVALSHA of each candidate client, side by side.
 
-Layer: cluster (the bench). Each candidate runs the same script (shaped like
-``confirm.lua``'s call: 5 keys, 15 arguments, a 3-element reply) ``calls`` times from
-``concurrency`` tasks, on asyncio (uvloop, production) and on trio (simulations); CPU is this
-process's (every thread: a client with a native core pays there too). Candidates:
+Layer: cluster (the lab; run by ``bench-parts``, ``parts``). Each candidate runs the same script
+(shaped like ``confirm.lua``'s call: 5 keys, 15 arguments, a 3-element reply) ``calls`` times
+from ``concurrency`` tasks, on asyncio (uvloop, production) and on trio (simulations); CPU is
+this process's (every thread: a client with a native core pays there too). Candidates:
 
 - ``coredis``  as the store configures it (``store.client_factory.redis_client``);
 - ``resp``     the store's own client (``store.resp_client``);
@@ -168,7 +168,7 @@ def compare_clients(
     return rows
 
 
-# Ad hoc: python -m cluster.bench.redis_clients redis://127.0.0.1:6379/0
+# Ad hoc: python -m cluster.lab.redis_clients redis://127.0.0.1:6379/0
 if __name__ == "__main__":  # pragma: no cover
     import sys
 

@@ -1,4 +1,4 @@
-"""The bench's metrics on ÷ off: one node process switching between the same node
+"""The lab's metrics on ÷ off: one node process switching between the same node
 built without and with metrics (``metrics_switch_node``), and the figures read from its windows
 (``metrics_switch``).
 
@@ -18,9 +18,10 @@ import httpx
 import pytest
 import trio
 
-from cluster.bench import metrics_switch_node as switch_node
 from cluster.bench.database import BENCH_PREFIX
-from cluster.bench.metrics_switch import (
+from cluster.bench.procs import open_http_cluster
+from cluster.lab import metrics_switch_node as switch_node
+from cluster.lab.metrics_switch import (
     EDGE_S,
     MODULE,
     inside,
@@ -30,10 +31,12 @@ from cluster.bench.metrics_switch import (
     ratios,
     summarize,
 )
-from cluster.bench.metrics_switch_node import MARK, PATTERN, WINDOWS
-from cluster.bench.procs import open_http_cluster
+from cluster.lab.metrics_switch_node import MARK, PATTERN, WINDOWS
 from nodes.serving.settings import demo_settings
 from tests.own_redis import own_redis
+
+HANG_GUARD_S = 60.0
+"""How long the test waits for the node's first windows before it fails as hung."""
 
 
 def window(mode: str, i: int, node_us: float = 100.0, requests: int = 1000) -> dict[str, Any]:
@@ -145,8 +148,11 @@ async def test_each_mode_serves_and_only_the_metered_one_counts_its_requests(
             answer = (await http.get(base + WINDOWS)).json()
             assert answer["windows"] == []  # nothing recorded before the mark
             assert (await http.post(base + MARK)).json() == {"marked": True}
-            await trio.sleep(0.5)
-            recorded = (await http.get(base + WINDOWS)).json()["windows"]
+            recorded: list[dict[str, Any]] = []
+            with trio.fail_after(HANG_GUARD_S):  # a starved node records its windows late
+                while len(recorded) < 4:
+                    await trio.sleep(0.05)
+                    recorded = (await http.get(base + WINDOWS)).json()["windows"]
             scrape = await http.get(f"http://127.0.0.1:{answer['metrics_port']}/metrics")
             assert (await http.get(base + "/switch/nothing")).status_code == 404
     served = answer["served"]
@@ -160,7 +166,6 @@ async def test_each_mode_serves_and_only_the_metered_one_counts_its_requests(
     )
     assert counted == served["on"]
     modes = [w["mode"] for w in recorded]
-    assert len(modes) >= 4
     assert any(abba(len(modes) + k)[k:] == modes for k in range(len(PATTERN)))
 
 
@@ -169,7 +174,7 @@ async def test_a_known_cost_is_added_to_the_metered_mode_only(
 ) -> None:
     """``--on-extra-us`` burns its CPU after each request of the metered mode and never after
     the other's. Whether the measure then sees that cost is a calibration of the benchmark
-    (``python -m cluster.bench.metrics_switch --on-extra-us 200``), timed on the
+    (``python -m cluster.lab.metrics_switch --on-extra-us 200``), timed on the
     machine: no test asserts it, since a busy machine moves it."""
     burnt: list[tuple[str, float]] = []
     current = ["off"]
@@ -194,7 +199,7 @@ async def test_a_known_cost_is_added_to_the_metered_mode_only(
 def test_the_measure_alone_runs_from_its_command_line_and_its_a_a_check_meters_neither(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``python -m cluster.bench.metrics_switch --same``: both nodes without
+    """``python -m cluster.lab.metrics_switch --same``: both nodes without
     metrics (the A/A check), each serving its windows; too short a run is refused."""
     main(["--seconds", "2", "--same"])
     out = json.loads(capsys.readouterr().out)
