@@ -247,6 +247,33 @@ class FaultRecord:
         }
 
 
+@dataclass
+class LostReplies:
+    """Store replies the run's own nodes lost (a reply timeout under a starved machine, a
+    dropped connection), observed where they happen rather than injected: each the honest
+    cause of an "outcome unknown" answer, kept as a fault record (kind ``store``, action
+    ``reply lost``) so that ``unknown_outcomes_explained`` reads it like an injected one. A
+    node that answers "outcome unknown" without losing a reply has no such record. Kept in
+    runs that inject no faults (``cluster.targets.in_process``): a fault run's own windows
+    explain its losses."""
+
+    records: list[FaultRecord] = field(default_factory=list)
+
+    def __call__(self, node_id: str, what: str, waited_s: float) -> None:
+        end_mono, end_wall = time.monotonic(), time.time()
+        self.records.append(
+            FaultRecord(
+                kind="store",
+                action="reply lost",
+                detail=f"{node_id}: {what}, after {waited_s:.3f} s (observed, not injected)",
+                start_mono=end_mono - waited_s,
+                end_mono=end_mono,
+                start_wall=end_wall - waited_s,
+                end_wall=end_wall,
+            )
+        )
+
+
 def fault_records_as_rows(records: Sequence[FaultRecord]) -> list[dict[str, Any]]:
     """``records`` as ``faults.json`` rows (``RunFolder.write_faults``): by wall clock only,
     since monotonic clocks are private to a process."""
@@ -306,6 +333,11 @@ class LossyTransport:
             self.lost += 1
             raise ResponseLost(f"node-{node_index} answered; the reply was lost")
         return reply
+
+    def __getattr__(self, name: str) -> Any:
+        # What else the wrapped transport offers (a setup page, ``loadgen.transport.PageTransport``)
+        # passes through, never lost: a page is a browser's, not the MCP client's.
+        return getattr(self.inner, name)
 
 
 class RedisControl:

@@ -8,11 +8,14 @@ requests are cancelled and nothing it held survives, except what is in the store
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
+from urllib.parse import urlencode
 
 import orjson
 import trio
@@ -20,9 +23,11 @@ import trio
 from cluster.store_faults import StoreFaults
 from cluster.stores import seed_demo, store_url
 from loadgen.transport import NodeDown, Reply, request_headers
+from nodes.auth import TokenTable
 from nodes.config import NodeConfig
 from nodes.protocol import Node, RequestContext
 from nodes.serving.durability import AUTO, WaitReplicas, resolve_wait_replicas
+from nodes.setup_page import SetupPages
 from store.api import NoteStoreAPI
 from store.client_factory import STREAM_TIMEOUT_S, open_note_client
 from store.notes import DEFAULT_PREFIX, REPLAY_GRACE_MS, WAIT_TIMEOUT_MS, NoteStore
@@ -47,6 +52,9 @@ class StoreOptions:
     store_faults: StoreFaults | None = None
     """The store seam's nemeses (``cluster.store_faults``): every node's scripts go through
     it. Set by ``simulate --faults lost-reply,stall`` on the embedded store."""
+    on_lost_reply: Callable[[str, str, float], None] | None = None
+    """Told of every store reply a node lost (its node id, what it sent, the seconds it waited;
+    ``NoteStore.lost_reply_observer``): a simulation records them as observed faults."""
     wrap: Callable[[NoteStoreAPI], NoteStoreAPI] | None = None
     """Test-only: what each node talks to instead of its store (a test plants a misbehaving
     store this way, to see the checker catch it). Never set by the CLI or a config file."""
@@ -80,6 +88,8 @@ async def serve_inprocess_node(
             wait_replicas=await resolve_wait_replicas(client, options.wait_replicas),
             wait_timeout_ms=options.wait_timeout_ms,
         )
+        if options.on_lost_reply is not None:
+            store.lost_reply_observer = partial(options.on_lost_reply, config.node_id)
         node = Node(config, store if options.wrap is None else options.wrap(store))
         task_status.started(node)
         await trio.sleep_forever()
@@ -231,6 +241,39 @@ class InProcessTransport:
             raise NodeDown(f"node-{node_index} stopped mid-request")
         body = None if reply.body is None else over_the_wire(reply.body)
         return Reply(reply.status, body)
+
+    async def open_page(
+        self, node_index: int, principal: str, path: str, form: Mapping[str, str]
+    ) -> int:
+        """POST ``form`` to setup page ``path`` of node ``node_index`` as ``principal`` (a
+        non-browser client sending its bearer token; the harness is trusted with the principal
+        as ``send`` is) and return the page's HTTP status; NodeDown if the node is stopped.
+        Implements ``loadgen.transport.PageTransport``."""
+        node = self.cluster.nodes[node_index]
+        if node is None:
+            raise NodeDown(f"node-{node_index} is down")
+        bearer = f"{principal}-setup-page"
+        tokens = TokenTable({hashlib.sha256(bearer.encode()).hexdigest(): principal})
+        body = urlencode(dict(form)).encode()
+        headers = {
+            "authorization": f"Bearer {bearer}",
+            "content-type": "application/x-www-form-urlencoded",
+        }
+
+        async def read_body(limit: int) -> bytes:
+            return body  # a few bytes, far under any limit
+
+        scope = self.cluster.request_scope(node_index)
+        try:
+            with scope:
+                page = await SetupPages(node.config, node.store, tokens).answer(
+                    "POST", path, headers, read_body
+                )
+        finally:
+            self.cluster.request_done(node_index, scope)
+        if scope.cancelled_caught:
+            raise NodeDown(f"node-{node_index} stopped mid-request")
+        return page.status
 
 
 def node_urls(host: str, base_port: int, n: int) -> Sequence[str]:

@@ -11,7 +11,7 @@ between the two masters, or not all present yet (every create of ours), is refus
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -135,15 +135,19 @@ async def reshard_tenant(
     *,
     away_s: float,
     hold_s: float,
+    hold_until: Callable[[], Awaitable[None]] | None = None,
     done: Callable[[str], None] = lambda _: None,
 ) -> str:
     """The ``reshard`` nemesis' one fault: move ``tenant``'s slot from its master to another,
     holding it migrating ``hold_s`` first (its writes meet TRYAGAIN meanwhile), leave it there
-    ``away_s``, move it back the same way; a detail line for the run's fault record. A move
-    once begun is finished even when the run ends meanwhile (shielded), and the slot always
-    goes back home: a run never leaves a slot migrating or away. ``done`` is handed the detail
-    line once the slot is home, also when the run's end cut the stay away short (the detail is
-    then not returned: the cancellation goes on)."""
+    ``away_s``, move it back the same way; a detail line for the run's fault record.
+    ``hold_until``: after ``hold_s``, each way, the slot stays migrating until it returns (a
+    test's hook, which orders the migration window after the writes it needs to see refused
+    instead of hoping a timed window meets them). A move once begun is finished even when the
+    run ends meanwhile (its hold is cut short, the rest shielded), and the slot always goes
+    back home: a run never leaves a slot migrating or away. ``done`` is handed the detail line
+    once the slot is home, also when the run's end cut the stay away short (the detail is then
+    not returned: the cancellation goes on)."""
     parts = urlsplit(url)
     address = (parts.hostname or "127.0.0.1", parts.port or 6379)
     slot = tenant_slot(tenant)
@@ -153,24 +157,38 @@ async def reshard_tenant(
     away = next(m for m in every if m.node_id != home.node_id)
     where = f"{home.address[0]}:{home.address[1]} -> {away.address[0]}:{away.address[1]}"
     moved = 0
+    held: list[float] = []
+    begun: list[Master] = []
 
     async def move(source: Master, target: Master) -> None:
         nonlocal moved
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(begin_move, slot, source, target)
+        begun.append(target)
+        began = trio.current_time()
+        try:
             await trio.sleep(hold_s)
-            moved += await trio.to_thread.run_sync(finish_move, slot, source, target, every)
+            if hold_until is not None:
+                await hold_until()
+        finally:
+            held.append(trio.current_time() - began)
+            with trio.CancelScope(shield=True):
+                moved += await trio.to_thread.run_sync(finish_move, slot, source, target, every)
 
     def detail() -> str:
+        holds = " and ".join(f"{s * 1000:.0f} ms" for s in held)
         return (
             f"slot {slot} (tenant {tenant}) moved {where} and back, held migrating "
-            f"{hold_s * 1000:.0f} ms each way: {moved} keys moved"
+            f"{holds}: {moved} keys moved"
         )
 
-    await move(home, away)
     try:
+        await move(home, away)
         await trio.sleep(away_s)
     finally:
-        await move(away, home)
-        done(detail())
+        if begun:  # the slot left home (or is leaving): it goes back
+            try:
+                await move(away, home)
+            finally:
+                done(detail())
     return detail()

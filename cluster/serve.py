@@ -14,7 +14,7 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -26,12 +26,17 @@ import trio
 
 from cluster.child_processes import open_with_lifeline, read_url_line
 from cluster.stores import demo_removal_hint, seed_demo, store_url
-from nodes.http import serve_node
+from nodes.http import ASGIApp, make_app, serve_app
 from nodes.legacy import LegacyLimits, open_legacy_adapter
 from nodes.metrics import NodeMetrics, metered
 from nodes.protocol import Node
 from nodes.serving.durability import resolve_wait_replicas
-from nodes.serving.operator import OperatorOptions, bind_metrics, with_operator_endpoints
+from nodes.serving.operator import (
+    OperatorEndpoints,
+    OperatorOptions,
+    bind_metrics,
+    with_operator_endpoints,
+)
 from nodes.serving.settings import STATE_KEY_ENV, ClusterSettings
 from store.client_factory import blocking_client, open_note_client
 from store.notes import DEFAULT_PREFIX, NoteStore
@@ -72,20 +77,36 @@ async def serve_http_node(
             metrics_socket.close()  # not handed over: the node failed before serving
 
 
-async def _serve_http_node(
+@dataclass(frozen=True)
+class NodeSeams:
+    """Test-only: what a node talks to instead of its stores (a planted defect,
+    ``store.simulation.plants``); never set by ``serve`` or a config file."""
+
+    store: Callable[[Any], Any] | None = None
+    """Wraps the node's note store."""
+    sessions: Callable[[SessionStore], SessionStore] | None = None
+    """Wraps the legacy session store."""
+
+
+@contextlib.asynccontextmanager
+async def open_node_app(
     settings: ClusterSettings,
     redis_url: str,
+    *,
     embedded: bool,
-    host: str,
-    port: int,
     node_id: str,
-    prefix: str,
-    legacy_limits: LegacyLimits | None,
-    ops: OperatorOptions,
-    sockets: list[socket.socket],
-    task_status: anyio.abc.TaskStatus[str],
-    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
-) -> None:
+    prefix: str = DEFAULT_PREFIX,
+    legacy_limits: LegacyLimits | None = None,
+    ops: OperatorOptions | None = None,
+    seams: NodeSeams | None = None,
+) -> AsyncIterator[tuple[Node, ASGIApp, OperatorEndpoints]]:
+    """One node's store clients, legacy adapter and operator endpoints, open for the block:
+    the node, its ASGI app (``nodes.http.make_app`` with the legacy adapter, inside the
+    operator's middleware) and its operator endpoints. ``serve_http_node`` serves the app on a
+    port; a deterministic simulation (``cluster.deterministic.legacy``) serves the same app
+    with no socket."""
+    ops = ops or OperatorOptions()
+    seams = seams or NodeSeams()
     async with (
         open_note_client(redis_url, embedded=embedded) as notes_client,
         contextlib.AsyncExitStack() as stack,
@@ -103,29 +124,59 @@ async def _serve_http_node(
             wait_replicas=await resolve_wait_replicas(notes_client, settings.wait_replicas),
         )
         metrics = None if ops.metrics_port is None else NodeMetrics()
-        served = store if metrics is None else metered(store, metrics)
+        served: Any = store if metrics is None else metered(store, metrics)
+        if seams.store is not None:
+            served = seams.store(served)
         node = Node(replace(settings.node, node_id=node_id), served)
         sessions = SessionStore(notes_client, prefix=prefix, blocking=blocking)
-        if session_wrap is not None:
-            sessions = session_wrap(sessions)
+        if seams.sessions is not None:
+            sessions = seams.sessions(sessions)
         async with open_legacy_adapter(node, sessions, legacy_limits) as legacy:
-            with with_operator_endpoints(
-                node, store.check_ready, metrics, ops, legacy
-            ) as operations:
-                await serve_node(
+            with with_operator_endpoints(node, store.check_ready, metrics, ops, legacy) as operator:
+                app = make_app(
                     node,
                     settings.tokens,
-                    host=host,
-                    port=port,
                     allowed_origins=settings.allowed_origins,
                     legacy=legacy,
                     body_timeout_s=settings.timeouts.body_s,
-                    idle_timeout_s=settings.timeouts.idle_s,
-                    max_header_bytes=settings.max_header_bytes,
-                    sockets=sockets,
-                    task_status=task_status,
-                    wrap=operations.wrap,
                 )
+                yield node, operator.wrap(app), operator
+
+
+async def _serve_http_node(
+    settings: ClusterSettings,
+    redis_url: str,
+    embedded: bool,
+    host: str,
+    port: int,
+    node_id: str,
+    prefix: str,
+    legacy_limits: LegacyLimits | None,
+    ops: OperatorOptions,
+    sockets: list[socket.socket],
+    task_status: anyio.abc.TaskStatus[str],
+    session_wrap: Callable[[SessionStore], SessionStore] | None = None,
+) -> None:
+    async with open_node_app(
+        settings,
+        redis_url,
+        embedded=embedded,
+        node_id=node_id,
+        prefix=prefix,
+        legacy_limits=legacy_limits,
+        ops=ops,
+        seams=NodeSeams(sessions=session_wrap),
+    ) as (node, app, _):
+        await serve_app(
+            node,
+            app,
+            host=host,
+            port=port,
+            idle_timeout_s=settings.timeouts.idle_s,
+            max_header_bytes=settings.max_header_bytes,
+            sockets=sockets,
+            task_status=task_status,
+        )
 
 
 async def start_http_nodes(

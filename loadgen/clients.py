@@ -35,6 +35,8 @@ not counted against availability."""
 META_REPLAY = "dev.notes-cluster/replay"
 """Result ``_meta`` key a node sets when it sends a recorded outcome again (a confirmation's, or
 a write's retried with its idempotency key)."""
+META_ERROR = "dev.notes-cluster/error"
+"""``_meta`` key of a tool error's facts for programs (``quota``: the quota a write exceeded)."""
 
 META_IDEMPOTENCY_KEY = "dev.notes-cluster/idempotencyKey"
 """``params._meta`` key of a ``tools/call`` that may be retried safely: the same key with the
@@ -114,6 +116,9 @@ def classify(reply: Reply) -> Outcome:
         for key in COPIED_KEYS:
             if key in sc:
                 value[key] = sc[key]
+        error = (res.get("_meta") or {}).get(META_ERROR)
+        if value["isError"] and isinstance(error, dict) and isinstance(error.get("quota"), str):
+            value["quota"] = error["quota"]
         notes = sc.get("notes")
         if isinstance(notes, list):  # notes_list, notes_search: what the page showed
             value["notes"] = [_shown(n) for n in notes if isinstance(n, dict)]

@@ -1,6 +1,6 @@
 """Flows for the cases the other kinds never reach: a decided answer retried after its state
 expired (inside the replay grace), one idempotency key sent by two principals, two concurrent
-updates of one note.
+updates of one note, a pick list as long as its limit answered with a drawn pick.
 
 Layer: loadgen. Built of ``loadgen.flow_steps`` and the writes of ``loadgen.surface_flows``;
 listed by ``loadgen.workload``.
@@ -12,7 +12,18 @@ from functools import partial
 
 import trio
 
-from loadgen.flow_steps import EXPIRY_MARGIN_MS, Asked, FlowEnv, confirm, reasked
+from loadgen.check.limits import MAX_OFFERED
+from loadgen.flow_steps import (
+    CLEANUP_KIND,
+    CLEANUP_ROUNDS_OF,
+    EXPIRY_MARGIN_MS,
+    Asked,
+    FlowEnv,
+    ask,
+    confirm,
+    create,
+    reasked,
+)
 from loadgen.surface_flows import write
 
 KEY_BITS = 64
@@ -56,3 +67,30 @@ async def flow_concurrent_updates(env: FlowEnv, asked: Asked, note: str) -> None
     again = reasked(out, asked)
     if again is not None:
         await confirm(env, again, note)
+
+
+CLEAR_ROUNDS = CLEANUP_ROUNDS_OF["full_pick"]
+"""Most deletes a ``full_pick`` flow makes to clear its title (its notes, and a few whose
+create's outcome was unknown)."""
+
+
+async def flow_full_pick(env: FlowEnv, asked: Asked, note: str) -> None:
+    # As many notes of the flow's title as a pick list may offer (the limit, exactly), round 1
+    # again, and an accept of a pick drawn among all it offers (a form offering a wrong note
+    # can be answered with it). Then the title is cleared, one confirmed delete at a time. The
+    # flow's first state (``asked``, for ``note`` alone) is left unanswered, as ``silence``
+    # leaves one.
+    for _ in range(MAX_OFFERED - 1):
+        env.leave(env.inbox)
+        if await create(env, env.title) is None:
+            break
+    env.outcome = "completed"  # the flow's own setup completed; these creates are its race
+    full = await ask(env, env.title)
+    if full is not None and full.candidates:
+        picked = str(env.rng.choice(full.candidates)[0])
+        await confirm(env, full, picked)
+    for _ in range(CLEAR_ROUNDS):
+        left = await ask(env, env.title, kind=CLEANUP_KIND)
+        if left is None or not left.candidates:
+            break
+        await confirm(env, left, left.candidates[0][0], kind=CLEANUP_KIND)

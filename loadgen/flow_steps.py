@@ -63,6 +63,11 @@ CLEANUP_ROUNDS = 4
 """Most notes one flow's cleanup deletes per workspace (its twins, a declined or expired note,
 a note moved away, a create that landed twice): candidate sets stay bounded by design."""
 
+CLEANUP_ROUNDS_OF: dict[str, int] = {"full_pick": 54}
+"""Kinds whose flows leave more notes of their title than ``CLEANUP_ROUNDS``: ``full_pick``
+fills a pick list to its limit of 50 (``loadgen.check.limits.MAX_OFFERED``), plus a few whose
+create's outcome was unknown."""
+
 CLEANUP_KIND = "cleanup"
 """The ``kind`` of a flow's cleanup operations in the history: confirmed deletes like any other,
 checked by every invariant, but not part of the flow's race."""
@@ -119,6 +124,8 @@ class FlowEnv:
     tag: str = "run"
     root: str = ""
     """The root both principals of the tenant are granted (``notes_search``'s roots)."""
+    stranger_root: str = "file:///load/ungranted"
+    """A root the flow's principal is not granted (another tenant's): ``roots_ungranted``."""
     clean_up_cut_short: bool = False
     """Whether this flow, cut short, deletes what it created (``run_flow``)."""
     exact_expiry: bool = False
@@ -401,7 +408,7 @@ async def cleanup(env: FlowEnv) -> bool:
     be looked at (no node answered round 1)."""
     seen_all = True
     for workspace, most in env.leftovers.items():
-        for _ in range(min(most, CLEANUP_ROUNDS)):
+        for _ in range(min(most, CLEANUP_ROUNDS_OF.get(env.kind, CLEANUP_ROUNDS))):
             asked = await ask(env, env.title, workspace=workspace, kind=CLEANUP_KIND)
             if asked is None:  # refused (no such note), or no node answered
                 seen_all = seen_all and not _last_unknown(env)

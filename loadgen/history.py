@@ -28,8 +28,10 @@ operation:
                  state's nonce, exp_ms, candidates and tool)
              fail {code, message, status}   info {reason}
 
-    create   invoke {..., key?, expect?}   (``write_retry``: an idempotency key; ``expect``
-             ``key_conflict`` when the key is reused with other arguments)
+    create   invoke {..., key?, expect?, bytes?, redis_ms?}   (``write_retry``: an idempotency
+             key; ``expect`` ``key_conflict`` when the key is reused with other arguments;
+             ``bytes`` the title and body in UTF-8, held to a bytes quota) ok {..., quota?}
+             (``quota``: the quota an ``isError`` refusal names)
     update   invoke {principal, tenant, noteId, workspace?, key?, expect?}
              ok {noteId, version, uri, replay, ...}
     move     ok {noteId, version, uri, replay, ...}
@@ -37,12 +39,17 @@ operation:
                      misuse?}   ok {notes: [[noteId, version, workspaceUri], ...], more: bool}
              (``listing`` numbers a flow's page sequences; ``misuse`` names a cursor used where
              it does not belong: principal, workspace, title, tampered, state)
-    search   invoke {principal, tenant, workspace, title, listing, page: 0, roots: bool}
-             ok {notes, more: false} or a re-ask (roots, then which workspace)
+    search   invoke {principal, tenant, workspace, title, listing, page: 0, roots: bool,
+                     given?, granted?, picked?}
+             ok {notes, more: false} or a re-ask (roots, then which workspace: ``offered``,
+             the workspaces its form offers); ``given`` the roots answered, ``granted`` the
+             principal's workspaces, ``picked`` the workspace picked from the form
     setup    invoke {principal, tenant, workspace, action, tool, redis_ms, misuse?}
              ok {configured?, reask, state_nonce?, exp_ms?}   fail {code, message, status}
              (``action`` round1, silence, accept, decline, cancel; the setup state's nonce is
              kept apart from the confirmation states')
+    setup_page invoke {principal, tenant, workspace, state_nonce, redis_ms}
+             ok {status} (the setup page's HTTP status: 200 completed, 409 used, 410 expired)
 
 An ``ask`` invoke also carries ``redis_ms`` (the load generator's Redis-clock estimate when it
 was sent: the checker holds the state's expiry to the configured TTL) and its ok an archive

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from loadgen.check.bounds_reached import never_reached
 from loadgen.check.exercise import LOWERED
 from loadgen.fault_windows import LISTED_MAX, share, summarize
 from loadgen.run.results import Results
@@ -90,6 +91,13 @@ def verdict_line(results: Results) -> str:
     return line
 
 
+def bounds_line(results: Results) -> str:
+    """The configured bounds the run never reached ("" when it reached them all): printed under
+    the verdict, so a bound never reached is never a silent pass."""
+    unreached = never_reached(results.counts)
+    return f"bounds never reached: {', '.join(unreached)}" if unreached else ""
+
+
 def verdict_table(results: Results) -> Table:
     """Verdict per invariant, with its evidence."""
     verdicts = Table(title=verdict_line(results), title_justify="left")
@@ -108,6 +116,8 @@ def print_check(results: Results, console: Console) -> None:
     """``notes-cluster check``: the verdict, the kinds exercised, the answers against the model
     and the flows."""
     console.print(verdict_table(results))
+    if bounds_line(results):
+        console.print(bounds_line(results))
     console.print(kinds_table(results.kinds))
     if results.model:
         console.print(model_table(results.model))
@@ -168,6 +178,8 @@ def _faults_summary_table(faults: list[dict[str, Any]]) -> Table:
 
 
 def print_summary(results: Results, console: Console) -> None:
-    """Print the summary tables."""
+    """Print the summary tables, and the bounds the run never reached."""
     for table in summary_tables(results):
         console.print(table)
+    if bounds_line(results):
+        console.print(bounds_line(results))

@@ -240,6 +240,9 @@ class _Wiring:
             rng=frng,
             tag=self.settings.tag,
             root=names.root(t),
+            stranger_root=names.root((t + 1) % self.settings.tenants)
+            if self.settings.tenants > 1
+            else names.root(t) + "-ungranted",
             clean_up_cut_short=self.settings.clean_up_cut_short,
             exact_expiry=self.settings.exact_expiry,
         )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 
+from loadgen.check.roots import within
 from loadgen.clients import (
     ROOTS_CAPABILITIES,
     URL_CAPABILITIES,
@@ -37,6 +39,7 @@ from loadgen.flow_steps import (
     state_facts,
 )
 from loadgen.race_flows import tamper
+from loadgen.transport import NodeDown
 
 log = logging.getLogger("loadgen.workload")
 
@@ -129,16 +132,21 @@ async def search_call(
     workspace: str | None,
     responses: dict[str, Any] | None = None,
     shows: str = "",
+    given: list[str] | None = None,
+    picked: str | None = None,
 ) -> Outcome:
     """One ``notes_search`` of the flow's title: in ``workspace``, or (None) in the roots the
-    client gives when asked; ``shows`` names the workspace a complete answer searches."""
+    client gives when asked; ``shows`` names the workspace a complete answer searches.
+    ``given``: the roots the client answers with (recorded with the workspaces the principal
+    is granted, so the checker can hold the node's offers to both); ``picked``: the workspace
+    the client picked from the node's form."""
     args: dict[str, Any] = {"title": env.title}
     if workspace is not None:
         args["workspaceUri"] = workspace
     params: dict[str, Any] = {"name": "notes_search", "arguments": args}
     if responses is not None:
         params["inputResponses"] = responses
-    invoke = {
+    invoke: dict[str, Any] = {
         "principal": env.principal,
         "tenant": env.tenant,
         "workspace": workspace or shows,
@@ -148,24 +156,100 @@ async def search_call(
         "cursor": False,
         "roots": workspace is None,
     }
+    if given is not None:
+        invoke["given"] = list(given)
+        invoke["granted"] = [env.inbox, env.archive]
+    if picked is not None:
+        invoke["picked"] = picked
     msg = request("tools/call", params, capabilities=ROOTS_CAPABILITIES)
     c = env.client
-    return await c.op("search", env.flow, env.kind, invoke, c.pick_node(), env.principal, msg)
+    return await c.op(
+        "search",
+        env.flow,
+        env.kind,
+        invoke,
+        c.pick_node(),
+        env.principal,
+        msg,
+        annotate=_offered,
+    )
+
+
+PICK_KEY = "workspace"
+"""The key of ``notes_search``'s pick form (which workspace, when the roots cover several)."""
+
+
+def pick_options(result: dict[str, Any] | None) -> list[str]:
+    """The workspaces a ``notes_search`` pick form offers (its ``oneOf`` consts), in order."""
+    requests = (result or {}).get("inputRequests") or {}
+    form = requests.get(PICK_KEY) if isinstance(requests, dict) else None
+    params = form.get("params") if isinstance(form, dict) else None
+    schema = params.get("requestedSchema") if isinstance(params, dict) else None
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    field = props.get("workspaceUri") if isinstance(props, dict) else None
+    options = field.get("oneOf") if isinstance(field, dict) else None
+    if not isinstance(options, list):
+        return []
+    return [str(o.get("const")) for o in options if isinstance(o, dict) and "const" in o]
+
+
+def _offered(out: Outcome) -> dict[str, Any]:
+    """A re-ask's pick form options, as ``offered`` (what the checker holds to the roots)."""
+    if out.type != "ok" or not out.value.get("reask"):
+        return {}
+    offered = pick_options(out.result)
+    return {"offered": offered} if offered else {}
+
+
+def drawn_roots(env: FlowEnv) -> list[str]:
+    """The roots a ``search`` flow answers with, drawn: the tenant's root (covers the inbox and
+    the archive), the inbox alone, or either beside the archive alone."""
+    if not env.root:
+        return [env.inbox]
+    return env.rng.choice(([env.root], [env.inbox], [env.archive], [env.inbox, env.archive]))
+
+
+def ungranted_roots(env: FlowEnv) -> list[str]:
+    """A ``roots_ungranted`` flow's roots: one of the principal's own beside a root it is not
+    granted (another tenant's, drawn: its root or its inbox)."""
+    own = env.rng.choice(([env.root], [env.inbox])) if env.root else [env.inbox]
+    stranger = env.rng.choice((env.stranger_root, env.stranger_root + "/inbox"))
+    return env.rng.sample([*own, stranger], k=len(own) + 1)
+
+
+async def roots_search(env: FlowEnv, given: list[str]) -> None:
+    """A search by roots answered with ``given``; when the node offers a pick form, a pick
+    drawn among the offered workspaces (seeded), answered with the same roots."""
+    asked_roots = await search_call(env, 1, workspace=None)
+    if asked_roots.type != "ok" or not asked_roots.value.get("reask"):
+        return
+    roots = {"roots": {"roots": [{"uri": uri} for uri in given]}}
+    covered = [ws for ws in (env.inbox, env.archive) if any(within(r, ws) for r in given)]
+    only = covered[0] if len(covered) == 1 else ""
+    out = await search_call(env, 2, workspace=None, responses=roots, shows=only, given=given)
+    offered = out.value.get("offered") if out.type == "ok" else None
+    if isinstance(offered, list) and offered:
+        choice = str(env.rng.choice(offered))
+        pick = {"action": "accept", "content": {"workspaceUri": choice}}
+        responses = roots | {PICK_KEY: pick}
+        await search_call(
+            env, 3, workspace=None, responses=responses, shows=choice, given=given, picked=choice
+        )
 
 
 async def flow_search(env: FlowEnv, asked: Asked, note: str) -> None:
-    # By workspace, then by roots: the tenant's root covers the inbox and the archive, so the
-    # node asks again for the roots and which workspace; the inbox alone needs no pick.
+    # By workspace, then by roots drawn among the principal's own (its tenant's root covers
+    # the inbox and the archive, so the node asks which one; the pick is drawn among what the
+    # form offers, so a form that offers a wrong workspace can be answered with it).
     await search_call(env, 0, workspace=env.inbox)
-    asked_roots = await search_call(env, 1, workspace=None)
-    if asked_roots.type == "ok" and asked_roots.value.get("reask"):
-        root = env.rng.choice((env.root, env.inbox)) if env.root else env.inbox
-        roots = {"roots": {"roots": [{"uri": root}]}}
-        out = await search_call(env, 2, workspace=None, responses=roots, shows=env.inbox)
-        if out.type == "ok" and out.value.get("reask"):
-            pick = {"action": "accept", "content": {"workspaceUri": env.inbox}}
-            responses = roots | {"workspace": pick}
-            await search_call(env, 3, workspace=None, responses=responses, shows=env.inbox)
+    await roots_search(env, drawn_roots(env))
+    await confirm(env, asked, note)
+
+
+async def flow_roots_ungranted(env: FlowEnv, asked: Asked, note: str) -> None:
+    # Roots that include another tenant's workspace, which this principal is not granted: the
+    # node must neither offer it in its pick form nor search it.
+    await roots_search(env, ungranted_roots(env))
     await confirm(env, asked, note)
 
 
@@ -220,15 +304,66 @@ def _setup_facts(env: FlowEnv, out: Outcome, tool: str) -> dict[str, Any]:
     return {"state_nonce": facts["nonce"], "exp_ms": facts["exp_ms"], "state_tool": facts["tool"]}
 
 
+COMPLETE_SHARE = 0.5
+"""Share of ``setup`` flows that complete the setup page in between (where the transport can
+open one, ``loadgen.transport.PageTransport``)."""
+
+SIMULATED_CREDENTIAL = "simulated-report-key"
+"""What the workload types into the setup page: the report service is simulated."""
+
+
+def link_path(result: dict[str, Any] | None) -> str:
+    """The path of the setup link a ``notes_setup`` round 1 offers ("" when there is none)."""
+    requests = (result or {}).get("inputRequests") or {}
+    ask = requests.get(SETUP_KEY) if isinstance(requests, dict) else None
+    params = ask.get("params") if isinstance(ask, dict) else None
+    url = params.get("url") if isinstance(params, dict) else None
+    return urlsplit(url).path if isinstance(url, str) else ""
+
+
+async def open_setup_page(env: FlowEnv, path: str, nonce: object) -> None:
+    """Complete the setup page at ``path`` as the flow's principal (a non-browser client with
+    its bearer token), recorded as a ``setup_page`` op: ``ok {status}`` with the page's HTTP
+    status, or ``info`` when the node could not be reached or did not answer in time."""
+    c = env.client
+    opener = getattr(c.transport, "open_page", None)
+    if opener is None:
+        return
+    node = c.pick_node()
+    invoke = {
+        "principal": env.principal,
+        "tenant": env.tenant,
+        "workspace": env.inbox,
+        "state_nonce": nonce,
+        "redis_ms": env.redis_now_ms(),
+        "node": node,
+    }
+    sent = c.history.record(c.process, "invoke", "setup_page", env.flow, env.kind, invoke)
+    value: dict[str, Any] = {"reason": "timeout"}
+    kind: Any = "info"
+    with trio.move_on_after(c.timeout_s):
+        try:
+            status = await opener(node, env.principal, path, {"api_key": SIMULATED_CREDENTIAL})
+            kind, value = "ok", {"status": int(status)}
+        except (NodeDown, OSError) as exc:
+            value = {"reason": f"unreachable: {type(exc).__name__}"}
+    c.history.record(c.process, kind, "setup_page", env.flow, env.kind, value, sent.index)
+    c.last_type = kind
+
+
 async def flow_setup(env: FlowEnv, asked: Asked, note: str) -> None:
-    # Up to the URL-mode elicitation (the setup page is not driven: nobody completes it, so
-    # the tool may never say configured). Silence or an accept re-offer the link; decline and
-    # cancel end it unconfigured; the setup state is refused by notes_delete, and the delete
-    # state by notes_setup.
+    # Up to the URL-mode elicitation; in half of the flows (where the transport opens pages)
+    # the setup page is completed and an accept must then say configured. Silence or an
+    # accept before it re-offer the link; decline and cancel end it unconfigured; the setup
+    # state is refused by notes_delete, and the delete state by notes_setup.
     first = await setup_call(env, "round1")
     token = str((first.result or {}).get("requestState") or "")
     if token:
         await setup_call(env, env.rng.choice(("silence", "accept")), token=token)
+        path = link_path(first.result)
+        if path and env.rng.random() < COMPLETE_SHARE:
+            await open_setup_page(env, path, first.value.get("state_nonce"))
+            await setup_call(env, "accept", token=token)
         await setup_call(env, "accept", token=token, tool=DELETE_TOOL, misuse="setup_state")
         await setup_call(env, env.rng.choice(("decline", "cancel")), token=token)
     await setup_call(env, "accept", token=asked.token, misuse="delete_state")
@@ -275,6 +410,8 @@ async def write(
     }
     if f == "create":
         invoke["title"] = args["title"]
+        invoke["bytes"] = len(args["title"].encode("utf-8")) + len(args["body"].encode("utf-8"))
+        invoke["redis_ms"] = env.redis_now_ms()
     else:
         invoke["noteId"] = args["noteId"]
     if f == "move":

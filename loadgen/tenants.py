@@ -42,13 +42,36 @@ def principal(t: int, side: str) -> str:
     return f"u{t}{side}"
 
 
+SMALL_QUOTAS: dict[str, tuple[int, int, int]] = {"loadq": (3, 256, 0), "loadw": (0, 0, 4)}
+"""Tenants whose principals have small quotas (notes, bytes, writes; 0: the configuration's
+own), so a run reaches each quota's exact boundary: ``loadq`` holds the notes and the bytes
+quotas, ``loadw`` the writes quota (writes are counted for a whole idempotency window, so a
+tenant whose writes run out refuses every create after; the others stay usable). The
+``quota_boundary`` flows write there; a cluster serving the load is configured with them
+(``nodes.serving.load_fixture.SMALL_QUOTAS``, which must agree)."""
+
+
+def quota_root(name: str) -> str:
+    """The root both principals of small-quota tenant ``name`` are granted."""
+    return f"file:///load/{name}"
+
+
+def quota_principal(name: str, side: str) -> str:
+    """Principal ``side`` of small-quota tenant ``name``."""
+    return f"u{name}{side}"
+
+
 def tenants(count: int) -> list[str]:
-    """The first ``count`` tenants' names, sorted (what a checker reads the journal of)."""
-    return sorted(tenant(t) for t in range(count))
+    """The first ``count`` tenants' names and the small-quota tenants', sorted (what a checker
+    reads the journal of)."""
+    return sorted([*(tenant(t) for t in range(count)), *SMALL_QUOTAS])
 
 
 def principals_of(tenant_name: str) -> list[str]:
-    """The principals of a tenant named as ``tenant`` names them ([] for another name)."""
+    """The principals of a tenant named as ``tenant`` or ``SMALL_QUOTAS`` names them ([] for
+    another name)."""
+    if tenant_name in SMALL_QUOTAS:
+        return [quota_principal(tenant_name, side) for side in SIDES]
     digits = tenant_name.removeprefix("load")
     if digits == tenant_name or not digits.isdigit():
         return []

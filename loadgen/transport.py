@@ -60,6 +60,20 @@ class Transport(Protocol):
         ...
 
 
+class PageTransport(Protocol):
+    """A transport that can also open a node's setup page (``notes_setup``'s link), as a
+    non-browser client of the principal: the in-process transport
+    (``cluster.local.InProcessTransport``). The workload completes a setup link only through
+    one; over plain HTTP it leaves links unopened."""
+
+    async def open_page(
+        self, node_index: int, principal: str, path: str, form: Mapping[str, str]
+    ) -> int:
+        """POST ``form`` to page ``path`` of node ``node_index``; the HTTP status. NodeDown
+        when the node could not be reached."""
+        ...
+
+
 def header_value(value: str) -> str:
     """A header value as the spec sends it: plain printable ASCII as is, anything else (non-ASCII,
     control characters, whitespace at either end) as ``=?base64?<utf-8 in base64>?=``."""

@@ -2,8 +2,10 @@
 (the ``archive`` flow: a two-round ``notes_archive``, its confirmation sent to several nodes).
 Beside the confirmations, flows drive the rest of the tool surface (``TOOLS_DRIVEN``): every
 write (create, update, move, archive), the reads (``notes_list`` page by page, ``notes_search``
-with and without roots), ``notes_setup`` up to its URL-mode elicitation, and their misuses (a
-state or a cursor used by another principal, for another workspace or title, for another tool).
+with and without roots, the roots including a workspace the principal is not granted, a pick
+drawn among the workspaces offered), ``notes_setup`` up to its URL-mode elicitation, and their
+misuses (a state or a cursor used by another principal, for another workspace or title, for
+another tool).
 
 Layer: loadgen. Drives nodes through ``loadgen.clients``; learns each state's nonce and expiry
 for the history through a ``loadgen.states.StateReader`` (our nodes: the key ring opens it, a
@@ -20,10 +22,12 @@ import trio
 
 from loadgen.edge_flows import (
     flow_concurrent_updates,
+    flow_full_pick,
     flow_replay_after_expiry,
     flow_shared_key,
 )
 from loadgen.flow_steps import TWINS, Asked, FlowEnv, cleanup, start_flow
+from loadgen.quota_flows import flow_quota_boundary
 from loadgen.race_flows import (
     flow_answer_changed,
     flow_archive,
@@ -45,6 +49,7 @@ from loadgen.race_flows import (
 )
 from loadgen.surface_flows import (
     flow_list_pages,
+    flow_roots_ungranted,
     flow_search,
     flow_setup,
     flow_write_retry,
@@ -81,6 +86,9 @@ RACE_KINDS: tuple[str, ...] = (
     "replay_after_expiry",
     "shared_key",
     "concurrent_updates",
+    "roots_ungranted",
+    "quota_boundary",
+    "full_pick",
 )
 """Every race kind a run exercises (``loadgen.check.exercise`` holds each to it)."""
 
@@ -89,13 +97,13 @@ KEYED_KINDS: tuple[str, ...] = ()
 node honoured the idempotency key)."""
 
 TOOLS_DRIVEN: dict[str, tuple[str, ...]] = {
-    "notes_create": ("every kind (setup)",),
+    "notes_create": ("every kind (setup)", "quota_boundary"),
     "notes_delete": ("every kind (round 1, the race, cleanup)",),
     "notes_archive": ("archive", "wrong_tool"),
     "notes_move": ("race_move", "write_retry"),
     "notes_update": ("edit_between", "write_retry", "concurrent_updates"),
     "notes_list": ("list_pages",),
-    "notes_search": ("search",),
+    "notes_search": ("search", "roots_ungranted"),
     "notes_setup": ("setup",),
 }
 """Which kinds drive each tool the node serves (tests/test_workload_surface.py holds this to
@@ -104,8 +112,9 @@ the node's ``tools/list``)."""
 DEFAULT_WEIGHTS: dict[str, float] = dict.fromkeys(RACE_KINDS, 1.0) | {
     "plain": 3.0,
     "duplicate": 3.0,
-    "expired": 0.6,
-    "before_expiry": 0.6,
+    "expired": 0.7,
+    "before_expiry": 0.7,
+    "full_pick": 0.7,
 }
 
 
@@ -147,6 +156,9 @@ FLOWS: dict[str, Callable[[FlowEnv, Asked, str], Awaitable[None]]] = {
     "replay_after_expiry": flow_replay_after_expiry,
     "shared_key": flow_shared_key,
     "concurrent_updates": flow_concurrent_updates,
+    "roots_ungranted": flow_roots_ungranted,
+    "quota_boundary": flow_quota_boundary,
+    "full_pick": flow_full_pick,
 }
 
 

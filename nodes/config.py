@@ -105,6 +105,17 @@ class LegacyCaps:
 
 
 @dataclass(frozen=True)
+class TenantQuota:
+    """One tenant's own per-principal quotas, in place of the configuration's
+    ``max_notes_per_principal``, ``max_bytes_per_principal`` and ``max_writes_per_principal``
+    for every principal writing in that tenant (0: the configuration's own)."""
+
+    notes: int = 0
+    bytes: int = 0
+    writes: int = 0
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """Everything a node needs besides its store. All nodes of a cluster share ``server_name``
     (the audience of sealed states), ``scope`` and ``key_ring``."""
@@ -145,6 +156,10 @@ class NodeConfig:
     max_writes_per_principal: int = DEFAULT_MAX_WRITES_PER_PRINCIPAL
     """Most writes (create, update, move) one principal may make per tenant per
     ``idempotency_window_ms``: bounds the operation records it makes Redis hold."""
+    tenant_quotas: Mapping[str, TenantQuota] = field(default_factory=dict)
+    """Tenant -> its own per-principal quotas (``TenantQuota``); a tenant not named has the
+    ``max_*_per_principal`` above. Simulations give one tenant small quotas, so a run reaches
+    each quota's exact boundary."""
     legacy: LegacyCaps = field(default_factory=LegacyCaps)
     """Bounds of the legacy adapter (sessions, stored client data, inbox, pending calls)."""
     conformance_fixtures: bool = False
@@ -159,13 +174,24 @@ class NodeConfig:
             return 0
         return max(1, int(self.max_notes_per_workspace * self.max_share_of_shared_workspace))
 
+    def principal_quota(self, workspace_uri: str) -> TenantQuota:
+        """The per-principal quotas (notes, bytes, writes) of the tenant ``workspace_uri`` is
+        in: its own (``tenant_quotas``) where set, else the configuration's."""
+        own = self.tenant_quotas.get(self.scope.workspaces.get(workspace_uri, ""), TenantQuota())
+        return TenantQuota(
+            own.notes or self.max_notes_per_principal,
+            own.bytes or self.max_bytes_per_principal,
+            own.writes or self.max_writes_per_principal,
+        )
+
     def quota(self, workspace_uri: str) -> Quota:
         """The per-principal quota of a write into ``workspace_uri``."""
+        own = self.principal_quota(workspace_uri)
         return Quota(
-            notes=self.max_notes_per_principal,
-            bytes=self.max_bytes_per_principal,
+            notes=own.notes,
+            bytes=own.bytes,
             workspace_notes=self.share_of(workspace_uri),
-            writes=self.max_writes_per_principal,
+            writes=own.writes,
             window_ms=self.idempotency_window_ms,
             reachable_by=self.scope.principals_of(workspace_uri),
         )

@@ -713,13 +713,39 @@ async def serve_node(
     further listening sockets the same server serves (handed over: the server closes them),
     with the same bounds; the app tells them apart by ``scope["server"]`` (metrics).
     """
+    app: ASGIApp = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
+    if wrap is not None:
+        app = wrap(app)
+    await serve_app(
+        node,
+        app,
+        host=host,
+        port=port,
+        endpoint=endpoint,
+        idle_timeout_s=idle_timeout_s,
+        max_header_bytes=max_header_bytes,
+        sockets=sockets,
+        task_status=task_status,
+    )
+
+
+async def serve_app(
+    node: Node,
+    app: ASGIApp,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    endpoint: str = DEFAULT_ENDPOINT,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+    sockets: Sequence[socket.socket] = (),
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """``serve_node`` for an app already built (``make_app``, in its middleware)."""
     if sniffio.current_async_library() != "trio":
         raise RuntimeError("serve_node runs hypercorn's trio worker: serve from a trio process")
     from hypercorn.trio import serve
 
-    app: ASGIApp = make_app(node, tokens, endpoint=endpoint, **app_kwargs)
-    if wrap is not None:
-        app = wrap(app)
     app = header_bound(app, max_header_bytes)
     config = Config()
     config.bind = [_bind(host, port)] + [f"fd://{s.detach()}" for s in sockets]

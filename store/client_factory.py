@@ -252,6 +252,12 @@ def blocking_client(client: NoteClient, block_ms: int) -> RespRedis | None:
     ``block_ms`` (the legacy sessions' ``XREAD BLOCK``: ``store.sessions``), so that no call
     queues behind one on ``client``'s multiplexed connections; None where none is needed (a
     cluster's inboxes are polled, coredis has a pool). Enter it before use."""
+    if isinstance(client, RespRedis) and client.endpoint.host.startswith(MEMORY_URL_HEAD):
+        # An in-process store (``store.simulation.memory_transport``): a connection of its own
+        # there too, so a blocked read holds it and nothing else, as on Redis.
+        from store.simulation.memory_transport import MemoryRedis
+
+        return MemoryRedis(client.endpoint.host, client_name=client.endpoint.client_name)
     if type(client) is not RespRedis:
         return None
     # The same name: a fault injector that finds the node's connections finds this one too.

@@ -220,6 +220,10 @@ class NoteStore:
         self._grace_arg = str(replay_grace_ms)
         self._maxlen_arg = str(journal_maxlen)
         self._stats = StoreStatistics()
+        self.lost_reply_observer: Callable[[str, float], None] | None = None
+        """Told of every reply this store lost (a timeout, a dropped connection, a command not
+        sent): what was sent and the seconds it waited. A simulation's harness records them as
+        observed faults, the honest cause of the "outcome unknown" answers they lead to."""
         self._keys: dict[str, TenantKeys] = {}
         # A script goes by EVALSHA and, on NOSCRIPT (it did not run), once in full
         # (``RespRedis.evalsha``): a restarted or failed-over Redis that forgot its script cache
@@ -262,8 +266,27 @@ class NoteStore:
     async def _run(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         """Run one script; after a lost reply, send it again (``RESENDS``), which every script
         is safe for: the re-send gets the first run's result."""
+        return (await self._run_telling(name, keys, args))[0]
+
+    async def _run_telling(
+        self, name: str, keys: list[str], args: list[str | int]
+    ) -> tuple[list[Any], bool]:
+        """``_run``, and whether an earlier send of the script may have run (its reply was
+        lost, other than by ``NotSent``): the reply is then a re-send's."""
         self._stats.calls[name] = self._stats.calls.get(name, 0) + 1
-        return await self._resending(name, self._send, name, keys, args)
+        maybe_ran = False
+
+        async def send() -> list[Any]:
+            nonlocal maybe_ran
+            try:
+                return await self._send(name, keys, args)
+            except NotSent:
+                raise
+            except _LOST_REPLY:
+                maybe_ran = True
+                raise
+
+        return await self._resending(name, send), maybe_ran
 
     async def _send(self, name: str, keys: list[str], args: list[str | int]) -> list[Any]:
         await buggify_delay("store.before_script")
@@ -586,9 +609,12 @@ class NoteStore:
         lost = refused = 0
         until: float | None = None
         while True:
+            sent = anyio.current_time()
             try:
                 return await command(*args)
             except _LOST_REPLY as exc:
+                if self.lost_reply_observer is not None:
+                    self.lost_reply_observer(what, anyio.current_time() - sent)
                 if lost == RESENDS:
                     report_lost_reply(self.client, exc)
                     raise self._failed(exc, what) from exc
@@ -630,7 +656,7 @@ class NoteStore:
             keys += [keys[2], keys[3], k.usage, source_usage, source_usage]
             keys += [lookalikes, lookalikes]
         keys.append(k.writes)
-        reply = await self._run(
+        reply, maybe_ran = await self._run_telling(
             "confirm",
             keys,
             [
@@ -658,6 +684,13 @@ class NoteStore:
             ],
         )
         out = parse_confirm_reply(reply)
+        if out.status == "expired" and maybe_ran:
+            # The record that would say an earlier send ran lives until exp + grace, and this
+            # re-send came later: "expired" is no proof that nothing was decided.
+            raise StoreUnavailable(
+                "confirm: re-sent after a lost reply and found the state expired past its "
+                "replay grace: an earlier send may have run"
+            )
         self._stats.confirmations[out.status] = self._stats.confirmations.get(out.status, 0) + 1
         return out
 

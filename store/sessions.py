@@ -149,8 +149,15 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
 
+# A session's score orders its principal's sessions oldest first: its opening time, or one past
+# the newest's score when that is not earlier (sessions opened in the same millisecond, or on a
+# node whose clock runs behind another's), so the sessions the cap ends are always the first
+# opened, never a later one that tied or was stamped earlier by a slower clock.
 _TRACK = """
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local score = tonumber(ARGV[2])
+local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')[2]
+if newest and tonumber(newest) >= score then score = tonumber(newest) + 1 end
+redis.call('ZADD', KEYS[1], score, ARGV[1])
 local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[3])
 if over <= 0 then return {} end
 local evicted = redis.call('ZRANGE', KEYS[1], 0, over - 1)

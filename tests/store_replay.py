@@ -11,7 +11,7 @@ byte between the lean store, the recorded replies and the real Redis (each write
 as the client reads them (parsed) for fakeredis, whose in-process replies pass through its TCP
 server's encoder, which writes a top-level string as a simple string where Redis writes a bulk
 string (``+<sha>`` for ``SCRIPT LOAD``): a difference no client sees; and with
-``fakeredis_deviates`` allowed (its ``PTTL`` rounding).
+``fakeredis_deviates`` allowed (its ``PTTL`` rounding, its empty ``XREAD``).
 """
 
 from __future__ import annotations
@@ -182,16 +182,20 @@ PARSED_ONLY = frozenset({"fakeredis"})
 
 def fakeredis_deviates(command: list[bytes], reference: Any, fake: Any) -> bool:
     """fakeredis' known differences in what these streams read: it has no ``ROLE`` (the
-    readiness probe's question; the embedded store is never a replica), and ``PTTL`` counts
-    from the current instant to the deadline and rounds (``round((deadline - now) * 1000)``),
-    where Redis subtracts whole milliseconds (``when - mstime()``), so it may answer one less."""
+    readiness probe's question; the embedded store is never a replica); ``PTTL`` counts from the
+    current instant to the deadline and rounds (``round((deadline - now) * 1000)``), where Redis
+    subtracts whole milliseconds (``when - mstime()``), so it may answer one off (one more for a
+    deadline it set from its fractional clock, ``SET ... PX``); an ``XREAD``
+    that reads nothing gets an empty array from it where Redis answers a null array (``*-1``)."""
     if command[0].upper() == b"ROLE":
         return isinstance(fake, tuple) and fake[0] == "error" and "unknown command" in fake[1]
+    if command[0].upper() == b"XREAD":
+        return reference is None and fake == []  # nothing read: Redis's null array, its empty one
     return (
         command[0].upper() == b"PTTL"
         and isinstance(reference, int)
         and isinstance(fake, int)
-        and reference - fake in (0, 1)
+        and reference - fake in (-1, 0, 1)
     )
 
 
@@ -233,9 +237,16 @@ def first_difference(
     return None
 
 
-PROBES = {"dict": (b"HGETALL",), "set": (b"SCARD",), "Stream": (b"XRANGE",), "bytes": (b"GET",)}
+PROBES = {
+    "dict": (b"HGETALL",),
+    "set": (b"SCARD",),
+    "Stream": (b"XRANGE",),
+    "bytes": (b"GET",),
+    "ZSet": (b"ZRANGE",),
+}
 """What the end-state probe reads of a key, by the lean store's type of it: a hash's fields in
-order, a set's size (its members' order is the server's own), a stream's entries, a string."""
+order, a set's size (its members' order is the server's own), a stream's entries, a string, a
+sorted set's members with their scores."""
 
 
 def named_keys(stream: list[RecordedRequest]) -> set[bytes]:
@@ -246,7 +257,7 @@ def named_keys(stream: list[RecordedRequest]) -> set[bytes]:
             name = args[0].upper()
             if name in (b"EVALSHA", b"EVAL"):
                 keys.update(args[3 : 3 + int(args[2])])
-            elif name in (b"HMGET", b"GET", b"HGET"):
+            elif name in (b"HMGET", b"GET", b"HGET", b"XREVRANGE", b"ZREM"):
                 keys.add(args[1])
     return keys
 
@@ -265,6 +276,11 @@ def end_state_probe(stream: list[RecordedRequest], final: LeanRedis) -> list[Rec
         kind = live.get(key)
         if kind is not None:
             command = PROBES[kind][0]
-            commands.append([command, key, b"-", b"+"] if command == b"XRANGE" else [command, key])
+            if command == b"XRANGE":
+                commands.append([command, key, b"-", b"+"])
+            elif command == b"ZRANGE":
+                commands.append([command, key, b"0", b"-1", b"WITHSCORES"])
+            else:
+                commands.append([command, key])
         out.append((0, clock, commands, []))
     return out

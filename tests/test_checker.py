@@ -49,6 +49,8 @@ NAMES = {
     "moves_land",
     "reads_show_every_note_once",
     "setup_answers",
+    "roots_respected",
+    "quotas_held",
     "bounds_respected",
     "unknown_outcomes_explained",
     "answers_conform_to_model",

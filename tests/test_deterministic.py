@@ -71,7 +71,6 @@ def test_refusals_are_one_line_usage_errors(tmp_path: Path) -> None:
     cases = {
         ("--redis", "redis://127.0.0.1:1/0"): "--redis",
         ("--workers", "2", "--check-determinism"): "--workers",
-        ("--legacy-share", "0.2"): "--legacy-share",
         ("--faults", "redis"): "--faults redis",
     }
     for extra, word in cases.items():

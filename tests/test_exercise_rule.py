@@ -43,6 +43,7 @@ def test_the_verdict_line_repeats_a_lowered_rule() -> None:
     results = Results.__new__(Results)
     object.__setattr__(results, "verdict", "valid")
     object.__setattr__(results, "invariants", [v.to_json()])
+    object.__setattr__(results, "counts", {})
     assert verdict_line(results).startswith(f"Verdict: VALID ({LOWERED}: 1000 runs per kind")
 
 

@@ -251,8 +251,12 @@ async def test_a_connection_killed_right_after_the_confirm_script_ran_answers_ou
     assert await deletes_of(store, seeded.tps[0]) == 1
 
 
+HANG_GUARD_MS = 60_000
+"""How long a paused store waits for the node's answer before the test fails as hung."""
+
+
 def _write_once_unpaused(url: str, key: str) -> None:
-    """SET ``key`` (60 s TTL): blocks while a ``CLIENT PAUSE ... WRITE`` lasts."""
+    """SET ``key`` (60 s TTL): blocked while a ``CLIENT PAUSE ... WRITE`` lasts."""
     with redis.Redis.from_url(url, socket_timeout=30) as client:
         client.set(key, "1", px=60_000)
 
@@ -269,13 +273,18 @@ async def test_a_store_paused_past_the_nodes_timeout_answers_outcome_unknown_and
         node_a, node_b = make_nodes(store, 2)
         node_slow = Node(node_a.config, NoteStore(slow, prefix=store.prefix))
         state, _ = await ask(node_a)
+        # The pause lasts until the node has answered, however slowly a busy machine gets the
+        # node's three tries (0.1 s each) sent: a timed pause could end before the first.
         with redis.Redis.from_url(private_redis) as control:
-            control.execute_command("CLIENT", "PAUSE", "700", "WRITE")
-        with trio.fail_after(5):
-            reply = await answer(node_slow, state, accept(seeded.tps[2]))
+            control.execute_command("CLIENT", "PAUSE", str(HANG_GUARD_MS), "WRITE")
+            try:
+                with trio.fail_after(HANG_GUARD_MS / 1000):
+                    reply = await answer(node_slow, state, accept(seeded.tps[2]))
+            finally:
+                control.execute_command("CLIENT", "UNPAUSE")
         assert error(reply)["code"] == -32603, "timed out: the script may run once unpaused"
-        # A write waits out the pause, behind the attempt queued before it: once it is done,
-        # that attempt has run (or was dropped with its connection), and cannot run later.
+        # A write sent after the pause runs behind the attempt queued during it: once it is
+        # done, that attempt has run (or was dropped with its connection), and cannot run later.
         marker = f"{store.prefix}:unpaused"
         await trio.to_thread.run_sync(_write_once_unpaused, private_redis, marker)
         ran = await deletes_of(store, seeded.tps[2])  # 1 if a queued attempt ran, else 0

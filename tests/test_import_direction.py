@@ -288,13 +288,19 @@ def test_the_walker_keeps_the_lab_and_the_simulation_seams_apart() -> None:
 def test_the_load_fixture_configures_exactly_the_names_the_load_addresses() -> None:
     # nodes.serving.load_fixture spells the names itself, so that serve imports no loadgen module.
     n = 3
+    small = {q: tenants.quota_root(q) for q in tenants.SMALL_QUOTAS}
     assert load_fixture.load_workspaces(n) == {
         ws: tenants.tenant(t) for t in range(n) for ws in (tenants.inbox(t), tenants.archive(t))
-    }
-    assert load_fixture.load_archives(n) == {tenants.inbox(t): tenants.archive(t) for t in range(n)}
+    } | {f"{r}/{ws}": q for q, r in small.items() for ws in ("inbox", "archive")}
+    assert load_fixture.load_archives(n) == {
+        tenants.inbox(t): tenants.archive(t) for t in range(n)
+    } | {f"{r}/inbox": f"{r}/archive" for r in small.values()}
     assert load_fixture.load_grants(n) == {
         tenants.principal(t, side): (tenants.root(t),) for t in range(n) for side in tenants.SIDES
-    }
+    } | {tenants.quota_principal(q, s): (r,) for q, r in small.items() for s in tenants.SIDES}
+    assert {
+        q: (own.notes, own.bytes, own.writes) for q, own in load_fixture.load_quotas().items()
+    } == tenants.SMALL_QUOTAS
     assert sorted(set(load_fixture.load_workspaces(n).values())) == tenants.tenants(n)
     assert load_fixture.LOAD_TENANTS == tenants.LOAD_TENANTS
 

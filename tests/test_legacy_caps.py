@@ -109,6 +109,23 @@ async def test_a_principal_past_its_session_cap_loses_its_oldest_session_and_no_
         assert await served.sessions.client.zcard(key) == 3
 
 
+async def test_the_cap_ends_the_first_session_opened_whatever_its_nodes_clock_said(
+    redis_url: str, key_prefix: str
+) -> None:
+    # Opening times as nodes stamp them: two in one millisecond, then one from a node whose clock
+    # runs a second behind. The first opened is still the one the cap ends.
+    async with node_with(redis_url, key_prefix, sessions_per_principal=3) as (served, _):
+        store = served.sessions
+        opened = [
+            await store.create("carol", LEGACY_VERSION, {}, {}, now_ms, 3)
+            for now_ms in (5_000, 5_000, 4_000, 5_000)
+        ]
+        assert [ended for _, ended in opened] == [0, 0, 0, 1]
+        assert await store.load(opened[0][0]) is None
+        for session, _ in opened[1:]:
+            assert await store.load(session) is not None
+
+
 async def test_initialize_stores_only_what_the_node_reads_each_field_capped(
     redis_url: str, key_prefix: str
 ) -> None:

@@ -31,10 +31,11 @@ from nodes.idempotency import META_IDEMPOTENCY_KEY
 from nodes.protocol import Node, Reply
 from nodes.results import META_REPLAY
 from nodes.serving.demo import DEMO_TENANT, DEMO_TOKENS
-from store.api import StoreUnavailable
+from store.api import Confirmation, StoreUnavailable
 from store.client_factory import CLIENT_ENV, client_kind, redis_client, sync_client
 from store.journal import JournalEntry, read_journal, scan_keys
 from store.notes import RESENDS, NoteStore
+from store.redis_errors import NotSent, ReplyTimeout
 from store.resp_client import RespRedis
 from store.sessions import SessionStore
 from tests.asgi_driver import Exchange, request
@@ -234,6 +235,75 @@ async def test_a_confirmation_whose_reply_is_lost_is_executed_not_replayed(upstr
         assert res["structuredContent"] == {"deleted": True, "noteId": note_id}
         assert META_REPLAY not in res.get("_meta", {})
         assert [e.note for e in r.journal() if e.op == "delete"] == [note_id]
+
+
+GRACE_MS = 200
+"""The replay grace of the store in the re-send-past-grace test: short, so its wait is too."""
+
+
+@pytest.mark.parametrize(
+    ("first_send", "ran"),
+    [(ReplyTimeout("no reply in time"), True), (NotSent("refused connect"), False)],
+    ids=["reply-lost", "not-sent"],
+)
+async def test_a_confirmation_resent_past_its_replay_grace_is_unknown_unless_unsent(
+    upstream: str, first_send: Exception, ran: bool
+) -> None:
+    """The first send of a confirm runs (or is not sent), its reply is lost, and the re-send
+    reaches Redis after the state's expiry plus the replay grace (a starved node, a reply
+    timeout longer than the grace): the replay entry that would tell is gone, so the script
+    says "expired". After a lost reply that is no proof that nothing was decided: the store
+    answers unknown (the node: outcome unknown), never "expired" (the node: a definite "not
+    deleted" for a deleted note). After ``NotSent`` nothing ran, and "expired" is the answer."""
+    prefix = "ncl" + secrets.token_hex(5)
+    kind = client_kind()
+    client = RespRedis.from_url(upstream) if kind == "resp" else redis_client(upstream)
+    try:
+        async with client:
+            store = NoteStore(client, prefix=prefix, replay_grace_ms=GRACE_MS)
+            note = await store.create(DEMO_TENANT, NOTES, "Resent late", "b", "alice")
+            exp_ms = await store.redis_time_ms() + 300
+            send = store._send
+            sends: list[str] = []
+
+            async def late_resend(name: str, keys: list[str], args: list[str | int]) -> Any:
+                sends.append(name)
+                if name != "confirm" or sends.count("confirm") > 1:
+                    return await send(name, keys, args)
+                if ran:
+                    await send(name, keys, args)
+                # The Redis clock has no event to wait on: poll it past the replay grace.
+                while await store.redis_time_ms() <= exp_ms + GRACE_MS:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+                raise first_send
+
+            store._send = late_resend  # type: ignore[method-assign]
+            c = Confirmation(
+                tenant=DEMO_TENANT,
+                nonce=secrets.token_urlsafe(16),
+                action="accept",
+                answer_digest="d1",
+                exp_ms=exp_ms,
+                note_id=note.note_id,
+                expected_version=1,
+                title="Resent late",
+                workspace=NOTES,
+                principal="alice",
+                tool="notes_delete",
+            )
+            if ran:
+                with pytest.raises(StoreUnavailable, match="may have run"):
+                    await store.confirm(c)
+            else:
+                assert (await store.confirm(c)).status == "expired"
+            assert sends.count("confirm") == 2
+            assert (await store.get(DEMO_TENANT, note.note_id) is None) == ran
+    finally:
+        sync = sync_client(upstream)
+        keys = list(scan_keys(sync, f"{prefix}:*"))
+        if keys:
+            sync.delete(*keys)
+        sync.close()
 
 
 async def test_a_write_whose_every_reply_is_lost_is_unknown_and_its_keyed_retry_replays(

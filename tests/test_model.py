@@ -573,7 +573,7 @@ def test_the_fixed_refusal_must_come_with_http_400(status: int) -> None:
 def calls_and_clock(s: Story) -> tuple[list[Call], Clock]:
     calls = pair_calls(s.ops)
     causes = anchors(calls, s.journal)
-    by_id = {e.id: e for e in s.journal}
+    by_id = {(e.tenant, e.id): e for e in s.journal}
     return calls, Clock.build((c, by_id[eid]) for eid, c in causes.items())
 
 

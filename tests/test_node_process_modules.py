@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.own_redis import free_port, own_redis
-from tests.test_serving import _create_body, _note_exists, _post_when_up, _write_config
+from tests.own_redis import own_redis
+from tests.test_serving import (
+    REQUEST_TIMEOUT_S,
+    START_TIMEOUT_S,
+    _create_body,
+    _headers,
+    _note_exists,
+    _write_config,
+    start_when_ready,
+)
 
 FORBIDDEN = ("loadgen", "store.simulation", "cluster.lab")
 """Packages a node process must never load."""
@@ -53,16 +61,22 @@ def test_a_node_process_after_serving_holds_no_module_of_the_harness_seams_or_la
 ) -> None:
     modules_file = tmp_path / "modules.json"
     with own_redis(tmp_path) as server:
-        port = free_port()
-        args = ["node", "--config", str(_write_config(tmp_path)), "--port", str(port)]
+        args = ["node", "--config", str(_write_config(tmp_path))]
         args += ["--redis", server.url, "--log-level", "WARNING"]
-        proc = subprocess.Popen([sys.executable, "-c", ENTRY, str(modules_file), *args])
+        command = [sys.executable, "-c", ENTRY, str(modules_file), *args]
+        proc, port = start_when_ready(command, tmp_path / "node.out")
         try:
-            reply = _post_when_up(f"http://127.0.0.1:{port}/mcp", _create_body("one request"))
+            url = f"http://127.0.0.1:{port}/mcp"
+            reply = httpx.post(
+                url,
+                content=_create_body("one request"),
+                headers=_headers(),
+                timeout=REQUEST_TIMEOUT_S,
+            )
             assert reply.status_code == 200, reply.text
             note_id = reply.json()["result"]["structuredContent"]["noteId"]
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=20) == 0
+            assert proc.wait(timeout=START_TIMEOUT_S) == 0
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -31,6 +31,7 @@ from uvicorn.server import ServerState
 from nodes.http import DEFAULT_MAX_HEADER_BYTES, ServerTimeouts
 from nodes.serving.http_server import (
     NEEDED_HOOKS,
+    WORKER_HEALTHCHECK_S,
     BoundedHttpToolsProtocol,
     hooks_missing,
     server_config,
@@ -236,6 +237,15 @@ def test_the_installed_uvicorn_has_every_hook_the_protocol_needs() -> None:
     assert issubclass(BoundedHttpToolsProtocol, HttpToolsProtocol)
     config = server_config(answer, host="127.0.0.1", port=0, timeouts=ServerTimeouts())
     assert config.http is BoundedHttpToolsProtocol
+
+
+def test_the_supervisor_waits_long_for_a_worker_s_health_check() -> None:
+    """uvicorn's supervisor kills a worker that has not answered its health check in 5 s: on a
+    busy host a worker still importing the node took longer, and ``node --workers 2`` killed
+    and restarted its workers until the test waiting for it gave up."""
+    config = server_config(answer, host="127.0.0.1", port=0, timeouts=ServerTimeouts(), workers=2)
+    assert config.timeout_worker_healthcheck == WORKER_HEALTHCHECK_S
+    assert 10 * uvicorn.Config(answer).timeout_worker_healthcheck <= WORKER_HEALTHCHECK_S
 
 
 def test_a_missing_hook_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,13 +11,16 @@ status.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import trio
 
-from cluster.local import InProcessTransport, StoreOptions, open_local_cluster
+from cluster.faults import LostReplies, fault_records_as_rows
+from cluster.local import InProcessTransport, LocalCluster, StoreOptions, open_local_cluster
 from cluster.targets.in_process import (
     SIM_LIST_PAGE_SIZE,
     SIM_REPLAY_GRACE_MS,
@@ -32,6 +35,8 @@ from loadgen.runner import RunSettings, run_load
 from store.api import (
     NoteStoreAPI,
 )
+from store.notes import NoteStore
+from store.redis_errors import ReplyTimeout
 from store.simulation.plants import (
     ArchivesInPlace,
     ClockFast,
@@ -60,9 +65,18 @@ def unknown_creates() -> Wrap:
     return PretendsLostReplies
 
 
-async def run_kind(kind: str, wrap: Wrap | None = None) -> tuple[CheckResult, list[Op]]:
+async def run_kind(
+    kind: str,
+    wrap: Wrap | None = None,
+    *,
+    losing: Callable[[LocalCluster], None] | None = None,
+    observed: bool = False,
+) -> tuple[CheckResult, list[Op]]:
     """``FLOWS`` flows of ``kind`` on two in-process nodes (embedded store, one tenant whose
-    principal is u0a or u0b), checked with the bounds and an empty fault record."""
+    principal is u0a or u0b), checked with the bounds and an empty fault record. ``losing``
+    makes the started nodes' stores lose replies; ``observed``: the nodes report each lost
+    reply (``StoreOptions.on_lost_reply``) and the check reads them as the run's faults."""
+    lost = LostReplies()
     settings = RunSettings(
         flows=FLOWS, duration_s=30, concurrency=2, seed=11, weights={kind: 1.0}, tenants=1
     )
@@ -73,8 +87,10 @@ async def run_kind(kind: str, wrap: Wrap | None = None) -> tuple[CheckResult, li
         2,
         seed=False,
         replay_grace_ms=SIM_REPLAY_GRACE_MS,
-        store_options=StoreOptions(wrap=wrap),
+        store_options=StoreOptions(wrap=wrap, on_lost_reply=lost if observed else None),
     ) as cluster:
+        if losing is not None:
+            losing(cluster)
         offset = await trio.to_thread.run_sync(redis_offset_ms, cluster.redis_url)
         await run_load(
             InProcessTransport(cluster),
@@ -88,8 +104,57 @@ async def run_kind(kind: str, wrap: Wrap | None = None) -> tuple[CheckResult, li
         store = StoreAccess(
             cluster.redis_url, cluster.prefix, ("load0",), SIM_REPLAY_GRACE_MS, limits
         )
-        result = await check_history(history, store, fault_rows=[])
+        faults = fault_records_as_rows(lost.records)
+        result = await check_history(history, store, fault_rows=faults)
     return result, history.ops
+
+
+def lose_every_second_create(cluster: LocalCluster) -> None:
+    """Each node's store runs every second create, then loses its reply and every re-send's
+    (a reply timeout, as a starved machine gives one): the node can only answer "outcome
+    unknown", and the note landed."""
+    for node in cluster.nodes:
+        assert node is not None
+        assert isinstance(node.store, NoteStore)
+        _lose_every_second_create(node.store)
+
+
+def _lose_every_second_create(store: NoteStore) -> None:
+    send, create = store._send, store.create
+    creates = itertools.count()
+    losing = False
+
+    async def lossy(name: str, keys: list[str], args: list[str | int]) -> Any:
+        reply = await send(name, keys, args)
+        if name == "create" and losing:
+            raise ReplyTimeout("no reply in time (planted)")
+        return reply
+
+    async def one_create(*args: Any, **kwargs: Any) -> Any:
+        nonlocal losing
+        losing = next(creates) % 2 == 1
+        try:
+            return await create(*args, **kwargs)
+        finally:
+            losing = False
+
+    store._send = lossy  # type: ignore[method-assign]
+    store.create = one_create  # type: ignore[method-assign]
+
+
+async def test_a_store_reply_the_node_lost_is_an_observed_fault_that_explains_its_unknown() -> None:
+    """A real lost reply (not a plant that says so): with the nodes reporting it, the run is
+    VALID and its unknown creates are explained by "store reply lost" records; the same run
+    without the report is INVALID, so the record is what explains them."""
+    result, ops = await run_kind("plain", losing=lose_every_second_create, observed=True)
+    assert result.status == "valid", [v for v in result.verdicts if v.status != "valid"]
+    unknown = [op for op in ops if op.type == "info" and op.f == "create"]
+    assert unknown, "no create lost its reply"
+    v = verdict_of(result, "unknown_outcomes_explained")
+    assert f"All {len([op for op in ops if op.type == 'info'])} unknown outcomes" in v.summary
+
+    unobserved, _ = await run_kind("plain", losing=lose_every_second_create, observed=False)
+    assert "unknown_outcomes_explained" in invalid(unobserved)
 
 
 def verdict_of(result: CheckResult, name: str) -> Verdict:

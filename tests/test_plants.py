@@ -6,7 +6,9 @@ this process: the checker must call it INVALID naming the plant's invariant, wit
 the flow kinds the plant names; a plant the checker misses fails the suite. Each plant's control
 is the same run without it (with the fault kinds the plant needs), VALID. From the command line,
 every plant exits 1 naming its invariant, ``shrink`` cuts it to at most ``MAX_SHRUNK_FLOWS``
-flows, and the replay command it prints exits 1 again. A node process never imports the plant
+flows, and the replay command it prints exits 1 again. A legacy plant runs with its share of
+legacy flows (``Plant.legacy_share``, which ``simulate --plant`` applies by itself), and once more
+from the command line with ``--legacy-share`` given. A node process never imports the plant
 machinery.
 """
 
@@ -24,7 +26,7 @@ from click.testing import CliRunner, Result
 
 from cluster.cli import main
 from cluster.deterministic.run import DeterministicRun, run_deterministic
-from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE
+from cluster.exit_codes import EXIT_INVALID, EXIT_USAGE, EXIT_VALID
 from cluster.serve import NODE_PROCESS_MODULE
 from cluster.targets.simulate import SimulateOptions
 from loadgen.runner import RunSettings
@@ -36,11 +38,9 @@ FLOWS = 200
 """A few hundred flows: every race kind runs several times, each plant in seconds."""
 CLI_FLOWS = 200
 MAX_SHRUNK_FLOWS = 3
-DETERMINISTIC = sorted(name for name, p in PLANTS.items() if p.legacy_share == 0)
-"""The plants a deterministic run shows: one with a legacy share needs legacy flows, which a
-deterministic run does not take (tests/test_legacy_plants.py runs those in real time)."""
-FAULT_SETS = sorted({tuple(sorted(p.faults)) for p in PLANTS.values()})
-"""The fault kinds of the plants' controls (a plant that needs lost replies has them)."""
+CONTROLS = sorted({(tuple(sorted(p.faults)), p.legacy_share) for p in PLANTS.values()})
+"""The fault kinds and legacy share of the plants' controls (a plant that needs lost replies
+has them; a legacy plant its share of legacy flows)."""
 
 UNREACHED = {
     "no_lost_note": "a note lost from the store by a write: every write script keeps the note "
@@ -56,24 +56,33 @@ UNREACHED = {
 
 
 @cache
-def run(name: str | None, faults: tuple[str, ...] = ()) -> DeterministicRun:
+def run(
+    name: str | None, faults: tuple[str, ...] = (), legacy_share: float = 0.0
+) -> DeterministicRun:
     """One deterministic run with plant ``name`` (None: none), memoised per session."""
-    settings = RunSettings(flows=FLOWS, seed=SEED, tenants=tenants_for(FLOWS))
+    settings = RunSettings(
+        flows=FLOWS, seed=SEED, tenants=tenants_for(FLOWS), legacy_share=legacy_share
+    )
     options = SimulateOptions(plant=name, faults=frozenset(faults), settings=settings)  # type: ignore[arg-type]
     return run_deterministic(options)
 
 
-@pytest.mark.parametrize("faults", FAULT_SETS, ids=lambda f: ",".join(f) or "no-faults")
-def test_without_a_plant_the_runs_are_valid(faults: tuple[str, ...]) -> None:
-    sim = run(None, faults)
+def _control_id(control: tuple[tuple[str, ...], float]) -> str:
+    faults, share = control
+    return (",".join(faults) or "no-faults") + (f"-legacy-{share:g}" if share else "")
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=_control_id)
+def test_without_a_plant_the_runs_are_valid(control: tuple[tuple[str, ...], float]) -> None:
+    sim = run(None, *control)
     assert sim.result.status == "valid", [v for v in sim.result.verdicts if v.status != "valid"]
 
 
 @pytest.mark.planted(control="test_without_a_plant_the_runs_are_valid")
-@pytest.mark.parametrize("name", DETERMINISTIC)
+@pytest.mark.parametrize("name", sorted(PLANTS))
 def test_every_plant_is_caught_naming_its_invariant(name: str) -> None:
     p = plant(name)
-    sim = run(name, tuple(sorted(p.faults)))
+    sim = run(name, tuple(sorted(p.faults)), p.legacy_share)
     v = next(v for v in sim.result.verdicts if v.name == p.invariant)
     assert sim.result.status == "invalid"
     assert v.status == "invalid", f"plant {name} missed: {v.summary}"
@@ -110,6 +119,11 @@ def test_the_plants_cover_the_store_facing_flow_kinds() -> None:
         "setup",
         "write_retry",
         "replay_after_expiry",
+        "roots_ungranted",
+        "quota_boundary",
+        "legacy_decline",
+        "legacy_plain",
+        "legacy_foreign_session",
     } <= kinds
 
 
@@ -144,14 +158,41 @@ def _cli(*args: str) -> Result:
 
 
 @pytest.mark.planted(control="test_without_a_plant_the_runs_are_valid")
-@pytest.mark.parametrize("name", DETERMINISTIC)
+@pytest.mark.parametrize("name", sorted(PLANTS))
 def test_a_plant_from_the_command_line_shrinks_and_replays_invalid(
     name: str, tmp_path: Path
 ) -> None:
+    _shrinks_and_replays_invalid(name, tmp_path)
+
+
+LEGACY_PLANTS = sorted(n for n, p in PLANTS.items() if p.legacy_share > 0)
+
+
+def test_a_legacy_control_from_the_command_line_is_valid(tmp_path: Path) -> None:
+    share = plant(LEGACY_PLANTS[0]).legacy_share
+    result = _cli(
+        "simulate", "--deterministic", "--seed", "1", "--legacy-share", str(share),
+        "--flows", str(CLI_FLOWS), "--out", str(tmp_path / "control"),
+    )  # fmt: skip
+    assert result.exit_code == EXIT_VALID, result.output
+
+
+@pytest.mark.planted(control="test_a_legacy_control_from_the_command_line_is_valid")
+@pytest.mark.parametrize("name", LEGACY_PLANTS)
+def test_a_legacy_plant_with_its_share_given_shrinks_and_replays_invalid(
+    name: str, tmp_path: Path
+) -> None:
+    share = plant(name).legacy_share
+    _shrinks_and_replays_invalid(name, tmp_path, "--legacy-share", str(share))
+    kept = json.loads((tmp_path / "run" / "shrunk" / "deterministic.json").read_text())
+    assert kept["legacy_share"] == share
+
+
+def _shrinks_and_replays_invalid(name: str, tmp_path: Path, *extra: str) -> None:
     out = tmp_path / "run"
     first = _cli(
         "simulate", "--deterministic", "--plant", name, "--flows", str(CLI_FLOWS),
-        "--out", str(out),
+        "--out", str(out), *extra,
     )  # fmt: skip
     assert first.exit_code == EXIT_INVALID, first.output
     invariant = plant(name).invariant

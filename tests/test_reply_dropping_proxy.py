@@ -19,6 +19,7 @@ from cluster.reply_dropping_proxy import (
     frame_end,
     open_reply_dropping_proxy,
 )
+from tests.test_resp_client import STALL_TIMEOUT_S
 
 FRAMES: list[bytes] = [
     b"+OK\r\n",
@@ -70,7 +71,7 @@ async def test_the_picked_reply_is_lost_and_every_other_reply_reaches_its_comman
             proxy.url(0),
             decode_responses=True,
             retry_policy=coredis.retry.NoRetryPolicy(),
-            stream_timeout=0.5,
+            stream_timeout=STALL_TIMEOUT_S,
         )
         async with client:
             key = "proxy-test-" + str(proxy.port)

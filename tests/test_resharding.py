@@ -17,18 +17,29 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import trio
+from redis.crc import key_slot
 
+import cluster.faults
 from cluster.redis_cluster import RedisClusterInfo, local_redis_cluster, redis_server_available
-from cluster.reshard import begin_move, finish_move, masters, owner, tenant_slot
+from cluster.reshard import (
+    begin_move,
+    finish_move,
+    masters,
+    owner,
+    reshard_tenant,
+    tenant_slot,
+)
 from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.run.folder import FAULTS_FILE
 from loadgen.runner import RunSettings
+from loadgen.tenants import tenants as tenant_names
 from nodes.auth import TokenTable
 from nodes.health import Readiness, with_health
 from nodes.http import make_app
@@ -221,11 +232,20 @@ async def test_a_plant_that_answers_tryagain_as_success_is_caught(
     redis_cluster: RedisClusterInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     faked: list[str] = []
+    # The order is forced: the tenant's creates wait until its slot is migrating, and each
+    # move holds the slot migrating until a create has been refused. A timed window can pass
+    # while every flow re-sends a delete or a move and none sends a create.
+    (tenant,) = tenant_names(RESHARD_SETTINGS.tenants)
+    slot = tenant_slot(tenant)
+    migrating = trio.Event()
+    refused_create = trio.Event()
     send = NoteStore._send
 
     async def tryagain_is_success(
         self: NoteStore, name: str, keys: list[str], args: list[str | int]
     ) -> list[Any]:
+        if name == "create" and key_slot(keys[0].encode()) == slot:
+            await migrating.wait()
         try:
             return await send(self, name, keys, args)
         except ReplyError as exc:
@@ -233,10 +253,17 @@ async def test_a_plant_that_answers_tryagain_as_success_is_caught(
                 raise
             # The plant: a refused create answered as made (what create.lua would say).
             faked.append(str(args[0]))
+            refused_create.set()
             now = int(time.time() * 1000)
             return ["created", args[0], args[1], args[3], 1, now, now, now, "0"]
 
+    async def until_a_create_is_refused() -> None:
+        migrating.set()
+        await refused_create.wait()
+
     monkeypatch.setattr(NoteStore, "_send", tryagain_is_success)
+    held = partial(reshard_tenant, hold_until=until_a_create_is_refused)
+    monkeypatch.setattr(cluster.faults, "reshard_tenant", held)
     options = SimulateOptions(
         redis_url=redis_cluster.url,
         run_dir=tmp_path,

@@ -19,7 +19,7 @@ from store.client_factory import open_note_client
 from store.notes import NoteStore
 from store.redis_errors import UnknownOutcome
 from store.resp_cluster import RespCluster, key_slot
-from tests.test_resp_client import BACKENDS, COUNT_SCRIPT, run
+from tests.test_resp_client import BACKENDS, COUNT_SCRIPT, STALL_TIMEOUT_S, run
 
 WS = "file:///load/t0/inbox"
 
@@ -161,7 +161,7 @@ def test_a_stalled_master_is_an_unknown_outcome_and_the_next_call_gets_its_own_r
     owner = redis.Redis(port=_owner(rc, key_slot(key)))
 
     async def main() -> None:
-        async with RespCluster.from_url(rc.url, timeout_s=0.2) as client:
+        async with RespCluster.from_url(rc.url, timeout_s=STALL_TIMEOUT_S) as client:
             script = client.register_script(COUNT_SCRIPT)
             assert await script(keys=[key], args=["warm"]) == ["warm", "1"]
             owner.execute_command("CLIENT", "PAUSE", "30000", "WRITE")

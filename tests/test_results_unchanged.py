@@ -17,9 +17,14 @@ joined (the store facts keep operation records and usage counters), the count
 model_maker_told_replay went (the model no longer tolerates a deciding answer told "replay"), and
 the exercised summary says when a 200-flow run lowers the rule of 3 runs per kind; then the
 expectation was written again from a run of this code, when the race kinds replay_after_expiry,
-shared_key and concurrent_updates joined (every count, kind and model row moved with them); the
-verdicts legacy_keys_expire, legacy_answers_act_once, legacy_answers_heard and
-legacy_sessions_bound joined (the store facts keep the legacy session keyspace).
+shared_key and concurrent_updates joined (every count, kind and model row moved with them); and
+again when the race kinds roots_ungranted, quota_boundary and full_pick, the verdicts
+roots_respected and quotas_held, the counts of bounds reached (``bound_*``, compared by type with
+the ``bounds`` section: how often a run meets a bound varies with who wins its races) and the
+small-quota tenants joined, the search flow drew its roots and picks, and half the setup flows
+completed the page; and again when the verdicts legacy_keys_expire, legacy_answers_act_once,
+legacy_answers_heard and legacy_sessions_bound joined (the store facts keep the legacy session
+keyspace).
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ TIMINGS = {
 }
 """Leaves compared by type: timings and instants."""
 
-TIMING_SUBTREES = ("/flows_per_s_by_tenth/", "/latency_ms/", "/check/")
-"""Subtrees whose leaves are timings (or the check's cost), compared by type."""
+TIMING_SUBTREES = ("/flows_per_s_by_tenth/", "/latency_ms/", "/check/", "/bounds/")
+"""Subtrees whose leaves are timings (or the check's cost, or how often the run met each bound:
+who wins a race decides how many pages come out full), compared by type."""
 
 VARYING_COUNTS = {"ops", "replays", "model_ambiguous", "model_anchors"} | {
     "confirms",
@@ -105,6 +111,8 @@ def differences(got: Any, want: Any, path: str = "") -> list[str]:
         # A run too short to cut into tenths (a fast machine) says so: ``whole_run``.
         got = {k: v for k, v in got.items() if k != "whole_run"}
     if path.startswith("/counts/") and path.removeprefix("/counts/") in VARYING_COUNTS:
+        return _same_type(path, got, want)
+    if path.startswith("/counts/bound_"):
         return _same_type(path, got, want)
     if path == "/counts" and isinstance(got, dict) and isinstance(want, dict):
         total_got = sum(got.get(k, 0) for k in SPLIT_BY_LOAD)

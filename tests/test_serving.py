@@ -397,17 +397,18 @@ def test_the_production_entry_serves_with_two_workers_and_stops_cleanly_on_sigte
 ) -> None:
     # ``node`` keeps the store's fixed prefix ``nc``: a server of this test's own.
     with own_redis(tmp_path) as server:
-        port = free_port()
         exe = Path(sys.executable).with_name("notes-cluster")
-        args = ["node", "--config", str(_write_config(tmp_path)), "--port", str(port)]
-        args += ["--workers", "2", "--redis", server.url, "--log-level", "WARNING"]
-        proc = subprocess.Popen([str(exe), *args])
+        command = [str(exe), "node", "--config", str(_write_config(tmp_path)), "--workers", "2"]
+        command += ["--redis", server.url, "--log-level", "WARNING"]
+        proc, port = start_when_ready(command, tmp_path / "node.out")
         try:
-            reply = _post_when_up(f"http://127.0.0.1:{port}/mcp", _create_body("from production"))
+            url = f"http://127.0.0.1:{port}/mcp"
+            body = _create_body("from production")
+            reply = httpx.post(url, content=body, headers=_headers(), timeout=REQUEST_TIMEOUT_S)
             assert reply.status_code == 200
             note_id = reply.json()["result"]["structuredContent"]["noteId"]
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=20) == 0
+            assert proc.wait(timeout=START_TIMEOUT_S) == 0
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -415,15 +416,55 @@ def test_the_production_entry_serves_with_two_workers_and_stops_cleanly_on_sigte
         assert _note_exists(server.url, "nc", note_id)
 
 
-def _post_when_up(url: str, body: bytes) -> httpx.Response:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
+PORT_TAKEN = "address already in use"
+"""What a node says when its port was taken between ``free_port`` releasing it and the node
+binding it (another job's connection can take it meanwhile): it is started again on another."""
+
+
+def start_when_ready(command: list[str], out: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``command --port P`` (a ``node``) on a free port, its output to ``out``, and
+    return the process and P once its ``/readyz`` answers 200 (a worker serves and the store
+    is ready). A node that exits first fails the test at once with its output;
+    ``START_TIMEOUT_S`` only guards against a hang."""
+    for _ in range(3):
+        port = free_port()
+        with out.open("wb") as sink:
+            proc = subprocess.Popen(
+                [*command, "--port", str(port)], stdout=sink, stderr=subprocess.STDOUT
+            )
         try:
-            return httpx.post(url, content=body, headers=_headers(), timeout=REQUEST_TIMEOUT_S)
-        except httpx.ConnectError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            if _ready(proc, port, out):
+                return proc, port
+        except BaseException:
+            proc.kill()
+            proc.wait(timeout=10)
+            raise
+        output = out.read_text(errors="replace")
+        if PORT_TAKEN not in output.lower():
+            raise AssertionError(
+                f"the node exited {proc.returncode} before it was ready:\n{output}"
+            )
+    raise AssertionError(f"three free ports were taken before the node bound them:\n{output}")
+
+
+def _ready(proc: subprocess.Popen[bytes], port: int, out: Path) -> bool:
+    """Poll ``/readyz`` until it answers 200 (True) or the process exits (False)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while proc.poll() is None:
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=REQUEST_TIMEOUT_S)
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+            pass  # not listening yet, or a worker not serving yet
+        except httpx.TimeoutException:
+            pass  # listening (the supervisor's socket), no worker has accepted yet
+        else:
+            if answer.status_code == 200:
+                return True
+        if time.monotonic() > deadline:
+            output = out.read_text(errors="replace")
+            raise AssertionError(f"the node was not ready in {START_TIMEOUT_S} s:\n{output}")
+        time.sleep(0.1)
+    return False
 
 
 async def test_the_sdk_in_legacy_mode_deletes_across_node_processes(

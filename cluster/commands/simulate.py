@@ -125,7 +125,8 @@ class _SimulateCommand(click.Command):
     show_default=True,
     type=click.FloatRange(0.0, 1.0),
     help="Share of the flows run by legacy 2025-11-25 clients, over HTTP nodes on loopback "
-    "that share the store (sessions, SSE elicitation, answers POSTed to other nodes).",
+    "that share the store (sessions, SSE elicitation, answers POSTed to other nodes); with "
+    "--deterministic, the same nodes' apps reached with no socket.",
 )
 @click.option(
     "--workers",

@@ -99,16 +99,16 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
     else:
         seed = params["seed"]
         planted_faults: frozenset[Any] = frozenset()
-        legacy_share = params["legacy_share"]
         if plant_name is not None:
             from store.simulation.plants import plant
 
             try:
-                needs = ",".join(sorted(plant(plant_name).faults))
+                planted = plant(plant_name)
             except ValueError as exc:
                 raise click.UsageError(f"--plant: {exc}") from None
-            # A legacy plant shows only in legacy flows: its run takes its share of them.
-            legacy_share = max(legacy_share, plant(plant_name).legacy_share)
+            needs = ",".join(sorted(planted.faults))
+            if not params["legacy_share"]:
+                params = {**params, "legacy_share": planted.legacy_share}
             planted_faults = parse_fault_kinds(needs, embedded=True) if needs else frozenset()
             seed = PLANT_SEED if seed is None else seed
         if seed is None:
@@ -124,7 +124,7 @@ def simulate_deterministic_cmd(params: dict[str, Any]) -> None:
                 concurrency=params["concurrency"],
                 rate=params["rate"],
                 seed=seed,
-                legacy_share=legacy_share,
+                legacy_share=params["legacy_share"],
                 tenants=tenants_for(flows),
             ),
             faults=parse_fault_kinds(params["fault_kinds"], embedded=True) | planted_faults,

@@ -18,15 +18,17 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from cluster.deterministic.clocks import NodeClocks, open_skewed_cluster
+from cluster.deterministic.legacy import open_memory_legacy_nodes
 from cluster.deterministic.world import deterministic_world, mock_clock
 from cluster.faults import open_injector
 from cluster.local import InProcessTransport
@@ -53,7 +55,10 @@ from loadgen.run.target import StoreAccess
 from loadgen.runner import FlowSample, RunSettings
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
+from nodes.config import NodeConfig
+from nodes.serving.load_fixture import load_tokens
 from store.api import NoteStoreAPI
+from store.sessions import SessionStore
 from store.simulation.buggify import Buggify, buggify_on
 from store.simulation.lean_server import LeanServer
 from store.simulation.memory_transport import MemoryServer, serve_memory_store
@@ -85,11 +90,17 @@ held to). Both give a seed the same history bytes (``tests/test_lean_store.py``)
 DEFAULT_STORE = "lean"
 
 
-def store_server(store: str | Any) -> Any:
+def store_server(store: str | Any, legacy: bool = False) -> Any:
     """The server a run uses: a new one of the kind ``store`` names, or ``store`` itself (a
-    test's server, recording its commands)."""
+    test's server, recording its commands). ``legacy``: the run has a legacy share, whose
+    blocking inbox reads only the lean store serves on the virtual clock."""
     if not isinstance(store, str):
         return store
+    if legacy and store != "lean":
+        raise DeterministicUsageError(
+            f"--store {store}: a legacy share's blocking inbox reads (XREAD BLOCK) run on the "
+            "lean store only (fakeredis blocks on the wall clock)"
+        )
     if store == "lean":
         return LeanServer()
     if store == "fakeredis":
@@ -126,6 +137,35 @@ def planted_wrap(name: str | None) -> Callable[[NoteStoreAPI], NoteStoreAPI] | N
     return plant(name).wrap
 
 
+@contextmanager
+def planted_node(name: str | None) -> Iterator[None]:
+    """Plant defect ``name``'s node code for the block, when it has any
+    (``cluster.deterministic.node_plants``); nothing otherwise."""
+    node = "" if name is None else _plant_node(name)
+    if not node:
+        yield
+        return
+    module, _, attr = node.partition(":")
+    with getattr(import_module(module), attr)():
+        yield
+
+
+def _plant_node(name: str) -> str:
+    from store.simulation.plants import plant
+
+    return plant(name).node
+
+
+def planted_sessions(name: str | None) -> Callable[[SessionStore], SessionStore] | None:
+    """The wrap that plants defect ``name`` in a legacy node's session store (None: no plant,
+    or a plant of the note store only)."""
+    if name is None:
+        return None
+    from store.simulation.plants import plant
+
+    return plant(name).wrap_sessions
+
+
 class DeterministicUsageError(ValueError):
     """A combination ``--deterministic`` cannot make deterministic (the CLI exits 2)."""
 
@@ -140,10 +180,6 @@ def refuse_nondeterministic(options: SimulateOptions) -> None:
     if options.workers > 1:
         raise DeterministicUsageError(
             "--deterministic runs in one process: --workers is not supported with it"
-        )
-    if options.settings.legacy_share > 0:
-        raise DeterministicUsageError(
-            "--deterministic has no sockets: --legacy-share needs HTTP nodes on loopback"
         )
     if "redis" in options.faults:
         raise DeterministicUsageError(
@@ -193,6 +229,7 @@ def settings_json(
         "nodes": options.nodes,
         "state_ttl_s": options.state_ttl_s,
         "faults": sorted(options.faults),
+        "legacy_share": s.legacy_share,
         "injected": None if options.injected is None else sorted(options.injected),
         "fault_seed": options.fault_seed,
         "replay_grace_ms": SIM_REPLAY_GRACE_MS,
@@ -225,6 +262,21 @@ async def open_deterministic_target(
     store seam drawn from the seed, the store read inline; ``transport_hook`` wraps the
     transport (tests plant nondeterminism with it)."""
     config = simulation_config(spec.state_ttl_s, plan.tenants)  # key ring: seeded bytes
+    with planted_node(plant):
+        async with _open_target(spec, plan, url, clocks, transport_hook, plant, config) as target:
+            yield target
+
+
+@asynccontextmanager
+async def _open_target(
+    spec: NodesSpec,
+    plan: RunSettings,
+    url: str,
+    clocks: NodeClocks | None,
+    transport_hook: Callable[[Transport], Transport] | None,
+    plant: str | None,
+    config: NodeConfig,
+) -> AsyncIterator[InProcessTarget]:
     seed = plan.seed if spec.fault_seed is None else spec.fault_seed
     kinds = spec.injected_kinds()
     seam = StoreFaults(seed, stream_timeout(spec)) if kinds & STORE_SEAM_KINDS else None
@@ -264,7 +316,23 @@ async def open_deterministic_target(
             limits=sim_limits(spec.state_ttl_s),
             inline=True,
         )
-        yield InProcessTarget(spec, cluster, transport, None, store, False, seed, injector)
+        async with AsyncExitStack() as stack:
+            legacy = None
+            if plan.legacy_share > 0:
+                legacy = await stack.enter_async_context(
+                    open_memory_legacy_nodes(
+                        config,
+                        url,
+                        prefix=PREFIX,
+                        nodes=spec.nodes,
+                        tokens=load_tokens(plan.tenants),
+                        replay_grace_ms=SIM_REPLAY_GRACE_MS,
+                        clocks=clocks,
+                        store_wrap=_planted[-1] if _planted else planted_wrap(plant),
+                        sessions_wrap=planted_sessions(plant),
+                    )
+                )
+            yield InProcessTarget(spec, cluster, transport, legacy, store, False, seed, injector)
 
 
 async def simulate_deterministic(
@@ -297,7 +365,8 @@ async def simulate_deterministic(
             encoding="utf-8",
         )
     plan = Plan(options.settings, options.exercise, keep_history=options.keep_history)
-    with serve_memory_store(server=store_server(store)) as url:
+    server = store_server(store, legacy=options.settings.legacy_share > 0)
+    with serve_memory_store(server=server) as url:
         async with open_deterministic_target(
             options.nodes_spec(), options.settings, url, clocks, transport_hook, options.plant
         ) as target:
@@ -401,6 +470,7 @@ def options_from_json(saved: dict[str, Any], run_dir: Path | None) -> SimulateOp
             tenants=int(s["tenants"]),
             tag=str(s["tag"]),
             only_flows=None if s.get("only_flows") is None else tuple(map(int, s["only_flows"])),
+            legacy_share=float(saved.get("legacy_share", 0.0)),
         ),
     )
 

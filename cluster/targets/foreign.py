@@ -35,10 +35,18 @@ from loadgen.transport import HttpTransport
 from loadgen.workload import RACE_KINDS
 
 NEEDS_MORE_TOOLS = frozenset(
-    {"race_move", "edit_between", "concurrent_updates", "shared_key", "replay_after_expiry"}
+    {
+        "race_move",
+        "edit_between",
+        "concurrent_updates",
+        "shared_key",
+        "replay_after_expiry",
+        "quota_boundary",
+    }
 )
 """Race kinds that need more than the contract a foreign server is asked to serve: more tools,
-or our nodes' extensions (an idempotency key, a replay grace past the expiry)."""
+or our nodes' extensions (an idempotency key, a replay grace past the expiry, tenants with
+small quotas)."""
 
 FOREIGN_KINDS: tuple[str, ...] = tuple(k for k in RACE_KINDS if k not in NEEDS_MORE_TOOLS)
 HTTP_POOL = 64

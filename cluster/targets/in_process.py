@@ -16,7 +16,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,6 +31,7 @@ from cluster.faults import (
     FaultKind,
     FaultRecord,
     FaultUsageError,
+    LostReplies,
     fault_records_as_rows,
     open_injector,
 )
@@ -50,12 +51,24 @@ from loadgen.run.target import StoreAccess
 from loadgen.runner import RunSettings
 from loadgen.tenants import tenants as tenant_names
 from loadgen.transport import Transport
-from nodes.config import DEFAULT_IDEMPOTENCY_WINDOW_MS, LegacyCaps, NodeConfig
+from nodes.config import (
+    DEFAULT_IDEMPOTENCY_WINDOW_MS,
+    DEFAULT_MAX_BYTES_PER_PRINCIPAL,
+    DEFAULT_MAX_NOTES_PER_PRINCIPAL,
+    DEFAULT_MAX_WRITES_PER_PRINCIPAL,
+    LegacyCaps,
+    NodeConfig,
+)
 from nodes.legacy import LegacyLimits
 from nodes.scope import Scope
 from nodes.sealing import KeyRing
 from nodes.serving.demo import DEMO_ARCHIVES, DEMO_GRANTS, DEMO_SERVER_NAME, DEMO_WORKSPACES
-from nodes.serving.load_fixture import load_archives, load_tokens, with_load_scope
+from nodes.serving.load_fixture import (
+    load_archives,
+    load_quotas,
+    load_tokens,
+    with_load_scope,
+)
 from store.client_factory import is_cluster, sync_client
 from store.journal import keys_per_master, scan_keys
 from store.notes import NoteStore
@@ -111,7 +124,8 @@ class NodesSpec:
 
 
 def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
-    """The demo scope plus the load tenants, a fresh key ring, and the run's state expiry."""
+    """The demo scope plus the load tenants and the small-quota tenants (with their quotas), a
+    fresh key ring, and the run's state expiry."""
     scope = with_load_scope(Scope.build(DEMO_WORKSPACES, DEMO_GRANTS), tenants)
     return NodeConfig(
         server_name=DEMO_SERVER_NAME,
@@ -121,6 +135,7 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
         archives={**DEMO_ARCHIVES, **load_archives(tenants)},
         list_page_size=SIM_LIST_PAGE_SIZE,
         public_url=SIM_PUBLIC_URL,
+        tenant_quotas=load_quotas(),
     )
 
 
@@ -134,6 +149,14 @@ def sim_limits(state_ttl_s: float) -> Limits:
         legacy_session_ttl_ms=SESSION_IDLE_TTL_MS,
         legacy_marker_ttl_ms=state_ttl_ms + LegacyLimits().request_grace_ms,
         sessions_per_principal=LegacyCaps().sessions_per_principal,
+        quotas={
+            name: {
+                "notes": q.notes or DEFAULT_MAX_NOTES_PER_PRINCIPAL,
+                "bytes": q.bytes or DEFAULT_MAX_BYTES_PER_PRINCIPAL,
+                "writes": q.writes or DEFAULT_MAX_WRITES_PER_PRINCIPAL,
+            }
+            for name, q in load_quotas().items()
+        },
     )
 
 
@@ -282,7 +305,8 @@ class InProcessTarget:
     clustered: bool
     fault_seed: int
     injector: FaultInjector | None = None
-    records: list[FaultRecord] = field(default_factory=list)
+    lost_replies: LostReplies = field(default_factory=LostReplies)
+    """Store replies the nodes lost without an injected fault (a starved machine's timeouts)."""
 
     @property
     def key_ring(self) -> KeyRing:
@@ -300,7 +324,8 @@ class InProcessTarget:
             await self.injector.run()
 
     def _records(self) -> list[FaultRecord]:
-        return [] if self.injector is None else list(self.injector.records)
+        injected = [] if self.injector is None else list(self.injector.records)
+        return injected + self.lost_replies.records
 
     def fault_rows(self) -> list[dict[str, Any]] | None:
         return fault_records_as_rows(self._records())
@@ -339,6 +364,11 @@ async def open_in_process_target(
     seed = (run.seed if spec.fault_seed is None else spec.fault_seed) + process
     injected = spec.injected_kinds()
     kinds = injected if process == 0 else injected - {"redis", "stall"}
+    # A run without faults of its own records the store replies its nodes lose anyway (a
+    # starved machine's timeouts): nothing else could explain the honest "outcome unknown"
+    # they lead to. A fault run's windows explain its losses, and stay the faults it injected.
+    lost_replies = LostReplies()
+    observe = None if (spec.faults or spec.custom_faults) else lost_replies
     try:
         async with (
             store_nemeses(spec, kinds, seed) as nemeses,
@@ -349,7 +379,7 @@ async def open_in_process_target(
                 prefix=prefix,
                 seed=process == 0,
                 replay_grace_ms=SIM_REPLAY_GRACE_MS,
-                store_options=store_options(spec, prefix, nemeses),
+                store_options=replace(store_options(spec, prefix, nemeses), on_lost_reply=observe),
             ) as cluster,
         ):
             await scripts_loaded(cluster)
@@ -388,6 +418,7 @@ async def open_in_process_target(
                     clustered,
                     seed - process,
                     injector,
+                    lost_replies,
                 )
     finally:
         if owns_keys:  # also when failed or interrupted: leave nothing behind

@@ -249,7 +249,7 @@ def events_of(
     notes: set[tuple[str, str]],
     shown: Mapping[str, LearnedState],
     journal: JournalIndex,
-    causes: Mapping[str, Call],
+    causes: Mapping[tuple[str, str], Call],
     grace_ms: int,
 ) -> list[Event]:
     """The group's changes in order: its journal entries, expiries and replay-entry expiries.
@@ -261,9 +261,8 @@ def events_of(
     timed: list[tuple[tuple[int, int, int], Event]] = []
     for i in where:
         e = journal.entries[i]
-        timed.append(
-            ((e.at_ms, 1, i), Event("journal", e.nonce, e, e.at_ms, e.at_ms, causes.get(e.id)))
-        )
+        cause = causes.get((e.tenant, e.id))
+        timed.append(((e.at_ms, 1, i), Event("journal", e.nonce, e, e.at_ms, e.at_ms, cause)))
     for k in nonces:
         exp = shown[k].exp_ms
         if exp is None:

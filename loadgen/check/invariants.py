@@ -34,9 +34,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from loadgen.check import bounds_reached, quotas, reads, roots, writes
 from loadgen.check import legacy as legacy_check
 from loadgen.check import limits as bounds
-from loadgen.check import reads, writes
 from loadgen.check import records as records_check
 from loadgen.check.context import (
     INVALID_PARAMS,
@@ -457,6 +457,15 @@ def check(
     verdicts say they were not checked)."""
     ctx = build_context(history, journal, final_notes, replay_left, redis_end_ms, grace_ms)
     counts = _counts(ctx)
+    seen: dict[str, int] = {}
+    quotas_held = quotas.judge_quotas(
+        ctx,
+        None if limits is None else limits.quotas,
+        seen,
+        0 if limits is None else limits.idempotency_window_ms,
+    )
+    counts |= quotas.reached_counts(seen)
+    counts |= bounds_reached.reached(ctx, limits, counts, _invalid_state_error)
     verdicts = (
         check_no_double_delete(ctx),
         check_no_double_execution(ctx),
@@ -473,6 +482,8 @@ def check(
         writes.check_moves(ctx),
         reads.check_reads(ctx, faults),
         reads.check_setup(ctx),
+        roots.check_roots(ctx),
+        quotas_held,
         bounds.check_bounds(ctx, limits),
         bounds.check_unknown_outcomes(ctx, faults),
         records_check.check_op_records(

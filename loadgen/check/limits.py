@@ -14,16 +14,18 @@ Layer: loadgen.check. Pure module: no I/O, no node code. Two verdicts for
   the workload's own deliberate losses and cut-short requests, the client's timeout, a legacy
   answer POST taken on 202, or a fault window of the run (``FaultWindow``: any kind, from its
   start until ``AFTERMATH_MS`` after its end, ``PAUSE_AFTERMATH_MS`` for pauses; a failover
-  until the run ends) that the request
-  overlapped. Elsewhere it is a
-  finding: a node that cannot tell what happened where nothing went wrong.
+  until the run ends) that the request overlapped. The windows of a run on in-process
+  nodes that injects no faults are the store replies a node really lost
+  (``cluster.faults.LostReplies``: observed where the store declared the loss, not
+  injected). Elsewhere it is a finding: a node that cannot tell what happened where nothing
+  went wrong.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loadgen.check.context import Call
@@ -75,10 +77,13 @@ class Limits:
     late answers (0: not recorded)."""
     sessions_per_principal: int = 0
     """Legacy sessions a principal may hold (0: not recorded)."""
+    quotas: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Tenant -> its per-principal quotas held to the run (``notes``, ``bytes``, ``writes``;
+    ``loadgen.check.quotas``): the small-quota tenants of a simulation (empty: none recorded)."""
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, Any]:
         """As written into the run folder's ``store/meta.json``."""
-        return {
+        out: dict[str, Any] = {
             "list_page_size": self.list_page_size,
             "state_ttl_ms": self.state_ttl_ms,
             "max_offered": self.max_offered,
@@ -87,6 +92,9 @@ class Limits:
             "legacy_marker_ttl_ms": self.legacy_marker_ttl_ms,
             "sessions_per_principal": self.sessions_per_principal,
         }
+        if self.quotas:
+            out["quotas"] = {t: dict(q) for t, q in sorted(self.quotas.items())}
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Limits:
@@ -99,6 +107,10 @@ class Limits:
             int(d.get("legacy_session_ttl_ms", 0)),
             int(d.get("legacy_marker_ttl_ms", 0)),
             int(d.get("sessions_per_principal", 0)),
+            {
+                str(t): {str(k): int(v) for k, v in q.items()}
+                for t, q in (d.get("quotas") or {}).items()
+            },
         )
 
 

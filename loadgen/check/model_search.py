@@ -441,7 +441,7 @@ def check_answers(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> 
     (``loadgen.check.timeline.forgettable_creates``)."""
     report = ModelReport()
     causes = anchors(ctx.calls, ctx.journal)
-    by_id = {e.id: e for e in ctx.journal}
+    by_id = {(e.tenant, e.id): e for e in ctx.journal}
     clock = Clock.build((c, by_id[eid]) for eid, c in causes.items())
     ops = _ops(ctx, clock, Titles.build(ctx.journal), report, faults)
     by_nonce: dict[str, list[Answered]] = defaultdict(list)

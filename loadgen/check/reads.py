@@ -20,10 +20,13 @@ Layer: loadgen.check. Pure module: no I/O, no node code. Two verdicts for
   principal, workspace or title, a changed byte, a ``requestState`` as the cursor) must be an
   ``isError`` result.
 - ``setup_answers``. Round 1 of ``notes_setup`` and a retry without an answer or with an accept
-  (the page is never completed in a run) offer the link again (``input_required``), a decline or
+  offer the link again (``input_required``) until the flow's principal completed the setup page
+  (a ``setup_page`` op answered 200), and say ``configured: true`` after it; a decline or
   cancel answers ``configured: false``; past the state's expiry the fixed refusal is legal too;
   a setup state presented to another tool, or another tool's state to ``notes_setup``, gets the
-  fixed refusal; nothing ever says ``configured: true``.
+  fixed refusal; nothing says ``configured: true`` for a link no completion may have reached.
+  The page itself answers a first completion of an unexpired link with 200 (410 past its
+  expiry, 503 when the store failed).
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ if TYPE_CHECKING:
     from store.journal import JournalEntry
 
 READS = ("list", "search")
+PAGE_DONE = 200
+"""The setup page's answer to a completion (``nodes.setup_page``); 409 once used, 410 past
+the link's expiry, 503 when the store did not answer."""
+PAGE_EXPIRED = 410
+PAGE_UNAVAILABLE = 503
 REFUSAL_STATUS = 400
 EXPIRY_SLACK_MS = 500
 """How close to a state's expiry (by the load generator's Redis-clock estimate) an answer may
@@ -211,24 +219,56 @@ def _late(c: Call, exp: int | None) -> bool:
     return sent + (c.done.time_ms - c.invoke.time_ms) + EXPIRY_SLACK_MS >= exp
 
 
+def _pages_opened(ctx: Context) -> dict[tuple[int, int], list[Call]]:
+    """(process, flow) -> its ``setup_page`` completions, in history order."""
+    out: dict[tuple[int, int], list[Call]] = defaultdict(list)
+    for c in ctx.calls:
+        if c.invoke.f == "setup_page":
+            out[(c.invoke.process, c.invoke.flow)].append(c)
+    return out
+
+
+def _completed(c: Call) -> bool:
+    return c.outcome == "ok" and c.result.get("status") == PAGE_DONE
+
+
 def check_setup(ctx: Context) -> Verdict:
     """``setup_answers``; see the module."""
     exps = _states(ctx)
+    opened = _pages_opened(ctx)
     bad: list[Finding] = []
     seen = 0
     for c in ctx.calls:
+        if c.invoke.f == "setup_page":
+            seen += 1
+            want = _page_want(c, opened, exps)
+            if want:
+                got = c.result.get("status", c.result.get("reason"))
+                text = f"setup page at {c.invoke.index} answered {got}; expected {want}"
+                bad.append(Finding(text, c.indices))
+            continue
         if c.invoke.f != "setup" or c.outcome == "info":
             continue
         seen += 1
         r, action = c.result, c.v.get("action")
         refused = c.outcome == "fail" and _refusal(r)
         late = refused and _late(c, exps.get((c.invoke.process, c.invoke.flow)))
-        if r.get("configured") is True:
+        pages = opened.get((c.invoke.process, c.invoke.flow), [])
+        end = c.done.index if c.done is not None else c.invoke.index
+        # Completed for sure before this was sent; or perhaps (a page sent before it ended).
+        done = any(
+            _completed(p) and p.done is not None and p.done.index < c.invoke.index for p in pages
+        )
+        maybe = any(p.invoke.index < end and (_completed(p) or p.outcome == "info") for p in pages)
+        if r.get("configured") is True and ("misuse" in c.v or not maybe):
             want = "nothing configured (no setup page was completed)"
         elif "misuse" in c.v:
             want = "" if refused else "the fixed refusal"
+        elif action in ("round1", "silence", "accept") and done:
+            want = "" if r.get("configured") is True or late else "configured: true"
         elif action in ("round1", "silence", "accept"):
-            want = "" if r.get("reask") or late else "the link offered again"
+            ok = r.get("reask") or r.get("configured") is True or late
+            want = "" if ok else "the link offered again"
         else:
             ok = c.outcome == "ok" and r.get("configured") is False and not r.get("isError")
             want = "" if ok or late else "configured: false"
@@ -237,3 +277,24 @@ def check_setup(ctx: Context) -> Verdict:
             text = f"setup {action} at {c.invoke.index} answered {got}; expected {want}"
             bad.append(Finding(text, c.indices))
     return verdict("setup_answers", f"All {seen} setup answers are the legal ones.", bad)
+
+
+def _page_want(
+    c: Call, opened: Mapping[tuple[int, int], list[Call]], exps: Mapping[tuple[int, int], int]
+) -> str:
+    """What a ``setup_page`` completion should have answered ("" when its answer is legal):
+    200 for a link nobody completed before, unexpired; 409 once completed; 410 past expiry."""
+    if c.outcome != "ok":
+        return ""
+    key = (c.invoke.process, c.invoke.flow)
+    earlier = [p for p in opened.get(key, []) if p.invoke.index < c.invoke.index]
+    if earlier:
+        return ""  # used already, or perhaps: 409 and 200 may both be right
+    status = c.result.get("status")
+    if status == PAGE_DONE:
+        return ""
+    if status == PAGE_EXPIRED and _late(c, exps.get(key)):
+        return ""
+    if status == PAGE_UNAVAILABLE:
+        return ""  # the store did not answer: a fault's doing (unknown_outcomes_explained)
+    return f"{PAGE_DONE} (the link was fresh and unused)"

@@ -96,8 +96,10 @@ def _told_executed(c: Call) -> bool:
     return c.outcome == "ok" and done and r.get("replay") is not True
 
 
-def anchors(calls: Sequence[Call], journal: Sequence[JournalEntry]) -> dict[str, Call]:
-    """Journal entry id -> the one operation that caused it, where exactly one could have."""
+def anchors(calls: Sequence[Call], journal: Sequence[JournalEntry]) -> dict[tuple[str, str], Call]:
+    """(tenant, journal entry id) -> the one operation that caused it, where exactly one could
+    have. Keyed by tenant too: every tenant's journal is a stream of its own, so two tenants'
+    entries may carry the same id (a checker holding several tenants at once)."""
     by_key: dict[tuple[str, str, str], list[JournalEntry]] = defaultdict(list)
     for e in journal:
         if e.op in ("create", "move", "update") and not e.nonce:
@@ -122,7 +124,7 @@ def anchors(calls: Sequence[Call], journal: Sequence[JournalEntry]) -> dict[str,
         elif f == "confirm" and _told_executed(c):
             ops[("confirm", tenant, c.nonce)].append(c)
     return {
-        entries[0].id: ops[key][0]
+        (entries[0].tenant, entries[0].id): ops[key][0]
         for key, entries in by_key.items()
         if len(entries) == 1 and len(ops.get(key, ())) == 1
     }

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from loadgen.check.bounds_reached import bounds_seen
 from loadgen.check.exercise import MIN_COMPLETED_SHARE, MIN_RUNS_PER_KIND, ExerciseRule
 from loadgen.check.verdict import CheckResult, Status
 from loadgen.history import SHAPE_ERRORS, DamagedRunFile
@@ -260,6 +261,9 @@ class Results:
             "invariants": list(self.invariants),
             "counts": dict(self.counts),
         }
+        bounds = bounds_seen(self.counts)
+        if bounds is not None:
+            out["bounds"] = bounds
         if self.races is not None:
             out["races"] = self.races
         out |= {

@@ -134,6 +134,12 @@ def _header_too_large_response(max_header_bytes: int) -> bytes:
     return head + body
 
 
+WORKER_HEALTHCHECK_S = 60
+"""How long uvicorn's supervisor waits for a worker to answer its health check before it kills
+the worker and starts another (uvicorn's own default: 5 s). A worker answers only once its
+interpreter has imported the node, which on a busy host took longer than 5 s: every worker was
+killed before it could serve, and its replacement too."""
+
 COPY_LIMIT = 65_536
 """Up to this body size a held head is joined to its body (one buffer, one ``write``); a larger
 body goes with it through ``writelines`` (uvloop: one ``writev``)."""
@@ -440,6 +446,7 @@ def server_config(
         timeout_keep_alive=timeouts.idle_s,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=timeouts.drain_s,  # type: ignore[arg-type]
         workers=workers,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         factory=factory,
         h11_max_incomplete_event_size=max_header_bytes,  # the same bound, should h11 serve
     )

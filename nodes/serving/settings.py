@@ -52,7 +52,7 @@ from nodes.serving.demo import (
     DEMO_WORKSPACES,
 )
 from nodes.serving.durability import AUTO, WaitReplicas
-from nodes.serving.load_fixture import load_archives, load_tokens, with_load_scope
+from nodes.serving.load_fixture import load_archives, load_quotas, load_tokens, with_load_scope
 from store.notes import REPLAY_GRACE_MS
 
 
@@ -427,4 +427,5 @@ def settings_for(
     base = demo_settings(ring)
     scope = with_load_scope(base.node.scope)
     settings = demo_settings(ring, load_tokens(), scope, load_archives())
+    settings = replace(settings, node=replace(settings.node, tenant_quotas=load_quotas()))
     return settings.with_state_ttl(state_ttl).with_replay_grace(replay_grace)

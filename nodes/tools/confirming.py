@@ -147,7 +147,7 @@ class ConfirmingTool(StatefulTool[C]):
                 target_workspace=target,
                 max_notes=ctx.config.max_notes_per_workspace if self.kind.op == "move" else 0,
                 max_owner_notes=ctx.config.share_of(target) if self.kind.op == "move" else 0,
-                max_writes=ctx.config.max_writes_per_principal,
+                max_writes=ctx.config.principal_quota(payload.workspace).writes,
                 window_ms=ctx.config.idempotency_window_ms,
             )
         )
@@ -191,9 +191,9 @@ class ConfirmingTool(StatefulTool[C]):
                     f"That note is no longer in the workspace; nothing was {self.done}", **not_done
                 )
             case "full" if out.quota == "writes":
-                limit = ctx.config.max_writes_per_principal
-                exc = QuotaExceeded("writes", limit, limit)
                 where = self.target(ctx, payload)
+                limit = ctx.config.principal_quota(payload.workspace).writes
+                exc = QuotaExceeded("writes", limit, limit)
                 message = quota_refusal(ctx, exc, where, "you", self.done)
                 return tool_error(message, quota="writes", **not_done)
             case "full" if out.quota == "share":

@@ -303,12 +303,12 @@ def quota_refusal(ctx: CallContext, exc: QuotaExceeded, workspace: str, who: str
     match exc.quota:
         case "notes":
             what = (
-                f"{who} already {own} {c.max_notes_per_principal} notes in this tenant, the "
+                f"{who} already {own} {exc.limit} notes in this tenant, the "
                 "max_notes_per_principal quota"
             )
         case "bytes":
             what = (
-                f"the notes {who} {own} would hold more than {c.max_bytes_per_principal} bytes "
+                f"the notes {who} {own} would hold more than {exc.limit} bytes "
                 "(titles and bodies, UTF-8) in this tenant, the max_bytes_per_principal quota"
             )
         case "share":
@@ -321,7 +321,7 @@ def quota_refusal(ctx: CallContext, exc: QuotaExceeded, workspace: str, who: str
         case "writes":
             window = c.idempotency_window_ms / 1000
             what = (
-                f"you made {c.max_writes_per_principal} writes in this tenant within "
+                f"you made {exc.limit} writes in this tenant within "
                 f"{window:g} s, the max_writes_per_principal quota (each write is remembered "
                 "that long)"
             )
@@ -330,6 +330,6 @@ def quota_refusal(ctx: CallContext, exc: QuotaExceeded, workspace: str, who: str
 
 def writes_refusal(ctx: CallContext, workspace: str, done: str) -> ToolFailure:
     """The refusal of a write past the principal's ``max_writes_per_principal``."""
-    limit = ctx.config.max_writes_per_principal
+    limit = ctx.config.principal_quota(workspace).writes
     exc = QuotaExceeded("writes", limit, limit)
     return ToolFailure(quota_refusal(ctx, exc, workspace, "you", done), quota="writes")

@@ -29,50 +29,30 @@ from typing import Any
 
 import lupa.lua51 as lua51
 
-MAX_ID = (1 << 64) - 1
+from store.simulation.lean_sorted import SortedSetCommands, ZSet
+from store.simulation.lean_streams import Blocked, Stream, StreamCommands
+from store.simulation.lean_values import (
+    HASH_NOT_INTEGER,
+    NOSCRIPT,
+    NULL_ARRAY,
+    SYNTAX,
+    Error,
+    RawReply,
+    SimpleString,
+)
+from store.simulation.lean_values import integer as _int
 
-RawReply = Any
-"""A reply in raw form: ``bytes`` (bulk), ``int``, ``None`` (nil), ``list``, ``SimpleString``,
-``Error``."""
-
-
-class SimpleString(bytes):
-    """A simple-string reply (``+OK``): RESP's status reply."""
-
-
-class Error(Exception):
-    """An error reply (``-ERR ...``): its text, code first."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
-NOSCRIPT = "NOSCRIPT No matching script. Please use EVAL."
-NOT_INTEGER = "ERR value is not an integer or out of range"
-HASH_NOT_INTEGER = "ERR hash value is not an integer"
-SYNTAX = "ERR syntax error"
-
-
-class Stream:
-    """A stream: entries in id order, each ``((ms, seq), [field, value, ...])``."""
-
-    __slots__ = ("entries", "last")
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[tuple[int, int], list[bytes]]] = []
-        self.last = (0, 0)
-
-
-def _int(arg: bytes, message: str = NOT_INTEGER) -> int:
-    """A Redis integer argument (no spaces, no '+', no float)."""
-    if not re.fullmatch(rb"-?\d+", arg):
-        raise Error(message)
-    value = int(arg)
-    if not -(1 << 63) <= value < (1 << 63):
-        raise Error(message)
-    return value
+__all__ = [
+    "Blocked",
+    "Error",
+    "LeanRedis",
+    "RawReply",
+    "SimpleString",
+    "Stream",
+    "ZSet",
+    "decoded",
+    "encode",
+]
 
 
 def _lua_arg(value: Any) -> bytes:
@@ -84,31 +64,12 @@ def _lua_arg(value: Any) -> bytes:
     raise Error("ERR Lua redis lib command arguments must be strings or integers")
 
 
-def _stream_id(text: bytes, default_seq: int) -> tuple[int, int]:
-    if text == b"-":
-        return (0, 0)
-    if text == b"+":
-        return (MAX_ID, MAX_ID)
-    ms, _, seq = text.partition(b"-")
-    try:
-        return (int(ms), int(seq) if seq else default_seq)
-    except ValueError:
-        raise Error("ERR Invalid stream ID specified as stream command argument") from None
-
-
-def _id_text(entry_id: tuple[int, int]) -> bytes:
-    return b"%d-%d" % entry_id
-
-
-class LeanRedis:
+class LeanRedis(StreamCommands, SortedSetCommands):
     """One in-process Redis: keys, expiries, a script cache and its Lua VM."""
 
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
-        self.data: dict[bytes, Any] = {}
-        self.expires: dict[bytes, int] = {}
-        """Deadlines, ms since the epoch."""
+        super().__init__()
         self.scripts: dict[bytes, bytes] = {}
-        self.now_ms = 0
         self._clock = clock
         self._compiled: dict[bytes, Any] = {}
         self.lua = lua51.LuaRuntime(encoding=None, unpack_returned_tuples=True)
@@ -134,7 +95,7 @@ class LeanRedis:
               if type(r) == 'table' and r.ok == nil and r.err == nil then
                 local n = 0
                 while r[n + 1] ~= nil do n = n + 1 end
-                if n <= 1000 then return true, unpack(r, 1, n) end
+                if n >= 1 and n <= 1000 then return true, unpack(r, 1, n) end
               end
               return false, r
             end
@@ -159,6 +120,7 @@ class LeanRedis:
             b"HMGET": self._hmget,
             b"HSET": self._hset,
             b"HSTRLEN": self._hstrlen,
+            b"PEXPIRE": self._pexpire,
             b"PEXPIREAT": self._pexpireat,
             b"PTTL": self._pttl,
             b"SADD": self._sadd,
@@ -168,6 +130,15 @@ class LeanRedis:
             b"TIME": self._time,
             b"XADD": self._xadd,
             b"XRANGE": self._xrange,
+            b"XREAD": self._xread,
+            b"XREVRANGE": self._xrevrange,
+            b"ZADD": self._zadd,
+            b"ZCARD": self._zcard,
+            b"ZRANGE": self._zrange,
+            b"ZREM": self._zrem,
+            b"ZREMRANGEBYRANK": self._zremrangebyrank,
+            b"ZREMRANGEBYSCORE": self._zremrangebyscore,
+            b"ZSCORE": self._zscore,
             b"PING": lambda _: SimpleString(b"PONG"),
             b"ROLE": lambda _: [b"master", 0, []],  # one server, never a replica
         }
@@ -188,27 +159,6 @@ class LeanRedis:
     def clock_us(self) -> int:
         """The clock in whole microseconds (what ``gettimeofday`` gives Redis)."""
         return round(self.clock() * 1_000_000)
-
-    def _live(self, key: bytes) -> Any:
-        """The value at ``key``, None when absent or expired (an expired key is dropped)."""
-        value = self.data.get(key)
-        if value is not None:
-            deadline = self.expires.get(key)
-            if deadline is not None and self.now_ms > deadline:
-                del self.data[key]
-                del self.expires[key]
-                return None
-        return value
-
-    def _typed(self, key: bytes, kind: type) -> Any:
-        value = self._live(key)
-        if value is not None and type(value) is not kind:
-            raise Error(WRONGTYPE)
-        return value
-
-    def _drop(self, key: bytes) -> None:
-        del self.data[key]
-        self.expires.pop(key, None)
 
     def live_keys(self) -> list[bytes]:
         """Every live key (expired ones dropped)."""
@@ -272,12 +222,15 @@ class LeanRedis:
             raise Error("ERR Number of keys can't be greater than number of args")
         if nkeys < 0:
             raise Error("ERR Number of keys can't be negative")
+        self.in_script = True
         try:
             array, *result = self._run(self._compiled[sha], nkeys, *rest)
         except Error:
             raise
         except lua51.LuaError as exc:
             raise Error(f"ERR user_script: {exc} script: {sha.decode()}") from None
+        finally:
+            self.in_script = False
         if array:
             return [self._from_lua(item) for item in result]
         return self._from_lua(result[0])
@@ -334,7 +287,7 @@ class LeanRedis:
             return exc
 
     def _to_lua(self, reply: RawReply) -> Any:
-        if reply is None:
+        if reply is None or reply is NULL_ARRAY:
             return False
         if type(reply) is list:
             return self._table([self._to_lua(r) for r in reply])
@@ -358,12 +311,12 @@ class LeanRedis:
     def _pexpireat(self, args: list[bytes]) -> int:
         if len(args) != 3:
             raise Error("ERR lean store: PEXPIREAT takes no options here")
-        key = args[1]
-        when = _int(args[2])
-        if self._live(key) is None:
-            return 0
-        self.expires[key] = when
-        return 1
+        return self._expire_at(args[1], _int(args[2]))
+
+    def _pexpire(self, args: list[bytes]) -> int:
+        if len(args) != 3:
+            raise Error("ERR lean store: PEXPIRE takes no options here")
+        return self._expire_at(args[1], self.now_ms + _int(args[2]))
 
     def _pttl(self, args: list[bytes]) -> int:
         key = args[1]
@@ -405,10 +358,22 @@ class LeanRedis:
         return value
 
     def _set(self, args: list[bytes]) -> SimpleString:
-        if len(args) != 3:
-            raise Error("ERR lean store: SET takes no options here")
-        self.data[args[1]] = bytes(args[2])
-        self.expires.pop(args[1], None)
+        """SET key value [KEEPTTL | PX ms]."""
+        key, options = args[1], [a.upper() for a in args[3:]]
+        deadline: int | None = None
+        if len(options) == 2 and options[0] == b"PX":
+            ms = _int(args[4])
+            if ms <= 0:
+                raise Error("ERR invalid expire time in 'set' command")
+            deadline = self.now_ms + ms
+        elif options not in ([], [b"KEEPTTL"]):
+            raise Error("ERR lean store: SET takes KEEPTTL or PX ms only")
+        keep = options == [b"KEEPTTL"] and self._live(key) is not None
+        self.data[key] = bytes(args[2])
+        if deadline is not None:
+            self.expires[key] = deadline
+        elif not keep:
+            self.expires.pop(key, None)
         return SimpleString(b"OK")
 
     # -- hashes ----------------------------------------------------------------------------------
@@ -512,52 +477,6 @@ class LeanRedis:
         s = self._set_of(args[1])
         return [] if s is None else list(s)
 
-    # -- streams ---------------------------------------------------------------------------------
-
-    def _xadd(self, args: list[bytes]) -> bytes:
-        """XADD key [MAXLEN ~ n] * field value ...: the journal's one form."""
-        key, rest = args[1], args[2:]
-        maxlen: int | None = None
-        if rest and rest[0].upper() == b"MAXLEN":
-            if len(rest) < 3 or rest[1] != b"~":
-                raise Error("ERR lean store: XADD trims with MAXLEN ~ only")
-            maxlen = _int(rest[2])
-            rest = rest[3:]
-        if not rest or rest[0] != b"*":
-            raise Error("ERR lean store: XADD takes '*' ids only")
-        fields = rest[1:]
-        if not fields or len(fields) % 2:
-            raise Error("ERR wrong number of arguments for 'xadd' command")
-        stream: Stream | None = self._typed(key, Stream)
-        if stream is None:
-            stream = self.data[key] = Stream()
-        now = self.clock_us() // 1000
-        last = stream.last
-        entry_id = (now, 0) if now > last[0] else (last[0], last[1] + 1)
-        stream.entries.append((entry_id, list(fields)))
-        stream.last = entry_id
-        if maxlen is not None and len(stream.entries) > maxlen:
-            # Approximate trimming drops whole nodes only; the journal's bound (a million
-            # entries) is far beyond any simulation, so reaching it is refused, not guessed.
-            raise Error("ERR lean store: a stream reached its MAXLEN ~ bound (not modelled)")
-        return _id_text(entry_id)
-
-    def _xrange(self, args: list[bytes]) -> list[list[Any]]:
-        stream: Stream | None = self._typed(args[1], Stream)
-        low, high = _stream_id(args[2], 0), _stream_id(args[3], MAX_ID)
-        count: int | None = None
-        if len(args) == 6 and args[4].upper() == b"COUNT":
-            count = _int(args[5])
-        elif len(args) != 4:
-            raise Error(SYNTAX)
-        out: list[list[Any]] = []
-        for entry_id, fields in [] if stream is None else stream.entries:
-            if low <= entry_id <= high:
-                if count is not None and len(out) >= count:
-                    break
-                out.append([_id_text(entry_id), list(fields)])
-        return out
-
 
 # -- replies as bytes and as the client reads them ---------------------------------------------
 
@@ -574,6 +493,8 @@ def encode(reply: RawReply) -> bytes:
         return b":%d\r\n" % reply
     if reply is None:
         return b"$-1\r\n"
+    if reply is NULL_ARRAY:
+        return b"*-1\r\n"
     if type(reply) is list:
         return b"*%d\r\n" % len(reply) + b"".join(encode(r) for r in reply)
     raise TypeError(f"no RESP2 form for {type(reply).__name__}")
@@ -587,4 +508,6 @@ def decoded(reply: RawReply, error: Callable[[str], Exception]) -> Any:
         return [decoded(r, error) for r in reply]
     if isinstance(reply, Error):
         return error(reply.text)
+    if reply is NULL_ARRAY:
+        return None
     return reply

@@ -9,6 +9,13 @@ interface of ``store.redis_conn``'s connections: the command bytes ``pack`` made
 as the fakeredis transport does, so trio interleaves calls exactly as there), and the replies
 handed over in the form ``RespCore`` gives them. ``recording`` keeps every request and its
 replies' RESP bytes (the differential test replays them on fakeredis and a real Redis).
+
+A blocking ``XREAD`` that finds nothing (``store.simulation.lean_streams.Blocked``) holds its
+connection, as on Redis: the caller's task waits, with no busy loop, until an ``XADD`` to one of
+its keys (from any connection, a script's included) sets the event it waits on, or its timeout
+passes on the caller's clock (trio's virtual clock in a deterministic run), or the connection
+closes; then the read runs again without ``BLOCK``. The recording keeps a blocked read as that
+last read, at the moment it was answered: what a replay (which does not block) sends then.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import anyio
 import anyio.lowlevel
 import hiredis
 
 from store.redis_errors import ConnectionLost, NotSent, UnknownOutcome
 from store.resp import ReplyError
-from store.simulation.lean_redis import Error, LeanRedis, decoded, encode
+from store.simulation.lean_redis import Blocked, Error, LeanRedis, decoded, encode
+from store.simulation.lean_values import NULL_ARRAY
 
 RecordedRequest = tuple[int, float, list[list[bytes]], list[bytes]]
 """One request: connection number, the store's clock then (seconds), its commands (arguments),
@@ -36,6 +45,18 @@ class LeanServer:
         self.redis = LeanRedis()
         self.connections = itertools.count(1)
         self.recording: list[RecordedRequest] | None = None
+        self.waiting: dict[bytes, set[anyio.Event]] = {}
+        """Events of the reads blocked on each key."""
+
+    def wake_appended(self) -> None:
+        """Wake the reads blocked on a key an ``XADD`` appended to since the last call."""
+        appended = self.redis.appended
+        if not appended:
+            return
+        for key in sorted(appended):
+            for event in self.waiting.pop(key, ()):
+                event.set()
+        appended.clear()
 
     def connect(self) -> LeanConnection:
         """A new connection to this store."""
@@ -67,6 +88,8 @@ class LeanConnection:
         self.server = server
         self.number = next(server.connections)
         self.alive = True
+        self._event: anyio.Event | None = None
+        """What a blocking read on this connection waits on (None: none waits)."""
 
     pending = 0
     """Calls written and not yet answered: none between two calls, each runs whole."""
@@ -81,21 +104,58 @@ class LeanConnection:
         await anyio.lowlevel.checkpoint()  # the send
         if not self.alive:
             raise NotSent("connection closed")
-        redis = self.server.redis
+        server = self.server
+        redis = server.redis
         parsed = [_parse(c) for c in commands]
         raw = [redis.command(args) for args in parsed]
-        recording = self.server.recording
-        if recording is not None:
-            replies_bytes = [encode(r) for r in raw]
-            recording.append((self.number, redis.clock(), parsed, replies_bytes))
+        server.wake_appended()
+        if len(raw) == 1 and isinstance(raw[0], Blocked):
+            parsed, raw = await self._blocked(raw[0])
+        self._record(parsed, raw)
         replies = [decoded(r, ReplyError) for r in raw]
         await anyio.lowlevel.checkpoint()  # the reply
         return replies
+
+    async def _blocked(self, blocked: Blocked) -> tuple[list[list[bytes]], list[Any]]:
+        """Wait for an append to one of ``blocked.keys`` or its timeout; the read again."""
+        server, redis = self.server, self.server.redis
+        deadline = anyio.current_time() + blocked.timeout_ms / 1000 if blocked.timeout_ms else None
+        while True:
+            event = anyio.Event()
+            for key in blocked.keys:
+                server.waiting.setdefault(key, set()).add(event)
+            self._event = event
+            try:
+                with anyio.CancelScope(deadline=deadline or float("inf")):
+                    await event.wait()
+            finally:
+                self._event = None
+                for key in blocked.keys:
+                    waiting = server.waiting.get(key)
+                    if waiting is not None:
+                        waiting.discard(event)
+                        if not waiting:
+                            del server.waiting[key]
+            if not self.alive:
+                raise ConnectionLost("lean store: connection closed during a blocking read")
+            reply = redis.command(blocked.again)
+            if reply is not NULL_ARRAY or (
+                deadline is not None and anyio.current_time() >= deadline
+            ):
+                return [blocked.again], [reply]
+
+    def _record(self, parsed: list[list[bytes]], raw: list[Any]) -> None:
+        recording = self.server.recording
+        if recording is not None:
+            replies_bytes = [encode(r) for r in raw]
+            recording.append((self.number, self.server.redis.clock(), parsed, replies_bytes))
 
     def close(self, error: UnknownOutcome, first: object = None) -> None:
         """Close the connection (nothing waits on it between calls)."""
         del error, first
         self.alive = False
+        if self._event is not None:
+            self._event.set()
 
 
 class _Pipeline:

@@ -6,18 +6,23 @@ breaks in ``--help``) and the suite's mutation test (tests/test_plants.py runs e
 few hundred deterministic flows, each paired with its control, and fails when the checker
 misses one).
 
-A plant is one defect, made one of two ways, both applied to the simulated store only (the
-note store, or the legacy session store: ``Plant.wrap``, ``Plant.wrap_sessions``):
+A plant is one defect, made one of three ways, each applied to a simulation only (the note
+store, the legacy session store, or node code):
 
 - **in a Lua script**: a piece of the script's text replaced by another (``ScriptEdit``), the
   edited script then run in place of the real one (``NoteStore.use_script``). Each edit must
   find its text exactly once, so a plant whose target moved fails loudly instead of planting
   nothing;
 - **in the store client**: the node's store wrapped (``StoreOptions.wrap``) by a class that
-  misbehaves in one method, as a buggy client library or a node that misreads a reply would.
+  misbehaves in one method, as a buggy client library or a node that misreads a reply would;
+- **in node code** a store cannot reach (which workspaces a search offers for its roots): a
+  context manager of ``cluster.deterministic.node_plants``, named by ``Plant.node`` as
+  ``module:name`` (this layer imports nothing of the node), that swaps one function of a node
+  module for the run's length.
 
-A legacy plant (``legacy_share`` above 0) shows only in a run with that share of legacy flows:
-tests/test_legacy_plants.py runs those in a real-time in-process simulation.
+A legacy plant defects the legacy nodes' session store (``Plant.wrap_sessions``: its scripts
+edited, or the store wrapped) and shows only in a run with a share of legacy flows
+(``Plant.legacy_share``, which ``simulate --plant`` and tests/test_plants.py give the run).
 
 Off unless asked: nothing here runs unless a deterministic simulation names a plant, and no
 node process imports this module (tests/test_plants.py checks a node process's imports).
@@ -25,6 +30,7 @@ node process imports this module (tests/test_plants.py checks a node process's i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -205,6 +211,14 @@ class SetupSaysCompleted(Wrapped):
         return self.creators.get(tenant)
 
 
+class SetupCompletionMisfiled(Wrapped):
+    """The setup page's completion recorded under another link's key: the page says done,
+    the tool never learns it."""
+
+    async def complete_setup(self, tenant: str, nonce: str, principal: str, exp_ms: int) -> Any:
+        return await self.inner.complete_setup(tenant, nonce + "-misfiled", principal, exp_ms)
+
+
 class PretendsLostReplies(Wrapped):
     """Every second create a node sends answered "outcome unknown", though it landed and
     nothing failed."""
@@ -236,6 +250,9 @@ class Plant:
     """Fault kinds the run must inject for the defect to show (added to the run's)."""
     also: tuple[str, ...] = ()
     """Other invariants it breaks (the suite holds it to them too)."""
+    node: str = ""
+    """``module:name`` of a context manager that plants the defect in node code for the run
+    (``cluster.deterministic.node_plants``); "" for a plant in the store."""
     session_edits: tuple[ScriptEdit, ...] = ()
     """Edits of the legacy session scripts (``store.sessions.SESSION_SCRIPTS``)."""
     session_wrapper: Callable[[SessionStore], SessionStore] | None = None
@@ -279,6 +296,34 @@ def _edited(plant: str, script: str, text: str, edits: tuple[ScriptEdit, ...]) -
     return text
 
 
+def _flagged(value: Any) -> Any:
+    """``value`` with every ``false`` read as a flag that is present: ``true``."""
+    if value is False:
+        return True
+    if isinstance(value, dict):
+        return {k: _flagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_flagged(v) for v in value]
+    return value
+
+
+def flags_booleans(store: SessionStore) -> SessionStore:
+    """The session store re-encodes a delivered answer with its booleans as presence flags (a
+    field that is there is true): an accept with ``confirm: false`` reaches the waiting call
+    as ``confirm: true``."""
+    deliver = store.deliver
+
+    async def flagged(session_id: str, request_id: str, body: str) -> Any:
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            return await deliver(session_id, request_id, body)
+        return await deliver(session_id, request_id, json.dumps(_flagged(answer)))
+
+    store.deliver = flagged  # type: ignore[method-assign]
+    return store
+
+
 class _Anyone(str):
     """A principal's name that compares equal to every name."""
 
@@ -310,7 +355,11 @@ _LEGACY_SHARE = 0.3
 """The legacy share the legacy plants run at (``simulate --legacy-share 0.3``)."""
 
 
+NODE_PLANTS = "cluster.deterministic.node_plants"
+"""Where the plants in node code live (above this layer: named, never imported here)."""
+
 _EXPIRED = "if now >= exp then return {'expired', '', now} end"
+_NOTES_QUOTA = "if max_notes > 0 and notes >= max_notes then"
 _ACCEPT_KEEP = """  'call', ARGV[16] or '')
 redis.call('PEXPIREAT', KEYS[1], keep_until)
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[12], '*', 'op', ARGV[10],"""
@@ -543,6 +592,55 @@ PLANTS: dict[str, Plant] = {
             "setup_answers",
             ("setup",),
             wrapper=SetupSaysCompleted,
+        ),
+        Plant(
+            "pick-outside-roots",
+            "notes_search's pick form offers every workspace the principal is granted, not only "
+            "those inside the roots the client gave",
+            "roots_respected",
+            ("search",),
+            node=f"{NODE_PLANTS}:pick_outside_roots",
+        ),
+        Plant(
+            "roots-ungranted-honoured",
+            "notes_search honours a root its principal is not granted: another tenant's "
+            "workspaces are offered and searched",
+            "roots_respected",
+            ("roots_ungranted",),
+            node=f"{NODE_PLANTS}:roots_ungranted_honoured",
+        ),
+        Plant(
+            "quota-off-by-one",
+            "create.lua compares notes > max_notes: a principal at its notes quota may create "
+            "one note more",
+            "quotas_held",
+            ("quota_boundary",),
+            (ScriptEdit("create", _NOTES_QUOTA, _NOTES_QUOTA.replace(">=", ">")),),
+        ),
+        Plant(
+            "quota-refused-early",
+            "create.lua refuses a create one note under the notes quota",
+            "quotas_held",
+            ("quota_boundary",),
+            (ScriptEdit("create", _NOTES_QUOTA, _NOTES_QUOTA.replace(">=", ">= -1 +")),),
+        ),
+        Plant(
+            "setup-completion-misfiled",
+            "the setup page records its completion under another key: notes_setup keeps "
+            "offering a link that was completed",
+            "setup_answers",
+            ("setup",),
+            wrapper=SetupCompletionMisfiled,
+        ),
+        Plant(
+            "legacy-false-read-true",
+            "the legacy session store re-encodes an answer's booleans as presence flags: an "
+            "accept with confirm false reaches the waiting call as confirm true, and deletes",
+            "no_mutation_from_refused",
+            ("legacy_decline",),
+            session_wrapper=flags_booleans,
+            legacy_share=_LEGACY_SHARE,
+            also=("answers_conform_to_model",),
         ),
         Plant(
             "legacy-answer-taken-twice",
