@@ -22,7 +22,8 @@ again when the race kinds roots_ungranted, quota_boundary and full_pick, the ver
 roots_respected and quotas_held, the counts of bounds reached (``bound_*``, compared by type with
 the ``bounds`` section: how often a run meets a bound varies with who wins its races) and the
 small-quota tenants joined, the search flow drew its roots and picks, and half the setup flows
-completed the page.
+completed the page; and again when simulations configured their nodes' pick list at 6 notes
+(``SIM_MAX_OFFERED``), so that a ``full_pick`` flow fills it with a few creates, not 50.
 """
 
 from __future__ import annotations

@@ -488,9 +488,11 @@ def check(
         records_check.check_usage(records),
         records_check.check_keyed_retries(ctx),
     )
-    report = check_answers(
-        ctx, faults
-    )  # the sequential model of each state: loadgen.check.model_search
+    # The sequential model of each state: loadgen.check.model_search.
+    if limits is None:
+        report = check_answers(ctx, faults)
+    else:
+        report = check_answers(ctx, faults, limits.max_offered)
     counts |= report.counts
     oddities = check_oddities_explained(counts, faults)
     return CheckResult((*verdicts, *model_verdicts(report), oddities), counts, report.table)
