@@ -12,11 +12,10 @@ from functools import partial
 
 import trio
 
-from loadgen.check.limits import MAX_OFFERED
 from loadgen.flow_steps import (
     CLEANUP_KIND,
-    CLEANUP_ROUNDS_OF,
     EXPIRY_MARGIN_MS,
+    FULL_PICK_EXTRA_ROUNDS,
     Asked,
     FlowEnv,
     ask,
@@ -69,18 +68,13 @@ async def flow_concurrent_updates(env: FlowEnv, asked: Asked, note: str) -> None
         await confirm(env, again, note)
 
 
-CLEAR_ROUNDS = CLEANUP_ROUNDS_OF["full_pick"]
-"""Most deletes a ``full_pick`` flow makes to clear its title (its notes, and a few whose
-create's outcome was unknown)."""
-
-
 async def flow_full_pick(env: FlowEnv, asked: Asked, note: str) -> None:
     # As many notes of the flow's title as a pick list may offer (the limit, exactly), round 1
     # again, and an accept of a pick drawn among all it offers (a form offering a wrong note
     # can be answered with it). Then the title is cleared, one confirmed delete at a time. The
     # flow's first state (``asked``, for ``note`` alone) is left unanswered, as ``silence``
     # leaves one.
-    for _ in range(MAX_OFFERED - 1):
+    for _ in range(env.pick_limit - 1):
         env.leave(env.inbox)
         if await create(env, env.title) is None:
             break
@@ -89,7 +83,7 @@ async def flow_full_pick(env: FlowEnv, asked: Asked, note: str) -> None:
     if full is not None and full.candidates:
         picked = str(env.rng.choice(full.candidates)[0])
         await confirm(env, full, picked)
-    for _ in range(CLEAR_ROUNDS):
+    for _ in range(env.pick_limit + FULL_PICK_EXTRA_ROUNDS):
         left = await ask(env, env.title, kind=CLEANUP_KIND)
         if left is None or not left.candidates:
             break

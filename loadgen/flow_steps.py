@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import trio
 
+from loadgen.check.limits import MAX_OFFERED
 from loadgen.clients import (
     Client,
     Outcome,
@@ -63,10 +64,9 @@ CLEANUP_ROUNDS = 4
 """Most notes one flow's cleanup deletes per workspace (its twins, a declined or expired note,
 a note moved away, a create that landed twice): candidate sets stay bounded by design."""
 
-CLEANUP_ROUNDS_OF: dict[str, int] = {"full_pick": 54}
-"""Kinds whose flows leave more notes of their title than ``CLEANUP_ROUNDS``: ``full_pick``
-fills a pick list to its limit of 50 (``loadgen.check.limits.MAX_OFFERED``), plus a few whose
-create's outcome was unknown."""
+FULL_PICK_EXTRA_ROUNDS = 4
+"""Cleanup rounds a ``full_pick`` flow makes beyond its pick list's limit (``FlowEnv.pick_limit``):
+it fills the list to the limit, plus a few notes whose create's outcome was unknown."""
 
 CLEANUP_KIND = "cleanup"
 """The ``kind`` of a flow's cleanup operations in the history: confirmed deletes like any other,
@@ -129,6 +129,8 @@ class FlowEnv:
     clean_up_cut_short: bool = False
     """Whether this flow, cut short, deletes what it created (``run_flow``)."""
     exact_expiry: bool = False
+    pick_limit: int = MAX_OFFERED
+    """The nodes' pick-list limit (``loadgen.check.limits.Limits.max_offered``)."""
     """Aim expiry races at the exact millisecond (``EXACT_EXPIRY``), not a margin away: only
     where the Redis-clock estimate is exact (a deterministic run's virtual clock)."""
     steps: list[str] = field(default_factory=list)
@@ -408,7 +410,10 @@ async def cleanup(env: FlowEnv) -> bool:
     be looked at (no node answered round 1)."""
     seen_all = True
     for workspace, most in env.leftovers.items():
-        for _ in range(min(most, CLEANUP_ROUNDS_OF.get(env.kind, CLEANUP_ROUNDS))):
+        rounds = (
+            env.pick_limit + FULL_PICK_EXTRA_ROUNDS if env.kind == "full_pick" else CLEANUP_ROUNDS
+        )
+        for _ in range(min(most, rounds)):
             asked = await ask(env, env.title, workspace=workspace, kind=CLEANUP_KIND)
             if asked is None:  # refused (no such note), or no node answered
                 seen_all = seen_all and not _last_unknown(env)

@@ -18,6 +18,7 @@ import trio
 from hdrh.histogram import HdrHistogram
 
 from loadgen import tenants as names
+from loadgen.check.limits import MAX_OFFERED
 from loadgen.clients import DELIBERATE, Client
 from loadgen.flow_steps import FlowEnv
 from loadgen.history import History, Op
@@ -220,6 +221,7 @@ class _Wiring:
     states: StateReader
     redis_offset_ms: int
     legacy: LegacyHttp | None
+    pick_limit: int
 
     def flow_env(self, flow: int, kind: str, frng: random.Random) -> FlowEnv:
         """A modern flow's environment: a tenant and a side drawn from the flow's own rng."""
@@ -245,6 +247,7 @@ class _Wiring:
             else names.root(t) + "-ungranted",
             clean_up_cut_short=self.settings.clean_up_cut_short,
             exact_expiry=self.settings.exact_expiry,
+            pick_limit=self.pick_limit,
         )
 
     def legacy_env(self, flow: int, kind: str, frng: random.Random) -> LegacyEnv:
@@ -282,10 +285,12 @@ async def run_load(
     on_flow: Callable[[FlowSample], None] | None = None,
     legacy: LegacyHttp | None = None,
     states: StateReader | None = None,
+    pick_limit: int = MAX_OFFERED,
 ) -> RunStats:
     """Run the workload until ``settings.flows`` flows finished or ``duration_s`` passed;
     ``legacy`` reaches the HTTP nodes of the legacy share. States are opened with ``ring`` for
-    ``audience`` unless ``states`` reads them otherwise (a target without our key ring)."""
+    ``audience`` unless ``states`` reads them otherwise (a target without our key ring).
+    ``pick_limit``: the nodes' pick-list limit, which a ``full_pick`` flow fills."""
     if states is None:
         if ring is None:
             raise ValueError("give the key ring, or a StateReader for opaque states")
@@ -311,7 +316,7 @@ async def run_load(
 
     history.observer = observe
 
-    wiring = _Wiring(settings, transport, history, states, redis_offset_ms, legacy)
+    wiring = _Wiring(settings, transport, history, states, redis_offset_ms, legacy, pick_limit)
 
     async def one(flow: int, intended: float) -> None:
         stats.tally.loaded_s = max(stats.tally.loaded_s, intended - stats.started_s)

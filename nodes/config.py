@@ -60,6 +60,9 @@ the quotas above; the journal by its length (``store.notes.JOURNAL_MAXLEN`` per 
 DEFAULT_LIST_PAGE_SIZE = 100
 """Notes per ``notes_list`` page; the rest follow through ``nextCursor``."""
 
+DEFAULT_MAX_OFFERED = 50
+"""Most notes one pick list offers; more notes of one title are refused with a clear error."""
+
 DEFAULT_IDEMPOTENCY_WINDOW_MS = 3_600_000
 """How long a write made with an idempotency key is remembered (one hour): far past any client's
 retries of one request; past it the key is forgotten and a retry with it writes again. A record
@@ -143,6 +146,10 @@ class NodeConfig:
     """Most notes per workspace, checked atomically by the create and move scripts."""
     list_page_size: int = DEFAULT_LIST_PAGE_SIZE
     """Notes per ``notes_list`` page (1..``MAX_LIST_PAGE_SIZE``)."""
+    max_offered: int = DEFAULT_MAX_OFFERED
+    """Most notes one pick list offers (``notes_delete``, ``notes_archive``); more notes of
+    the title are refused with a clear error. Simulations set it small, so that a flow reaches
+    it with a few notes."""
     idempotency_window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS
     """How long a write with an idempotency key is remembered (``nodes.idempotency``)."""
     max_notes_per_principal: int = DEFAULT_MAX_NOTES_PER_PRINCIPAL

@@ -253,6 +253,23 @@ async def test_the_confirmation_form_is_flat_and_asks_for_a_note_and_a_boolean(
     assert [o["const"] for o in schema["properties"]["noteId"]["oneOf"]] == list(seeded.tps)
 
 
+async def test_the_pick_list_offers_up_to_the_configured_limit_and_refuses_past_it(
+    store: NoteStore,
+) -> None:
+    seeded = await seed(store)
+    (at_limit,) = make_nodes(store, 1, max_offered=3)
+    res = result(await call_tool(at_limit, DELETE, ARGS))
+    offered = res["inputRequests"]["confirm_delete"]["params"]["requestedSchema"]
+    assert [o["const"] for o in offered["properties"]["noteId"]["oneOf"]] == list(seeded.tps)
+
+    (below,) = make_nodes(store, 1, max_offered=2)
+    refused = result(await call_tool(below, DELETE, ARGS))
+    assert refused["isError"] is True
+    assert "More than 2 notes are titled 'TPS report'" in refused["content"][0]["text"]
+    assert "requestState" not in refused
+    assert await present(store, seeded.all) == set(seeded.all)
+
+
 # --- states that must not open ---------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = 11
-ANSWERS, GROUPS, SEVERAL, VIRTUAL_S = 1148, 899, 126, 7.5
+ANSWERS, GROUPS, SEVERAL, VIRTUAL_S = 752, 503, 126, 7.5
 """What the docs say of seed 11: answers held to the model, their groups, answers with more
 than one legal reply, and the run's virtual seconds."""
 

@@ -8,8 +8,8 @@ is down); the executing send's reply is held 54 ms after its script ran (the fau
 ``store.after_script``), so its twin's ``NodeDown`` and replay arrive first, and the
 ``NodeDown`` send's retry is answered a replay too, all before the executing reply. Paired first
 in, first out, the executing reply was credited to the retry, sent after the journal held the
-execution: a false INVALID. A seed that still shows it (seed 7, since the workload gained race
-kinds) runs at the end of this module.
+execution: a false INVALID. A swarm seed with overtaking replies (seed 7) runs at the end of
+this module, paired by the invokes its replies name.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from cluster.exit_codes import EXIT_VALID
 from loadgen.check.context import pair_calls
 from loadgen.check.invariants import check
-from loadgen.check.partition import check_folders, split_by_tenant
+from loadgen.check.partition import split_by_tenant
 from loadgen.check.verdict import CheckResult, Verdict
 from loadgen.history import DamagedRunFile, History, Op, OpType, iter_history
 from store.journal import JournalEntry
@@ -263,11 +263,11 @@ def test_a_retry_sent_after_a_replay_told_it_executed_anew_is_invalid() -> None:
     assert {ops["b"].index, ops["d"].index} <= set(v.ops)  # b's replay before d's execution
 
 
-# --- the seed that found it ----------------------------------------------------------------
+# --- a swarm seed ----------------------------------------------------------------------------
 
 SWARM_SEED = ["simulate", "--deterministic", "--swarm", "--seed", "7", "--flows", "150"]
-"""A seed whose replies overtake each other where pairing first in, first out misreads them
-(seed 20 found the shape; a workload change moves which seed shows it)."""
+"""A seed whose replies overtake each other (seed 20 found the shape; every swarm seed now
+shows some, under its lost replies and stalls)."""
 
 
 def overtaking(ops: list[Op]) -> list[Op]:
@@ -286,12 +286,13 @@ def overtaking(ops: list[Op]) -> list[Op]:
     return found
 
 
-@pytest.mark.planted(
-    control="test_the_swarm_seed_that_found_it_is_valid_and_its_history_read_in_order_is_not"
-)
-def test_the_swarm_seed_that_found_it_is_valid_and_its_history_read_in_order_is_not(
+def test_a_swarm_seed_whose_replies_overtake_each_other_pairs_each_with_its_invoke(
     tmp_path: Path,
 ) -> None:
+    """End to end: a real run's overtaking replies are each paired with the invoke they name
+    (not the oldest one in flight), and the run is VALID. The misreading that pairing first in,
+    first out gave is held by the synthetic tests above: on today's workload no swarm seed among
+    the first 75 at 150 flows, nor the first 10 at 400, turns it into a verdict."""
     out = tmp_path / "seed-7"
     code, _, err = run([*SWARM_SEED, "--out", str(out)], tmp_path)
     assert code == EXIT_VALID, err
@@ -299,10 +300,5 @@ def test_the_swarm_seed_that_found_it_is_valid_and_its_history_read_in_order_is_
     late = overtaking(ops)
     assert late, "seed 7 no longer has replies overtaking each other: choose another seed"
     assert all(op.completes is not None for op in ops if op.type != "invoke")
-    # The same run read as a history written before completions named their invoke: the
-    # verdict the seed gave before (the ids, not a change of run, make it valid).
-    old = tmp_path / "history-in-order.jsonl"
-    old.write_text("".join(o.to_json() + "\n" for o in without_completes(ops)), encoding="utf-8")
-    v = conformance(check_folders([old], out))
-    assert v.status == "invalid"
-    assert {op.completes for op in late} & set(v.ops)
+    paired = {c.done.index: c.invoke.index for c in pair_calls(ops) if c.done is not None}
+    assert all(paired[op.index] == op.completes for op in late)

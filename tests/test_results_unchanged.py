@@ -22,9 +22,10 @@ again when the race kinds roots_ungranted, quota_boundary and full_pick, the ver
 roots_respected and quotas_held, the counts of bounds reached (``bound_*``, compared by type with
 the ``bounds`` section: how often a run meets a bound varies with who wins its races) and the
 small-quota tenants joined, the search flow drew its roots and picks, and half the setup flows
-completed the page; and again when the verdicts legacy_keys_expire, legacy_answers_act_once,
-legacy_answers_heard and legacy_sessions_bound joined (the store facts keep the legacy session
-keyspace).
+completed the page; and again when simulations configured their nodes' pick list at 6 notes
+(``SIM_MAX_OFFERED``), so that a ``full_pick`` flow fills it with a few creates, not 50; and
+again when the verdicts legacy_keys_expire, legacy_answers_act_once, legacy_answers_heard and
+legacy_sessions_bound joined (the store facts keep the legacy session keyspace).
 """
 
 from __future__ import annotations

@@ -84,6 +84,10 @@ SIM_LIST_PAGE_SIZE = 2
 """``notes_list`` page size in simulations: small, so a ``list_pages`` flow's few notes take
 several pages (the checker holds every page to it)."""
 
+SIM_MAX_OFFERED = 6
+"""Most notes a pick list offers in simulations: small, so a ``full_pick`` flow fills one with
+a few creates (the checker holds every form to it; production's is 50)."""
+
 SIM_PUBLIC_URL = "http://127.0.0.1:9"
 """Base of the setup links in simulations (``notes_setup`` round 1 needs one; nothing opens it:
 the in-process run drives the tool up to its URL-mode elicitation, not the page)."""
@@ -134,6 +138,7 @@ def simulation_config(state_ttl_s: float, tenants: int) -> NodeConfig:
         state_ttl_ms=int(state_ttl_s * 1000),
         archives={**DEMO_ARCHIVES, **load_archives(tenants)},
         list_page_size=SIM_LIST_PAGE_SIZE,
+        max_offered=SIM_MAX_OFFERED,
         public_url=SIM_PUBLIC_URL,
         tenant_quotas=load_quotas(),
     )
@@ -145,6 +150,7 @@ def sim_limits(state_ttl_s: float) -> Limits:
     return Limits(
         SIM_LIST_PAGE_SIZE,
         state_ttl_ms,
+        max_offered=SIM_MAX_OFFERED,
         idempotency_window_ms=DEFAULT_IDEMPOTENCY_WINDOW_MS,
         legacy_session_ttl_ms=SESSION_IDLE_TTL_MS,
         legacy_marker_ttl_ms=state_ttl_ms + LegacyLimits().request_grace_ms,

@@ -496,9 +496,11 @@ def check(
         legacy_check.check_legacy_answers_heard(ctx),
         legacy_check.check_legacy_sessions_bound(ctx),
     )
-    report = check_answers(
-        ctx, faults
-    )  # the sequential model of each state: loadgen.check.model_search
+    # The sequential model of each state: loadgen.check.model_search.
+    if limits is None:
+        report = check_answers(ctx, faults)
+    else:
+        report = check_answers(ctx, faults, limits.max_offered)
     counts |= report.counts
     oddities = check_oddities_explained(counts, faults)
     return CheckResult((*verdicts, *model_verdicts(report), oddities), counts, report.table)

@@ -66,7 +66,15 @@ from loadgen.check.model import (
     forget,
     step,
 )
-from loadgen.check.timeline import LATEST, Clock, Titles, anchors, forgettable_creates, note_after
+from loadgen.check.timeline import (
+    LATEST,
+    MAX_OFFERED,
+    Clock,
+    Titles,
+    anchors,
+    forgettable_creates,
+    note_after,
+)
 
 if TYPE_CHECKING:
     from loadgen.check.context import Context, LearnedState
@@ -435,15 +443,18 @@ def _same_content(ops: Sequence[Answered]) -> list[ModelFinding]:
     return out
 
 
-def check_answers(ctx: Context, faults: Sequence[FaultWindow] | None = None) -> ModelReport:
+def check_answers(
+    ctx: Context, faults: Sequence[FaultWindow] | None = None, max_offered: int = MAX_OFFERED
+) -> ModelReport:
     """Hold every confirm of the history to the model; see the module docstring. ``faults``:
     the run's fault windows; after a failover a re-ask may find a note the journal never held
-    (``loadgen.check.timeline.forgettable_creates``)."""
+    (``loadgen.check.timeline.forgettable_creates``). ``max_offered``: the nodes' pick-list
+    limit."""
     report = ModelReport()
     causes = anchors(ctx.calls, ctx.journal)
     by_id = {(e.tenant, e.id): e for e in ctx.journal}
     clock = Clock.build((c, by_id[eid]) for eid, c in causes.items())
-    ops = _ops(ctx, clock, Titles.build(ctx.journal), report, faults)
+    ops = _ops(ctx, clock, Titles.build(ctx.journal, max_offered), report, faults)
     by_nonce: dict[str, list[Answered]] = defaultdict(list)
     for op in ops:
         by_nonce[op.nonce].append(op)

@@ -58,8 +58,8 @@ EARLIEST = -(1 << 62)
 LATEST = 1 << 62
 
 MAX_OFFERED = 50
-"""Most notes a pick list offers (the tool's documented limit): a lookup finding more refuses
-with an ``isError`` result, so past it a re-ask may be either."""
+"""Most notes a pick list offers unless the run's limits say otherwise (the tool's default): a
+lookup finding more refuses with an ``isError`` result, so past it a re-ask may be either."""
 
 
 @dataclass(frozen=True)
@@ -199,9 +199,11 @@ class Titles:
 
     steps: dict[tuple[str, str, str], tuple[tuple[int, int, str], ...]]
     """(at, count after, journal entry id) per change, in journal order."""
+    max_offered: int = MAX_OFFERED
+    """The nodes' pick-list limit (``Limits.max_offered``): past it a lookup refuses."""
 
     @classmethod
-    def build(cls, journal: Sequence[JournalEntry]) -> Titles:
+    def build(cls, journal: Sequence[JournalEntry], max_offered: int = MAX_OFFERED) -> Titles:
         """Follow every note's workspace and title through the journal."""
         where: dict[tuple[str, str], tuple[str, str]] = {}
         count: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -225,7 +227,7 @@ class Titles:
                 change((e.tenant, *before), -1, e)
             if after is not None:
                 change((e.tenant, *after), +1, e)
-        return cls({k: tuple(v) for k, v in steps.items()})
+        return cls({k: tuple(v) for k, v in steps.items()}, max_offered)
 
     def reask(
         self, tenant: str, workspace: str, title: str, b: Bounds, forgotten: int = 0
@@ -247,8 +249,8 @@ class Titles:
         seen.add(prior)
         seen |= {n + k for n in seen for k in range(1, forgotten + 1)}
         out: set[str] = set()
-        if any(1 <= n <= MAX_OFFERED for n in seen):
+        if any(1 <= n <= self.max_offered for n in seen):
             out.add(REASK)
-        if any(n == 0 or n > MAX_OFFERED for n in seen):
+        if any(n == 0 or n > self.max_offered for n in seen):
             out.add(ERROR_RESULT)
         return frozenset(out)

@@ -23,7 +23,7 @@ import trio
 from loadgen.check.exercise import ExerciseRule, exercise_verdict, expected_kinds
 from loadgen.check.invariants import check
 from loadgen.check.legacy import LegacyFacts
-from loadgen.check.limits import FaultWindow
+from loadgen.check.limits import MAX_OFFERED, FaultWindow
 from loadgen.check.partition import check_folders
 from loadgen.check.records import StoreRecords
 from loadgen.check.verdict import CheckResult, Verdict
@@ -150,6 +150,9 @@ async def run(
                 redis_offset_ms=offset,
                 on_flow=on_flow,
                 legacy=target.legacy,
+                pick_limit=MAX_OFFERED
+                if store is None or store.limits is None
+                else store.limits.max_offered,
             )
             nursery.cancel_scope.cancel()
     rows = target.fault_rows()

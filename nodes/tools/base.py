@@ -20,9 +20,6 @@ from store.fast_init import slot_init
 
 TITLE_MAX = 200
 URI_MAX = 2048
-MAX_CANDIDATES_ERROR = 50
-"""Most notes one pick list offers; more matches than this are refused with a clear error."""
-
 
 BOUND_BY_STATE: Mapping[str, bool] = MappingProxyType({"bound_by_state": True})
 """The validation context of arguments a verified sealed state binds (a later round of a

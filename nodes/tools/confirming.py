@@ -21,7 +21,7 @@ from nodes.request_state import seal_state, version_shown
 from nodes.results import complete, input_required, tool_error
 from nodes.scope import Workspace
 from nodes.sealing import Candidate, StatePayload
-from nodes.tools.base import MAX_CANDIDATES_ERROR, Arguments, CallContext, ToolFailure
+from nodes.tools.base import Arguments, CallContext, ToolFailure
 from nodes.tools.confirming_table import ConfirmingKind
 from nodes.tools.crud import TitleArg, WorkspaceArg, quota_refusal
 from nodes.tools.stateful import StatefulTool
@@ -94,15 +94,15 @@ class ConfirmingTool(StatefulTool[C]):
         """Round 1 (or a re-ask): look the title up and send the pick-and-confirm form."""
         ws = ctx.authorize(args.workspace_uri)
         extra = self.bind(ctx, ws)
-        snap = await ctx.store.find(ws.tenant, ws.uri, args.title, MAX_CANDIDATES_ERROR + 1)
+        limit = ctx.config.max_offered
+        snap = await ctx.store.find(ws.tenant, ws.uri, args.title, limit + 1)
         await buggify_delay("node.ask.after_find")
         notes = tuple(n for n in snap.notes if n.workspace == ws.uri)
         if not notes:
             raise ToolFailure(f"No note titled {args.title!r} in {ws.uri}", **{self.done: False})
-        if len(notes) > MAX_CANDIDATES_ERROR:
+        if len(notes) > limit:
             raise ToolFailure(
-                f"More than {MAX_CANDIDATES_ERROR} notes are titled {args.title!r}; "
-                "rename some first",
+                f"More than {limit} notes are titled {args.title!r}; rename some first",
                 **{self.done: False},
             )
         token, _ = seal_state(
