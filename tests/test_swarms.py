@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from cluster.cli import main
+from cluster.deterministic import fleet
 from cluster.deterministic.fleet import SeedOutcome, dask_executor, local_executor
 from cluster.deterministic.run import planted_store
 from cluster.deterministic.search import SwarmPlan, SwarmReport, chosen_to_shrink, run_swarm
@@ -199,3 +200,31 @@ def test_the_bench_runs_one_swarm_on_one_worker_then_two_and_projects_the_cores(
     assert out["paper"]["128"]["flows_per_s"] > out["paper"]["16"]["flows_per_s"] > 0
     assert "on 2 (x " in said[0]
     assert any("| 128 |" in line.replace("  ", " ") for line in _swarm(out))
+
+
+def test_a_local_pool_replaces_each_process_after_its_share_of_seeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker process grows with every seed it runs: after ``JOBS_PER_PROCESS`` it is
+    replaced, so a long swarm's memory stays bounded."""
+    monkeypatch.setattr(fleet, "JOBS_PER_PROCESS", 2)
+    executor = local_executor(1)
+    try:
+        pids = [executor.submit(os.getpid).result() for _ in range(5)]
+    finally:
+        executor.shutdown()
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
+
+
+def test_the_kept_child_of_a_dask_worker_is_replaced_after_its_share_of_seeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fleet, "JOBS_PER_PROCESS", 2)
+    monkeypatch.setattr(fleet, "_child", None)
+    try:
+        where = [fleet.in_child("_where_job", None) for _ in range(5)]
+    finally:
+        if fleet._child is not None:
+            fleet._stop_child(fleet._child)
+            monkeypatch.setattr(fleet, "_child", None)
+    assert where[0] == where[1] != where[2] == where[3] != where[4]
