@@ -39,7 +39,7 @@ from cluster.reshard import (
 from cluster.targets.simulate import SimulateOptions, simulate
 from loadgen.run.folder import FAULTS_FILE
 from loadgen.runner import RunSettings
-from loadgen.tenants import tenants as tenant_names
+from loadgen.tenants import tenant as load_tenant
 from nodes.auth import TokenTable
 from nodes.health import Readiness, with_health
 from nodes.http import make_app
@@ -235,7 +235,8 @@ async def test_a_plant_that_answers_tryagain_as_success_is_caught(
     # The order is forced: the tenant's creates wait until its slot is migrating, and each
     # move holds the slot migrating until a create has been refused. A timed window can pass
     # while every flow re-sends a delete or a move and none sends a create.
-    (tenant,) = tenant_names(RESHARD_SETTINGS.tenants)
+    assert RESHARD_SETTINGS.tenants == 1
+    tenant = load_tenant(0)  # the one load tenant, whose flows run (not a small-quota tenant)
     slot = tenant_slot(tenant)
     migrating = trio.Event()
     refused_create = trio.Event()
