@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def _num(value: object, digits: int = 1) -> str:
+def cell(value: object, digits: int = 1) -> str:
+    """A figure as a table cell: ``digits`` decimals for a float, "n/a" for none."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
@@ -16,11 +17,13 @@ def _num(value: object, digits: int = 1) -> str:
     return str(value)
 
 
-def _verdict(met: bool | None) -> str:
+def verdict_cell(met: bool | None) -> str:
+    """A target's verdict as a table cell."""
     return {True: "met", False: "**missed**", None: "not measured"}[met]
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table of ``rows`` under ``header``, and a blank line."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(row) + " |" for row in rows]
     return [*out, ""]
@@ -37,13 +40,13 @@ def _flows(points: list[dict[str, Any]]) -> list[str]:
                 p["store"],
                 str(p["nodes"]),
                 str(p["concurrency"]),
-                _num(p["flows_per_s"]),
-                _num(p["p50_ms"], 2),
-                _num(p["p99_ms"], 2),
+                cell(p["flows_per_s"]),
+                cell(p["p50_ms"], 2),
+                cell(p["p99_ms"], 2),
                 str(p["failed"]),
-                _num(None if server is None else cpu["servers"], 3),
-                _num(None if server is None else cpu["redis"], 3),
-                _num(cpu["client"], 3),
+                cell(None if server is None else cpu["servers"], 3),
+                cell(None if server is None else cpu["redis"], 3),
+                cell(cpu["client"], 3),
             ]
         )
     head = ["transport", "store", "nodes", "conc.", "flows/s", "p50 ms", "p99 ms", "failed"]
@@ -51,7 +54,7 @@ def _flows(points: list[dict[str, Any]]) -> list[str]:
     return [
         "## 1. Completed delete flows (round 1 + round 2, a fresh note each)",
         "",
-        *_table(head, rows),
+        *markdown_table(head, rows),
         "In-process, the bench process runs the client and the nodes (and the embedded store), "
         "so the client column is theirs together. Over HTTP the client is wrk (a Lua flow "
         "script, pinned off the servers' core where there are two or more) and p50/p99 are per "
@@ -68,11 +71,11 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
         rows.append(
             [
                 str(p["concurrency"]),
-                _num(p["flows_per_s"]),
-                _num(p["p50_ms"], 2),
-                _num(f.get("cluster_flows_per_s")),
-                _num(f.get("cluster_nodes")),
-                _num(f.get("fraction"), 3),
+                cell(p["flows_per_s"]),
+                cell(p["p50_ms"], 2),
+                cell(f.get("cluster_flows_per_s")),
+                cell(f.get("cluster_nodes")),
+                cell(f.get("fraction"), 3),
             ]
         )
     head = ["conc.", "raw scripts flows/s", "p50 ms", "cluster in-process (redis) flows/s"]
@@ -84,13 +87,13 @@ def _ceiling(section: dict[str, Any]) -> list[str]:
         "`NoteStore` (coredis), no MCP layer; the cluster figure is the best in-process real-Redis "
         "point at the same concurrency.",
         "",
-        *_table(head, rows),
+        *markdown_table(head, rows),
     ]
     rb = section.get("redis_benchmark")
     if rb:
         out += [
             f"`redis-benchmark` EVALSHA `read_notes` (c{rb['concurrency']}, {rb['requests']} "
-            f"requests): {_num(rb['rps'])} scripts/s, p50 {_num(rb['p50_ms'], 3)} ms "
+            f"requests): {cell(rb['rps'])} scripts/s, p50 {cell(rb['p50_ms'], 3)} ms "
             "(a C client; a flow needs two scripts).",
             "",
         ]
@@ -112,12 +115,12 @@ def _peer_row(label: str, p: dict[str, Any]) -> list[str]:
     cpu = p["cpu_ms_per_flow"]
     return [
         label,
-        _num(p["flows_per_s"]),
-        _num(p["p50_ms"], 2),
-        _num(p["p99_ms"], 2),
-        _num(cpu["servers"], 3),
-        _num(cpu["redis"], 3),
-        _num(cpu["client"], 3),
+        cell(p["flows_per_s"]),
+        cell(p["p50_ms"], 2),
+        cell(p["p99_ms"], 2),
+        cell(cpu["servers"], 3),
+        cell(cpu["redis"], 3),
+        cell(cpu["client"], 3),
     ]
 
 
@@ -138,9 +141,9 @@ def _peer(peer: dict[str, Any] | None) -> list[str]:
     table = [
         [
             name,
-            _num(peer.get(key), 3),
+            cell(peer.get(key), 3),
             target,
-            _verdict(_ge(peer.get(key), low) if low else _le(peer.get(key), bounds[target])),
+            verdict_cell(_ge(peer.get(key), low) if low else _le(peer.get(key), bounds[target])),
         ]
         for name, key, target, low in ratios
     ]
@@ -156,8 +159,8 @@ def _peer(peer: dict[str, Any] | None) -> list[str]:
         f"They alternate in {len(peer['rounds'])} rounds of {peer['slot_s']:g} s slots at "
         f"c{peer['concurrency']} (in turn first, then in reverse order, ...).",
         "",
-        *_table(head, rows),
-        *_table(["ratio (this run)", "value", "target", "verdict"], table),
+        *markdown_table(head, rows),
+        *markdown_table(["ratio (this run)", "value", "target", "verdict"], table),
         "CPU from /proc utime+stime before and after each slot (wrk's from its own resource "
         "usage). redis-server serves every client on this machine, so its share is only as "
         "clean as the machine is quiet.",
@@ -185,7 +188,7 @@ def budget_lines(section: dict[str, Any] | None) -> list[str]:
     sides = section["sides"]
     head = ["per completed delete flow", *(_name(side) for side in sides)]
     rows = [
-        [label, *(_num(column[key], digits) for column in sides.values())]
+        [label, *(cell(column[key], digits) for column in sides.values())]
         for label, key, digits in BUDGET_ROWS
     ]
     return [
@@ -195,7 +198,7 @@ def budget_lines(section: dict[str, Any] | None) -> list[str]:
         f"{section['rounds']} alternated slots of {section['slot_s']:g} s in this run (section 3 "
         "has every slot). n/a: the side uses no Redis.",
         "",
-        *_table(head, rows),
+        *markdown_table(head, rows),
         "What our node's CPU is made of (the HTTP server alone, the Redis client alone, metrics "
         "on ÷ off) is the lab's `notes-cluster bench-parts`.",
         "",
@@ -217,11 +220,11 @@ def _sizes(section: dict[str, Any] | None) -> list[str]:
         [
             f"{p['stored_notes']:,}",
             str(p["keys"]),
-            _num(p["redis_used_memory_mb"]),
-            _num(p["flows_per_s"]),
-            _num(p["p50_ms"], 2),
-            _num(p["p99_ms"], 2),
-            _num(p["cpu_ms_per_flow"]["redis"], 3),
+            cell(p["redis_used_memory_mb"]),
+            cell(p["flows_per_s"]),
+            cell(p["p50_ms"], 2),
+            cell(p["p99_ms"], 2),
+            cell(p["cpu_ms_per_flow"]["redis"], 3),
         ]
         for p in section["points"]
     ]
@@ -231,9 +234,9 @@ def _sizes(section: dict[str, Any] | None) -> list[str]:
         "## 4. Cost per flow by stored notes (in-process, real Redis, "
         f"{first['nodes']} nodes, c{first['concurrency']})",
         "",
-        *_table(head, rows),
-        f"Largest ÷ smallest: flows/s × {_num(section['flows_ratio_largest_to_smallest'], 2)}, "
-        f"p50 × {_num(section['p50_ratio_largest_to_smallest'], 2)}.",
+        *markdown_table(head, rows),
+        f"Largest ÷ smallest: flows/s × {cell(section['flows_ratio_largest_to_smallest'], 2)}, "
+        f"p50 × {cell(section['p50_ratio_largest_to_smallest'], 2)}.",
         "",
     ]
 
@@ -245,9 +248,9 @@ def _steady(section: dict[str, Any] | None) -> list[str]:
         f"{section['flows']:,}",
         f"{section['completed']:,}",
         section["verdict"].upper(),
-        _num(section["first_tenth_flows_per_s"]),
-        _num(section["last_tenth_flows_per_s"]),
-        _num(section["last_over_first"], 3),
+        cell(section["first_tenth_flows_per_s"]),
+        cell(section["last_tenth_flows_per_s"]),
+        cell(section["last_over_first"], 3),
     ]
     head = ["flows", "completed", "verdict", "flows/s first tenth", "flows/s last tenth"]
     head += ["last ÷ first (target ≥ 0.8)"]
@@ -255,10 +258,10 @@ def _steady(section: dict[str, Any] | None) -> list[str]:
         "## 5. Steady state (the race workload, in-process nodes on real Redis, "
         f"c{section['concurrency']}, seed {section['seed']})",
         "",
-        *_table(head, [row]),
+        *markdown_table(head, [row]),
         "Each flow works on a title of its own and cleans up after itself, so the cost per flow "
         "must stay flat as the run goes on: flows/s in the last tenth of the run against the "
-        f"first tenth, both measured within this one run ({_num(section['elapsed_s'])} s).",
+        f"first tenth, both measured within this one run ({cell(section['elapsed_s'])} s).",
         "",
     ]
 
@@ -280,7 +283,7 @@ def _deterministic(side: dict[str, Any] | None) -> list[str]:
     return [
         f"## Deterministic simulation ({side['flows']} flows, seed {side['seed']}, embedded)",
         "",
-        *_table(["run", "verdict", "flows", "flows/s per core", "flows/s wall"], rows),
+        *markdown_table(["run", "verdict", "flows", "flows/s per core", "flows/s wall"], rows),
         "",
         f"Deterministic over today's: × {side['per_core_ratio']} per core, "
         f"× {side['wall_ratio']} wall.",
@@ -308,12 +311,14 @@ def _swarm(swarm: dict[str, Any] | None) -> list[str]:
         f"{swarm['scaling_1_to_2']} from one worker process to two (load average "
         f"{swarm['load_average'][0]}).",
         "",
-        *_table(["workers", "flows", "wall s", "flows/s"], rows),
+        *markdown_table(["workers", "flows", "wall s", "flows/s"], rows),
         "",
         f"On paper: per-core rate × cores, at the measured efficiency ({swarm['efficiency']}) "
         "and linear:",
         "",
-        *_table(["cores", "flows/s", "a million, min", "linear flows/s", "linear, min"], paper),
+        *markdown_table(
+            ["cores", "flows/s", "a million, min", "linear flows/s", "linear, min"], paper
+        ),
         "",
     ]
 
@@ -339,11 +344,12 @@ def render_markdown(result: dict[str, Any]) -> str:
         *_sizes(sc["sizes"]),
         *_steady(sc.get("steady")),
         *_deterministic(sc.get("deterministic")),
-        "## Targets",
-        "",
-        *_table(
-            ["target", "verdict"],
-            [[name, _verdict(met)] for name, met in result["targets"].items()],
-        ),
+        *targets_lines(result["targets"]),
     ]
     return "\n".join(lines)
+
+
+def targets_lines(targets: dict[str, bool | None]) -> list[str]:
+    """The "Targets" section of a report: each target and its verdict in this run."""
+    rows = [[name, verdict_cell(met)] for name, met in targets.items()]
+    return ["## Targets", "", *markdown_table(["target", "verdict"], rows)]

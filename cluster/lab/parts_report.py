@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.bench.report import _num, _table, _verdict
+from cluster.bench.report import cell, markdown_table, targets_lines, verdict_cell
 
 PART_COLUMNS = {
     "ours": "ours",
@@ -44,15 +44,15 @@ def parts_budget_lines(budget: dict[str, Any]) -> list[str]:
     sides = budget["sides"]
     head = ["per completed delete flow", *(PART_COLUMNS[side] for side in sides)]
     rows = [
-        [label, *(_num(column[key], digits) for column in sides.values())]
+        [label, *(cell(column[key], digits) for column in sides.values())]
         for label, key, digits in BUDGET_ROWS
     ]
     ratios = [
-        [name, _num(budget[key], 3), target, _verdict(_below(budget[key], BOUNDS[target]))]
+        [name, cell(budget[key], 3), target, verdict_cell(_below(budget[key], BOUNDS[target]))]
         for name, key, target in RATIOS
     ]
     alone = ", ".join(
-        f"{client} {_num(us)}" for client, us in budget["redis_client_us_per_call"].items()
+        f"{client} {cell(us)}" for client, us in budget["redis_client_us_per_call"].items()
     )
     return [
         "## The budget per flow: what one node's CPU is made of",
@@ -61,8 +61,8 @@ def parts_budget_lines(budget: dict[str, Any]) -> list[str]:
         f"{budget['rounds']} alternated slots of {budget['slot_s']:g} s in this run (section 1 "
         "has every slot). n/a: the side uses no Redis, or no client of ours.",
         "",
-        *_table(head, rows),
-        *_table(["ratio (this run)", "value", "target", "verdict"], ratios),
+        *markdown_table(head, rows),
+        *markdown_table(["ratio (this run)", "value", "target", "verdict"], ratios),
         f"The Redis client alone, CPU µs per EVALSHA on {budget['redis_client_backend']} "
         f"(section 3): {alone or 'not measured'}.",
         "",
@@ -86,7 +86,7 @@ def parts_lines(block: dict[str, Any]) -> list[str]:
         f"c{block['concurrency']} (in turn first, then in reverse order, ...), under the "
         "bench's wrk client.",
         "",
-        *_table(head, rows),
+        *markdown_table(head, rows),
     ]
 
 
@@ -94,12 +94,12 @@ def _row(label: str, p: dict[str, Any]) -> list[str]:
     cpu = p["cpu_ms_per_flow"]
     return [
         label,
-        _num(p["flows_per_s"]),
-        _num(p["p50_ms"], 2),
-        _num(p["p99_ms"], 2),
-        _num(cpu["servers"], 3),
-        _num(cpu["redis"], 3),
-        _num(cpu["client"], 3),
+        cell(p["flows_per_s"]),
+        cell(p["p50_ms"], 2),
+        cell(p["p99_ms"], 2),
+        cell(cpu["servers"], 3),
+        cell(cpu["redis"], 3),
+        cell(cpu["client"], 3),
     ]
 
 
@@ -110,9 +110,9 @@ def switch_lines(switch: dict[str, Any]) -> list[str]:
         [
             f"metrics {mode}",
             str(m["windows"]),
-            _num(m["flows_per_s"]),
-            _num(m["node_ms_per_flow"], 4),
-            _num(m["redis_ms_per_flow"], 4),
+            cell(m["flows_per_s"]),
+            cell(m["node_ms_per_flow"], 4),
+            cell(m["redis_ms_per_flow"], 4),
         ]
         for mode, m in modes.items()
     ]
@@ -127,10 +127,12 @@ def switch_lines(switch: dict[str, Any]) -> list[str]:
         f"({switch['windows_kept']} windows inside the run, {switch['pairs']} pairs of "
         f"neighbours; {switch['flows']} flows, {switch['failed']} failed).",
         "",
-        *_table(["mode", "windows", "flows/s", "node CPU ms/flow", "redis CPU ms/flow"], rows),
-        f"Metrics on ÷ off, node + Redis: **{_num(switch['ratio_node_plus_redis'], 3)}** (95% "
-        f"{_num(total[0], 3)}–{_num(total[1], 3)}); node alone {_num(switch['ratio_node'], 3)} "
-        f"(95% {_num(node[0], 3)}–{_num(node[1], 3)}). The intervals resample the pairs.",
+        *markdown_table(
+            ["mode", "windows", "flows/s", "node CPU ms/flow", "redis CPU ms/flow"], rows
+        ),
+        f"Metrics on ÷ off, node + Redis: **{cell(switch['ratio_node_plus_redis'], 3)}** (95% "
+        f"{cell(total[0], 3)}–{cell(total[1], 3)}); node alone {cell(switch['ratio_node'], 3)} "
+        f"(95% {cell(node[0], 3)}–{cell(node[1], 3)}). The intervals resample the pairs.",
         "",
     ]
 
@@ -141,7 +143,7 @@ def clients_lines(rows: list[dict[str, Any]]) -> list[str]:
         return ["## 3. The Redis client alone", "", "Not measured in this run.", ""]
     first = rows[0]
     table = [
-        [r["client"], r["backend"], _num(r["cpu_us_per_call"]), _num(r["vs_coredis"], 3)]
+        [r["client"], r["backend"], cell(r["cpu_us_per_call"]), cell(r["vs_coredis"], 3)]
         for r in rows
     ]
     return [
@@ -151,7 +153,7 @@ def clients_lines(rows: list[dict[str, Any]]) -> list[str]:
         f"tasks, median of {first['rounds']} alternated rounds; CPU of the calling process, every "
         "thread (cluster/lab/redis_clients.py).",
         "",
-        *_table(["client", "event loop", "CPU µs/call", "÷ coredis"], table),
+        *markdown_table(["client", "event loop", "CPU µs/call", "÷ coredis"], table),
     ]
 
 
@@ -172,11 +174,6 @@ def render_parts_markdown(result: dict[str, Any]) -> str:
         *parts_lines(sc["parts"]),
         *switch_lines(sc["metrics_switch"]),
         *clients_lines(sc["clients"]),
-        "## Targets",
-        "",
-        *_table(
-            ["target", "verdict"],
-            [[name, _verdict(met)] for name, met in result["targets"].items()],
-        ),
+        *targets_lines(result["targets"]),
     ]
     return "\n".join(lines)
